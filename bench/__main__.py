@@ -1,0 +1,95 @@
+"""Run every benchmark scenario and report ratios to the ceilings measured in the same run.
+
+    python -m bench [--quick] [--json FILE] [--only NAME ...] [--concurrency 1,16,64]
+
+For each scenario and concurrency it prints msgs/s, p50, p99 and the ratio to its ceiling, and
+writes the records described in bench/README.md to FILE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.scenarios import SCENARIOS, Scenario
+
+
+def _loadgen(url: str, scenario: Scenario, concurrency: int, requests: int) -> dict[str, object]:
+    args = [sys.executable, "-m", "bench.loadgen", "--url", url + scenario.path,
+            "--method", scenario.method, "--concurrency", str(concurrency),
+            "--requests", str(requests), "--warmup", str(min(500, max(50, requests // 10))),
+            "--body-size", str(scenario.body_size)]
+    for name, value in scenario.headers.items():
+        args += ["--header", f"{name}: {value}"]
+    out = subprocess.run(args, check=True, capture_output=True, text=True, timeout=600)
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
+
+
+def _requests_for(concurrency: int, quick: bool) -> int:
+    base = {1: 1000, 16: 3000, 64: 5000}.get(concurrency, 5000)
+    return base if quick else base * 6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--quick", action="store_true", help="fewer requests (about a minute)")
+    parser.add_argument("--json", type=Path, help="write the records to this file")
+    parser.add_argument("--only", action="append", default=[], help="scenario name (repeatable)")
+    parser.add_argument("--concurrency", default="1,16,64")
+    args = parser.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    unknown = set(args.only) - {s.name for s in SCENARIOS}
+    if unknown:
+        parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
+
+    # Ceilings first: every other scenario is reported as a ratio to one of them.
+    ceilings: dict[tuple[str, int], dict[str, object]] = {}
+    records: list[dict[str, object]] = []
+    selected = [s for s in SCENARIOS if not args.only or s.name in args.only or s.is_ceiling]
+    started = time.monotonic()
+    print(f"{'scenario':<22}{'C':>4}{'msgs/s':>11}{'p50 ms':>9}{'p99 ms':>9}"
+          f"{'ceiling':>11}{'ratio':>7}  vs")
+    for scenario in selected:
+        with scenario.server() as url:
+            for concurrency in levels:
+                result = _loadgen(url, scenario, concurrency, _requests_for(concurrency, args.quick))
+                if scenario.is_ceiling:
+                    ceilings[(scenario.ceiling_of, concurrency)] = result
+                reference = ceilings[(scenario.compare_to, concurrency)]
+                ceiling_rate = float(reference["msgs_per_s"])  # type: ignore[arg-type]
+                rate = float(result["msgs_per_s"])  # type: ignore[arg-type]
+                record = {
+                    "scenario": scenario.name,
+                    "concurrency": concurrency,
+                    "msgs_per_s": rate,
+                    "p50_ms": result["p50_ms"],
+                    "p99_ms": result["p99_ms"],
+                    "ceiling": scenario.compare_to,
+                    "ceiling_msgs_per_s": ceiling_rate,
+                    "ceiling_p99_ms": reference["p99_ms"],
+                    "ratio": round(rate / ceiling_rate, 3) if ceiling_rate else 0.0,
+                    "requests": result["count"],
+                    "errors": result["errors"],
+                    "statuses": result["statuses"],
+                }
+                records.append(record)
+                print(f"{scenario.name:<22}{concurrency:>4}{rate:>11.0f}{result['p50_ms']:>9.2f}"
+                      f"{result['p99_ms']:>9.2f}{ceiling_rate:>11.0f}{record['ratio']:>7.2f}"
+                      f"  {scenario.compare_to}", flush=True)
+    elapsed = time.monotonic() - started
+    print(f"done in {elapsed:.0f}s on {platform.node()} ({platform.machine()}, "
+          f"Python {platform.python_version()})")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(records, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

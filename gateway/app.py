@@ -1,0 +1,94 @@
+"""The application factory: routes, middlewares, and one cleanup context per resource."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from aiohttp import web
+
+from gateway import health
+from gateway.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
+from gateway.logs import server_log
+from gateway.metrics import Metrics
+from gateway.middlewares import make_middlewares
+from gateway.settings import Settings, StoreSettings
+from gateway.state import GatewayState
+from store.errors import StoreError
+from store.message_store import MessageStore
+from store.options import StoreOptions
+
+__all__ = ["make_app", "store_options"]
+
+
+def store_options(settings: StoreSettings) -> StoreOptions:
+    """Translate the store section of the settings into the store's own options."""
+    return StoreOptions(
+        segment_size=settings.segment_size,
+        machine_quota=settings.machine_quota,
+        machine_journal_quota=settings.machine_journal_quota,
+        express_memory=settings.express_memory,
+        cleanup_interval_s=settings.cleanup_interval,
+        archive_segments=settings.archive_segments,
+        checkpoint_interval_s=settings.checkpoint_interval,
+        qmlog_size=settings.qmlog_size,
+        group_commit_bytes_max=settings.group_commit_bytes_max,
+        audit_interval_s=settings.audit_interval,
+    )
+
+
+def make_app(settings: Settings) -> web.Application:
+    """Build the gateway application; nothing is opened until the app starts."""
+    metrics = Metrics()
+    app = web.Application(
+        client_max_size=settings.server.request_body_max,
+        middlewares=make_middlewares(
+            metrics, concurrent_requests_max=settings.server.concurrent_requests_max
+        ),
+    )
+    app[SETTINGS_KEY] = settings
+    app[METRICS_KEY] = metrics
+    app[STATE_KEY] = GatewayState()
+    app.add_routes(health.routes)
+    app.cleanup_ctx.append(_store_ctx)
+    return app
+
+
+async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Open (and recover) the store in the background so /healthz answers meanwhile."""
+    state = app[STATE_KEY]
+    settings = app[SETTINGS_KEY]
+    opener = asyncio.create_task(_open_store(app), name="store-open")
+    yield
+    state.stopping = True
+    state.ready = False
+    app[METRICS_KEY].ready.set(0)
+    if not opener.done():
+        # The open runs in a thread and cannot be interrupted; wait for it so the lock is
+        # released in order.
+        await asyncio.wait({opener})
+    if state.store is not None:
+        store, state.store = state.store, None
+        await asyncio.get_running_loop().run_in_executor(None, store.close)
+        server_log.info("store closed data_dir=%s", settings.store.data_dir)
+
+
+async def _open_store(app: web.Application) -> None:
+    state = app[STATE_KEY]
+    settings = app[SETTINGS_KEY]
+    loop = asyncio.get_running_loop()
+    try:
+        store = await loop.run_in_executor(
+            None, MessageStore.open, Path(settings.store.data_dir), store_options(settings.store)
+        )
+    except StoreError as exc:
+        state.failure = str(exc)
+        server_log.critical("store cannot be opened: %s", exc)
+        return
+    state.store = store
+    if state.stopping:
+        return
+    state.ready = True
+    app[METRICS_KEY].ready.set(1)
+    server_log.info("store ready data_dir=%s", settings.store.data_dir)

@@ -1,0 +1,15 @@
+"""Typed application keys: the only way state is stored on the aiohttp application."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.metrics import Metrics
+from gateway.settings import Settings
+from gateway.state import GatewayState
+
+__all__ = ["SETTINGS_KEY", "METRICS_KEY", "STATE_KEY"]
+
+SETTINGS_KEY = web.AppKey("settings", Settings)
+METRICS_KEY = web.AppKey("metrics", Metrics)
+STATE_KEY = web.AppKey("state", GatewayState)

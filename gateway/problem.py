@@ -1,0 +1,54 @@
+"""RFC 9457 problem details: the one shape of every error answer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from http import HTTPStatus
+
+from aiohttp import web
+
+__all__ = ["PROBLEM_CONTENT_TYPE", "problem_response", "PROBLEM_BASE_URI"]
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+PROBLEM_BASE_URI = "https://entrepot.dev/problems/"
+
+
+def problem_response(
+    status: int,
+    detail: str,
+    *,
+    type_slug: str = "about:blank",
+    title: str | None = None,
+    instance: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    extra: Mapping[str, object] | None = None,
+) -> web.Response:
+    """Build an ``application/problem+json`` response.
+
+    ``type_slug`` is an MSMQ class or error name (``MQ_ERROR_ILLEGAL_FORMATNAME``) or a short
+    slug; it is turned into a ``type`` URI so clients can switch on it.
+    """
+    body: dict[str, object] = {
+        "type": type_slug if type_slug == "about:blank" else PROBLEM_BASE_URI + type_slug,
+        "title": title or _reason(status),
+        "status": status,
+        "detail": detail,
+    }
+    if instance is not None:
+        body["instance"] = instance
+    if extra:
+        body.update(extra)
+    return web.Response(
+        status=status,
+        body=json.dumps(body).encode(),
+        content_type=PROBLEM_CONTENT_TYPE,
+        headers=dict(headers or {}),
+    )
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"

@@ -1,0 +1,86 @@
+"""``entrepot serve``: bind, serve, stop gracefully on SIGTERM/SIGINT.
+
+Order of start-up, so that a bad start fails fast with exit 2 and no traceback:
+settings (already parsed) → data directory probe → bind the port → start the app (the store is
+opened and recovered in the background; /readyz says when it is done).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import signal
+import socket
+from pathlib import Path
+
+import uvloop
+from aiohttp import web
+
+from gateway.app import make_app
+from gateway.errors import StartupError
+from gateway.logs import access_log, server_log
+from gateway.settings import Settings
+from store.datadir import probe_data_dir
+from store.errors import StoreError
+
+__all__ = ["serve"]
+
+
+def serve(settings: Settings, *, config_source: str) -> int:
+    """Run the gateway until SIGTERM or SIGINT; return the process exit code.
+
+    Raises:
+        StartupError: the data directory is unusable or the port cannot be bound.
+    """
+    try:
+        probe_data_dir(Path(settings.store.data_dir))
+    except StoreError as exc:
+        raise StartupError(f"data directory {settings.store.data_dir}: {exc}") from exc
+    sock = _bind(settings.server.host, settings.server.port)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_serve(settings, sock, config_source=config_source))
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(f"cannot listen on {address}: address already in use") from exc
+        raise StartupError(f"cannot listen on {address}: {exc.strerror or exc}") from exc
+    sock.setblocking(False)
+    return sock
+
+
+async def _serve(settings: Settings, sock: socket.socket, *, config_source: str) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    app = make_app(settings)
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        access_log=access_log if settings.log.access else None,
+        keepalive_timeout=settings.server.keepalive_timeout,
+    )
+    await runner.setup()
+    site = web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace)
+    await site.start()
+    server_log.info(
+        "entrepot serving listen=%s data_dir=%s config=%s",
+        settings.server.listen,
+        Path(settings.store.data_dir).resolve(),
+        config_source,
+    )
+    await stop.wait()
+    server_log.info("stopping: no new connections, grace=%ss", settings.server.shutdown_grace)
+    await runner.cleanup()
+    server_log.info("stopped")
+    return 0

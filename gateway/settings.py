@@ -1,0 +1,291 @@
+"""Typed settings: one frozen tree parsed from TOML by a pure function.
+
+Theory of operation:
+- Defaults live only in the field definitions below (``_size``, ``_duration``, ... record the
+  unit and the allowed range in the field's metadata).
+- ``parse_settings`` is pure: it walks the TOML document, refuses unknown keys, converts units,
+  checks ranges and the relationships between fields, and raises ``ConfigError`` naming the full
+  key path and the offending value.
+- ``load_settings`` is the only I/O: read the file, ``tomllib``, ``parse_settings``.
+- Precedence (built-in < file < command line) is applied by passing the command-line values as
+  ``overrides``: they go through the same checks as the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gateway.errors import ConfigError
+from gateway.units import format_duration, format_size, parse_duration, parse_size
+
+__all__ = [
+    "Settings",
+    "ServerSettings",
+    "StoreSettings",
+    "MappingSettings",
+    "LogSettings",
+    "parse_settings",
+    "load_settings",
+    "parse_listen",
+]
+
+Kind = Literal["size", "duration", "int", "bool", "str", "choice", "listen"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    kind: Kind
+    low: float = 0
+    high: float = 0
+    choices: tuple[str, ...] = ()
+
+
+def _size(default: str, *, low: str, high: str) -> Any:
+    spec = _Spec("size", parse_size(low), parse_size(high))
+    return field(default=parse_size(default), metadata={"spec": spec})
+
+
+def _duration(default: str, *, low: str, high: str) -> Any:
+    spec = _Spec("duration", parse_duration(low), parse_duration(high))
+    return field(default=parse_duration(default), metadata={"spec": spec})
+
+
+def _int(default: int, *, low: int, high: int) -> Any:
+    return field(default=default, metadata={"spec": _Spec("int", low, high)})
+
+
+def _bool(default: bool) -> Any:
+    return field(default=default, metadata={"spec": _Spec("bool")})
+
+
+def _str(default: str) -> Any:
+    return field(default=default, metadata={"spec": _Spec("str")})
+
+
+def _choice(default: str, *choices: str) -> Any:
+    assert default in choices
+    return field(default=default, metadata={"spec": _Spec("choice", choices=choices)})
+
+
+def _listen(default: str) -> Any:
+    return field(default=default, metadata={"spec": _Spec("listen")})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSettings:
+    """The HTTP listener."""
+
+    listen: str = _listen("127.0.0.1:8080")
+    shutdown_grace: float = _duration("10s", low="0s", high="10m")
+    request_body_max: int = _size("5MiB", low="1KiB", high="1GiB")
+    concurrent_requests_max: int = _int(1024, low=1, high=100_000)
+    keepalive_timeout: float = _duration("75s", low="1s", high="1h")
+
+    @property
+    def host(self) -> str:
+        return parse_listen(self.listen)[0]
+
+    @property
+    def port(self) -> int:
+        return parse_listen(self.listen)[1]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreSettings:
+    """The message store (seeds 000, 001, 003)."""
+
+    data_dir: str = _str("./var/entrepot")
+    segment_size: int = _size("4MiB", low="64KiB", high="1GiB")  # multiple of 4KiB
+    machine_quota: int = _size("8GiB", low="1MiB", high="64TiB")
+    machine_journal_quota: int = _size("8GiB", low="1MiB", high="64TiB")
+    express_memory: int = _size("64MiB", low="0B", high="64GiB")
+    cleanup_interval: float = _duration("30s", low="100ms", high="7d")
+    archive_segments: bool = _bool(False)
+    checkpoint_interval: float = _duration("5s", low="100ms", high="1h")
+    qmlog_size: int = _size("16MiB", low="1MiB", high="4GiB")
+    group_commit_bytes_max: int = _size("512KiB", low="4KiB", high="64MiB")
+    audit_interval: float = _duration("60s", low="1s", high="1d")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MappingSettings:
+    """Mapping files (redirections, stream receipts)."""
+
+    dir: str = _str("config/mapping")
+    reload_interval: float = _duration("2s", low="100ms", high="1h")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogSettings:
+    """Logging: human lines or JSON lines on stderr (journald under systemd)."""
+
+    format: str = _choice("text", "text", "json")
+    level: str = _choice("info", "debug", "info", "warning", "error")
+    access: bool = _bool(False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """The whole configuration, one section per table of the TOML file."""
+
+    server: ServerSettings = field(default_factory=ServerSettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
+    mapping: MappingSettings = field(default_factory=MappingSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[::1]:8080`` for IPv6).
+
+    Raises:
+        ValueError: no port, a port out of 1..65535, or an empty host.
+    """
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"port must be 1..65535 in {text!r}")
+    return host, int(port_text)
+
+
+def parse_settings(
+    doc: Mapping[str, object], overrides: Mapping[str, object] | None = None
+) -> Settings:
+    """Build ``Settings`` from a parsed TOML document plus dotted-key overrides.
+
+    Args:
+        doc: the TOML document as ``tomllib`` returns it.
+        overrides: ``{"server.listen": "0.0.0.0:80"}`` from the command line; they win.
+
+    Raises:
+        ConfigError: an unknown key, a wrong type or a value out of range; the message starts
+            with the full key path.
+    """
+    merged: dict[str, dict[str, object]] = {}
+    for section_name, table in doc.items():
+        if section_name not in _SECTIONS:
+            raise ConfigError(f"{section_name}: unknown section (known: {', '.join(_SECTIONS)})")
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{section_name}: expected a table, got {_kind_of(table)}")
+        merged[section_name] = dict(table)
+    for dotted, value in (overrides or {}).items():
+        section_name, _, key = dotted.partition(".")
+        merged.setdefault(section_name, {})[key] = value
+    sections: dict[str, Any] = {
+        name: _parse_section(name, merged.get(name, {})) for name in _SECTIONS
+    }
+    settings = Settings(**sections)
+    _check_relations(settings)
+    return settings
+
+
+def load_settings(path: Path | None, overrides: Mapping[str, object] | None = None) -> Settings:
+    """Read ``path`` (or nothing: built-in defaults) and parse it.
+
+    Raises:
+        ConfigError: the file cannot be read, is not TOML, or holds a bad value.
+    """
+    doc: dict[str, object] = {}
+    if path is not None:
+        try:
+            doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return parse_settings(doc, overrides)
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "server": ServerSettings,
+    "store": StoreSettings,
+    "mapping": MappingSettings,
+    "log": LogSettings,
+}
+
+
+def _parse_section(name: str, table: Mapping[str, object]) -> object:
+    cls = _SECTIONS[name]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, object] = {}
+    for key, raw in table.items():
+        path = f"{name}.{key}"
+        if key not in fields:
+            raise ConfigError(f"{path}: unknown key (known in [{name}]: {', '.join(fields)})")
+        values[key] = _convert(path, fields[key].metadata["spec"], raw)
+    return cls(**values)
+
+
+def _convert(path: str, spec: _Spec, raw: object) -> object:
+    try:
+        value = _convert_kind(spec, raw)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{path}: {exc} (got {raw!r})") from exc
+    if spec.kind in ("size", "duration", "int"):
+        assert isinstance(value, (int, float))
+        if not spec.low <= value <= spec.high:
+            raise ConfigError(f"{path}: {raw!r} is out of range [{_bound(spec, spec.low)}, "
+                              f"{_bound(spec, spec.high)}]")
+    return value
+
+
+def _convert_kind(spec: _Spec, raw: object) -> object:
+    if spec.kind == "size":
+        if not isinstance(raw, (str, int)):
+            raise TypeError(f"expected a size such as '4MiB', got {_kind_of(raw)}")
+        return parse_size(raw)
+    if spec.kind == "duration":
+        if not isinstance(raw, (str, int, float)):
+            raise TypeError(f"expected a duration such as '30s', got {_kind_of(raw)}")
+        return parse_duration(raw)
+    if spec.kind == "int":
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise TypeError(f"expected an integer, got {_kind_of(raw)}")
+        return raw
+    if spec.kind == "bool":
+        if not isinstance(raw, bool):
+            raise TypeError(f"expected true or false, got {_kind_of(raw)}")
+        return raw
+    if not isinstance(raw, str):
+        raise TypeError(f"expected a string, got {_kind_of(raw)}")
+    if spec.kind == "choice" and raw not in spec.choices:
+        raise ValueError(f"expected one of {', '.join(spec.choices)}")
+    if spec.kind == "listen":
+        parse_listen(raw)
+    if spec.kind == "str" and not raw:
+        raise ValueError("must not be empty")
+    return raw
+
+
+def _bound(spec: _Spec, value: float) -> str:
+    if spec.kind == "size":
+        return format_size(int(value))
+    if spec.kind == "duration":
+        return format_duration(value)
+    return str(int(value))
+
+
+def _kind_of(raw: object) -> str:
+    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array",
+            dict: "table"}.get(type(raw), type(raw).__name__)
+
+
+def _check_relations(settings: Settings) -> None:
+    store = settings.store
+    if store.group_commit_bytes_max > store.segment_size:
+        raise ConfigError(
+            f"store.group_commit_bytes_max: {store.group_commit_bytes_max} bytes is larger than "
+            f"store.segment_size ({store.segment_size} bytes)"
+        )
+    if store.segment_size > store.machine_quota:
+        raise ConfigError(
+            f"store.machine_quota: {store.machine_quota} bytes is smaller than one segment "
+            f"(store.segment_size = {store.segment_size} bytes)"
+        )

@@ -1,0 +1,30 @@
+"""Mutable run-time state shared by handlers: is the store open, and if not, why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from store.message_store import MessageStore
+
+__all__ = ["GatewayState"]
+
+
+@dataclass(slots=True)
+class GatewayState:
+    """What ``/readyz`` reports: the store is open and recovered, or it failed and why."""
+
+    store: MessageStore | None = None
+    ready: bool = False
+    failure: str | None = None
+    stopping: bool = False
+
+    def not_ready_reason(self) -> str:
+        if self.stopping:
+            return "the gateway is shutting down"
+        if self.failure is not None:
+            return f"the store failed: {self.failure}"
+        if not self.ready:
+            return "the store is being opened and recovered"
+        return ""

@@ -1,0 +1,95 @@
+"""Errors raised by the store package.
+
+    StoreError
+    ├── StoreLocked          another process holds the data directory
+    ├── StoreUnusable        the data directory cannot be created or written
+    ├── StoreClosed          the store was closed, or stopped after a fatal I/O error
+    ├── StoreFailed          a sync or write failed: the store is fail-stopped (never retried)
+    ├── MessageTooLarge      a record cannot fit in one segment
+    ├── QuotaExceeded        (abstract) admission refused before any byte was written
+    │   ├── MachineQuotaExceeded
+    │   ├── MachineJournalQuotaExceeded
+    │   ├── QueueQuotaExceeded
+    │   └── QueueJournalQuotaExceeded
+    ├── DiskFull             ENOSPC while allocating a segment; reads and removals go on
+    ├── UnknownRecord        a reference to a record that is not (or no longer) in the store
+    └── CheckpointError      neither copy of a ping-pong checkpoint is valid
+
+Damaged bytes on disk are not exceptions: scans return them as values and recovery quarantines
+them (``store.recovery``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "StoreError",
+    "StoreLocked",
+    "StoreUnusable",
+    "StoreClosed",
+    "StoreFailed",
+    "MessageTooLarge",
+    "QuotaExceeded",
+    "MachineQuotaExceeded",
+    "MachineJournalQuotaExceeded",
+    "QueueQuotaExceeded",
+    "QueueJournalQuotaExceeded",
+    "DiskFull",
+    "UnknownRecord",
+    "CheckpointError",
+]
+
+
+class StoreError(Exception):
+    """Root of every error the store raises on purpose."""
+
+
+class StoreLocked(StoreError):
+    """Another process has the data directory open."""
+
+
+class StoreUnusable(StoreError):
+    """The data directory cannot be created, locked or written."""
+
+
+class StoreClosed(StoreError):
+    """The store is closed (or fail-stopped) and takes no more writes."""
+
+
+class StoreFailed(StoreError):
+    """A write or sync failed; the store stopped all writes and must be recovered by a restart."""
+
+
+class MessageTooLarge(StoreError):
+    """A record is larger than one segment can hold; nothing was written."""
+
+
+class QuotaExceeded(StoreError):
+    """A quota would be exceeded; nothing was written."""
+
+
+class MachineQuotaExceeded(QuotaExceeded):
+    """The machine quota over all messages is full."""
+
+
+class MachineJournalQuotaExceeded(QuotaExceeded):
+    """The machine journal quota (journals and dead-letter queues) is full."""
+
+
+class QueueQuotaExceeded(QuotaExceeded):
+    """The destination queue's own quota is full."""
+
+
+class QueueJournalQuotaExceeded(QuotaExceeded):
+    """The queue journal's quota is full."""
+
+
+class DiskFull(StoreError):
+    """The volume is full: a segment could not be allocated."""
+
+
+class UnknownRecord(StoreError):
+    """No live record has that id."""
+
+
+class CheckpointError(StoreError):
+    """Neither copy of a ping-pong checkpoint file is valid."""

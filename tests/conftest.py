@@ -1,0 +1,34 @@
+"""Fixtures shared by every test directory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.settings import Settings, parse_settings
+from tests.helpers import GatewayProcess
+
+
+@pytest.fixture
+def settings_factory(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Settings with the data dir in tmp_path; keyword overrides as ``server__listen=...``."""
+
+    def make(**overrides: object) -> Settings:
+        dotted = {"store.data_dir": str(tmp_path / "data")}
+        dotted.update({key.replace("__", "."): value for key, value in overrides.items()})
+        return parse_settings({}, dotted)
+
+    return make
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
+    """A real ``entrepot serve`` process, ready, on a free loopback port."""
+    proc = GatewayProcess(tmp_path / "data")
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()

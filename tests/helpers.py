@@ -1,0 +1,80 @@
+"""Shared helpers: free loopback ports and the real ``entrepot serve`` process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A port that was free a moment ago on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, dict[str, str], bytes]:
+    """GET without raising on 4xx/5xx."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+class GatewayProcess:
+    """``entrepot serve`` in a child process on a loopback port, stopped by PID."""
+
+    def __init__(self, data_dir: Path, *, extra_args: Sequence[str] = (),
+                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.data_dir = data_dir
+        self.log_path = data_dir.parent / f"gateway-{self.port}.log"
+        args = [sys.executable, "-m", "gateway", "serve",
+                "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(data_dir), *extra_args]
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            args, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd or REPO_ROOT,
+            env={**os.environ, **(env or {})},
+        )
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"gateway exited {self.proc.returncode}: {self.log()}")
+            try:
+                status, _, _ = http_get(self.url + "/readyz", timeout=1.0)
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"gateway not ready in {timeout}s: {self.log()}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(5)
+        self._log.close()
+        return code
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from gateway.errors import ConfigError
+from gateway.settings import Settings, load_settings, parse_listen, parse_settings
+from tests.helpers import REPO_ROOT
+
+SHIPPED = REPO_ROOT / "config" / "entrepot.toml"
+
+
+def test_defaults_match_the_issue() -> None:
+    settings = parse_settings({})
+    assert settings.server.listen == "127.0.0.1:8080"
+    assert settings.store.data_dir == "./var/entrepot"
+    assert settings.mapping.dir == "config/mapping"
+    assert settings.store.segment_size == 4 << 20
+    assert settings.store.machine_quota == 8 << 30
+    assert settings.store.cleanup_interval == 30.0
+    assert settings.store.archive_segments is False
+
+
+def test_shipped_file_parses_to_the_built_in_defaults() -> None:
+    """The shipped file shows every key with its default, so it must equal the built-ins."""
+    assert load_settings(SHIPPED) == Settings()
+
+
+def test_shipped_file_lists_every_key() -> None:
+    doc = tomllib.loads(SHIPPED.read_text())
+    defaults = Settings()
+    for section in ("server", "store", "mapping", "log"):
+        fields = set(type(getattr(defaults, section)).__dataclass_fields__)
+        assert set(doc[section]) == fields, section
+
+
+def test_units_are_converted() -> None:
+    settings = parse_settings(
+        {"store": {"segment_size": "8MiB", "cleanup_interval": "500ms"},
+         "server": {"shutdown_grace": "1m"}}
+    )
+    assert settings.store.segment_size == 8 << 20
+    assert settings.store.cleanup_interval == 0.5
+    assert settings.server.shutdown_grace == 60.0
+
+
+@pytest.mark.parametrize(
+    ("doc", "fragment"),
+    [
+        ({"store": {"segmnt_size": "4MiB"}}, "store.segmnt_size: unknown key"),
+        ({"bogus": {}}, "bogus: unknown section"),
+        ({"store": "x"}, "store: expected a table"),
+        ({"store": {"segment_size": "4XB"}}, "store.segment_size: unknown size unit"),
+        ({"store": {"segment_size": "1KiB"}}, "store.segment_size: '1KiB' is out of range"),
+        ({"store": {"segment_size": True}}, "store.segment_size: expected a size"),
+        ({"store": {"cleanup_interval": "soon"}}, "store.cleanup_interval:"),
+        ({"server": {"concurrent_requests_max": "10"}}, "expected an integer"),
+        ({"server": {"concurrent_requests_max": 0}}, "out of range"),
+        ({"store": {"archive_segments": "yes"}}, "store.archive_segments: expected true"),
+        ({"log": {"format": "xml"}}, "log.format: expected one of text, json"),
+        ({"server": {"listen": "localhost"}}, "server.listen: expected HOST:PORT"),
+        ({"server": {"listen": "127.0.0.1:99999"}}, "server.listen: port must be"),
+        ({"store": {"data_dir": ""}}, "store.data_dir: must not be empty"),
+        ({"store": {"group_commit_bytes_max": "8MiB"}}, "store.group_commit_bytes_max"),
+    ],
+)
+def test_bad_values_name_the_key(doc: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings(doc)
+    assert fragment in str(info.value)
+
+
+def test_overrides_beat_the_file() -> None:
+    settings = parse_settings(
+        {"server": {"listen": "127.0.0.1:9000"}, "store": {"data_dir": "/a"}},
+        {"server.listen": "127.0.0.1:9001"},
+    )
+    assert settings.server.listen == "127.0.0.1:9001"
+    assert settings.store.data_dir == "/a"
+
+
+def test_overrides_are_checked_too() -> None:
+    with pytest.raises(ConfigError, match="log.format"):
+        parse_settings({}, {"log.format": "yaml"})
+
+
+def test_load_settings_reports_unreadable_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[server\nlisten=")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("127.0.0.1:8080", ("127.0.0.1", 8080)), ("[::1]:80", ("::1", 80)),
+     ("0.0.0.0:1", ("0.0.0.0", 1))],
+)
+def test_parse_listen(text: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(text) == expected
+
+
+def test_settings_are_frozen() -> None:
+    settings = Settings()
+    with pytest.raises(AttributeError):
+        settings.server.listen = "x"  # type: ignore[misc]
