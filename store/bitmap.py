@@ -1,0 +1,122 @@
+"""The allocation bitmap of one segment: one bit per 64-byte granule (pure: no I/O).
+
+This is what the seeds' ``l`` file holds: which areas of a ``p`` or ``j`` segment hold live
+records and which are free. Bit set = occupied. The first granule (the segment header) is always
+set. Encoded with a small header and CRC so a checkpoint slot can be verified.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+
+from store.framing import GRANULE, SEGMENT_HEADER_SIZE
+
+__all__ = ["GranuleBitmap", "BITMAP_HEADER_SIZE"]
+
+_HEADER = struct.Struct("<4sIQI")  # magic, granules, epoch, crc (over header[:-4] + bits)
+_MAGIC = b"EBM1"
+BITMAP_HEADER_SIZE = _HEADER.size
+
+
+class GranuleBitmap:
+    """Occupied/free granules of one segment."""
+
+    __slots__ = ("_bits", "granules")
+
+    def __init__(self, segment_size: int, bits: bytes | None = None) -> None:
+        assert segment_size % GRANULE == 0
+        self.granules = segment_size // GRANULE
+        nbytes = (self.granules + 7) // 8
+        if bits is None:
+            self._bits = bytearray(nbytes)
+            self.set_range(0, SEGMENT_HEADER_SIZE, occupied=True)
+        else:
+            assert len(bits) == nbytes
+            self._bits = bytearray(bits)
+
+    def copy(self) -> GranuleBitmap:
+        return GranuleBitmap(self.granules * GRANULE, bytes(self._bits))
+
+    def is_occupied(self, offset: int) -> bool:
+        granule = offset // GRANULE
+        return bool(self._bits[granule >> 3] & (1 << (granule & 7)))
+
+    def set_range(self, offset: int, length: int, *, occupied: bool) -> None:
+        """Mark ``[offset, offset + length)``; both must be granule-aligned."""
+        assert offset % GRANULE == 0
+        assert length % GRANULE == 0
+        assert offset + length <= self.granules * GRANULE
+        first = offset // GRANULE
+        last = first + length // GRANULE
+        bits = self._bits
+        granule = first
+        # Whole bytes in the middle are set at once; the ragged ends bit by bit.
+        while granule < last and granule & 7:
+            self._set(granule, occupied)
+            granule += 1
+        while granule + 8 <= last:
+            bits[granule >> 3] = 0xFF if occupied else 0
+            granule += 8
+        while granule < last:
+            self._set(granule, occupied)
+            granule += 1
+
+    def _set(self, granule: int, occupied: bool) -> None:
+        if occupied:
+            self._bits[granule >> 3] |= 1 << (granule & 7)
+        else:
+            self._bits[granule >> 3] &= ~(1 << (granule & 7)) & 0xFF
+
+    def runs(self, *, occupied: bool) -> Iterator[tuple[int, int]]:
+        """Maximal ``(offset, end)`` byte ranges that are all occupied (or all free)."""
+        bits = self._bits
+        total = self.granules
+        granule = 0
+        while granule < total:
+            byte = bits[granule >> 3]
+            # Skip whole bytes that are entirely of the other kind.
+            if granule & 7 == 0 and byte == (0 if occupied else 0xFF):
+                granule += 8
+                continue
+            if bool(byte & (1 << (granule & 7))) != occupied:
+                granule += 1
+                continue
+            start = granule
+            while granule < total:
+                byte = bits[granule >> 3]
+                if granule & 7 == 0 and byte == (0xFF if occupied else 0) and granule + 8 <= total:
+                    granule += 8
+                    continue
+                if bool(byte & (1 << (granule & 7))) != occupied:
+                    break
+                granule += 1
+            yield start * GRANULE, min(granule, total) * GRANULE
+
+    def occupied_bytes(self) -> int:
+        return sum(bin(byte).count("1") for byte in self._bits) * GRANULE
+
+    def encode(self, epoch: int) -> bytes:
+        head = _HEADER.pack(_MAGIC, self.granules, epoch, 0)[:-4]
+        crc = zlib.crc32(bytes(self._bits), zlib.crc32(head))
+        return head + struct.pack("<I", crc) + bytes(self._bits)
+
+    @staticmethod
+    def decode(data: bytes | memoryview, segment_size: int) -> tuple[int, GranuleBitmap] | None:
+        """``(epoch, bitmap)`` from an encoded slot, or None when it is not whole and valid."""
+        granules = segment_size // GRANULE
+        nbytes = (granules + 7) // 8
+        if len(data) < BITMAP_HEADER_SIZE + nbytes:
+            return None
+        magic, stored_granules, epoch, crc = _HEADER.unpack_from(data, 0)
+        if magic != _MAGIC or stored_granules != granules:
+            return None
+        bits = bytes(data[BITMAP_HEADER_SIZE: BITMAP_HEADER_SIZE + nbytes])
+        if zlib.crc32(bits, zlib.crc32(bytes(data[: BITMAP_HEADER_SIZE - 4]))) != crc:
+            return None
+        return epoch, GranuleBitmap(segment_size, bits)
+
+    @staticmethod
+    def encoded_size(segment_size: int) -> int:
+        return BITMAP_HEADER_SIZE + (segment_size // GRANULE + 7) // 8

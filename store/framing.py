@@ -1,0 +1,340 @@
+"""Segment and record framing: bytes in, values out (pure: no I/O).
+
+Format version 1 — set in stone once data exists; a change bumps ``FORMAT_VERSION``.
+
+Segment file (``pNNNNNNN.mq``, ``jNNNNNNN.mq``, ``rNNNNNNN.mq``)::
+
+    [0, 64)        segment header: magic "ENTRSEG1", version, kind, number, generation,
+                   store nonce, segment size, created (ms), CRC-32 of the header
+    [64, size)     records, each starting on a 64-byte granule
+
+Record (``RECORD_HEADER`` then payload, padded to the next granule)::
+
+    u16 magic 0xEA7E   u8 kind   u8 state   u32 payload_len   u64 lsn
+    u32 nonce          u32 queue_id          u64 tx_id         u64 seq
+    u64 expires_ms     u8 priority  u8 flags  u16 reserved     u32 crc
+
+``crc`` is CRC-32 over the header with the ``state`` byte zeroed, then the payload; the padding
+must be zero bytes, so every bit of a record is checked. ``state`` is
+the one mutable byte (LIVE, DEAD, PENDING), rewritten in place when a message is removed or its
+transaction resolved; its values are far apart so a flipped bit is seen, not believed.
+``nonce`` is the low 32 bits of the store's random nonce: bytes that merely look like a record
+(an old segment's leftovers, or a message body crafted to look like one) are not taken for one.
+
+Theory of operation for scans — every function here returns values, never raises on bad bytes:
+- ``decode_record`` checks one position: magic, nonce, kind, bounds, CRC.
+- ``scan_chain`` follows records laid end to end from an area's start and accepts those newer
+  than a checkpoint; it stops at the first record that is old, torn or not there. When a bad
+  record's length still points at a valid newer record, the bad one is corruption (reported and
+  skipped), not the end of the chain.
+- ``scan_run`` parses a run the checkpoint says is occupied; after a damaged record it looks for
+  the next valid record at later granules, so one bad record never hides the rest.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "FORMAT_VERSION",
+    "GRANULE",
+    "SEGMENT_HEADER_SIZE",
+    "RECORD_HEADER_SIZE",
+    "RecordKind",
+    "RecordState",
+    "RecordFlags",
+    "SegmentHeader",
+    "RecordHeader",
+    "Damage",
+    "ChainScan",
+    "RunScan",
+    "record_size",
+    "max_payload",
+    "encode_segment_header",
+    "decode_segment_header",
+    "encode_record",
+    "decode_record",
+    "scan_chain",
+    "scan_run",
+]
+
+FORMAT_VERSION = 1
+GRANULE = 64
+SEGMENT_MAGIC = b"ENTRSEG1"
+RECORD_MAGIC = 0xEA7E
+
+_SEGMENT = struct.Struct("<8sHBBIIQIQ20xI")
+_RECORD = struct.Struct("<HBBIQIIQQQBBHI")
+SEGMENT_HEADER_SIZE = _SEGMENT.size
+RECORD_HEADER_SIZE = _RECORD.size
+_STATE_OFFSET = 3
+_CRC_OFFSET = RECORD_HEADER_SIZE - 4
+assert SEGMENT_HEADER_SIZE == 64
+assert RECORD_HEADER_SIZE == 56
+assert RECORD_HEADER_SIZE <= GRANULE
+assert SEGMENT_HEADER_SIZE % GRANULE == 0
+
+
+class RecordKind(enum.IntEnum):
+    MESSAGE = 1
+
+
+class RecordState(enum.IntEnum):
+    """The mutable byte. Values differ in at least four bits from each other."""
+
+    LIVE = 0x00
+    PENDING = 0x5A
+    DEAD = 0xDD
+
+
+class RecordFlags(enum.IntFlag):
+    NONE = 0
+    TRANSACTIONAL = 1
+    JOURNAL = 2
+    EXPRESS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentHeader:
+    kind: str
+    number: int
+    generation: int
+    nonce: int
+    size: int
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordHeader:
+    """A record that passed every check; ``offset`` is where it starts in its segment."""
+
+    offset: int
+    size: int
+    kind: RecordKind
+    state: RecordState
+    payload_len: int
+    lsn: int
+    queue_id: int
+    tx_id: int
+    seq: int
+    expires_ms: int
+    priority: int
+    flags: RecordFlags
+
+    @property
+    def payload_offset(self) -> int:
+        return self.offset + RECORD_HEADER_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Bytes that should hold a record and do not: where, how many, and why."""
+
+    offset: int
+    length: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChainScan:
+    records: list[RecordHeader]
+    damaged: list[Damage]
+    end: int
+    stop: Literal["end", "old", "torn"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunScan:
+    records: list[RecordHeader]
+    damaged: list[Damage]
+
+
+def record_size(payload_len: int) -> int:
+    """Bytes a record occupies in a segment, granule-aligned."""
+    raw = RECORD_HEADER_SIZE + payload_len
+    return (raw + GRANULE - 1) // GRANULE * GRANULE
+
+
+def max_payload(segment_size: int) -> int:
+    """The largest payload one segment can hold (a message never spans segments)."""
+    return segment_size - SEGMENT_HEADER_SIZE - RECORD_HEADER_SIZE
+
+
+def encode_segment_header(header: SegmentHeader) -> bytes:
+    assert header.kind in ("p", "j", "r")
+    assert header.size % GRANULE == 0
+    body = _SEGMENT.pack(SEGMENT_MAGIC, FORMAT_VERSION, ord(header.kind), 0, header.number,
+                         header.generation, header.nonce, header.size, header.created_ms, 0)
+    crc = zlib.crc32(body[:-4])
+    return body[:-4] + struct.pack("<I", crc)
+
+
+def decode_segment_header(data: bytes | memoryview) -> SegmentHeader | Damage:
+    if len(data) < SEGMENT_HEADER_SIZE:
+        return Damage(0, len(data), "segment shorter than its header")
+    (magic, version, kind, _, number, generation, nonce, size, created_ms,
+     crc) = _SEGMENT.unpack_from(data, 0)
+    if magic != SEGMENT_MAGIC:
+        return Damage(0, SEGMENT_HEADER_SIZE, "bad segment magic")
+    if zlib.crc32(bytes(data[: SEGMENT_HEADER_SIZE - 4])) != crc:
+        return Damage(0, SEGMENT_HEADER_SIZE, "segment header checksum mismatch")
+    if version != FORMAT_VERSION:
+        return Damage(0, SEGMENT_HEADER_SIZE, f"unsupported format version {version}")
+    return SegmentHeader(chr(kind), number, generation, nonce, size, created_ms)
+
+
+def encode_record(
+    payload: bytes | memoryview,
+    *,
+    lsn: int,
+    nonce: int,
+    queue_id: int,
+    seq: int,
+    tx_id: int = 0,
+    expires_ms: int = 0,
+    priority: int = 0,
+    flags: RecordFlags = RecordFlags.NONE,
+    state: RecordState = RecordState.LIVE,
+) -> bytes:
+    """The record's bytes, padded to a whole number of granules."""
+    assert lsn > 0
+    assert 0 <= priority <= 7
+    payload_len = len(payload)
+    header = bytearray(_RECORD.pack(RECORD_MAGIC, RecordKind.MESSAGE, 0, payload_len, lsn,
+                                    nonce & 0xFFFFFFFF, queue_id, tx_id, seq, expires_ms,
+                                    priority, int(flags), 0, 0))
+    crc = zlib.crc32(payload, zlib.crc32(memoryview(header)[:_CRC_OFFSET]))
+    struct.pack_into("<I", header, _CRC_OFFSET, crc)
+    header[_STATE_OFFSET] = state
+    padding = record_size(payload_len) - RECORD_HEADER_SIZE - payload_len
+    return bytes(header) + bytes(payload) + bytes(padding)
+
+
+def decode_record(
+    buf: bytes | memoryview | bytearray, offset: int, end: int, *, nonce: int
+) -> RecordHeader | Damage:
+    """Check the record at ``offset`` (which must lie before ``end``)."""
+    if end - offset < RECORD_HEADER_SIZE:
+        return Damage(offset, end - offset, "truncated record header")
+    (magic, kind, state, payload_len, lsn, rec_nonce, queue_id, tx_id, seq, expires_ms,
+     priority, flags, _, crc) = _RECORD.unpack_from(buf, offset)
+    if magic != RECORD_MAGIC:
+        return Damage(offset, GRANULE, "no record magic")
+    if rec_nonce != nonce & 0xFFFFFFFF:
+        return Damage(offset, GRANULE, "record of another store or segment generation")
+    size = record_size(payload_len)
+    if offset + size > end:
+        return Damage(offset, end - offset, "record runs past the end of its area")
+    view = memoryview(buf)
+    header = bytearray(view[offset: offset + _CRC_OFFSET])
+    header[_STATE_OFFSET] = 0
+    payload_start = offset + RECORD_HEADER_SIZE
+    actual = zlib.crc32(view[payload_start: payload_start + payload_len], zlib.crc32(header))
+    if actual != crc:
+        return Damage(offset, size, "record checksum mismatch")
+    padding = view[payload_start + payload_len: offset + size]
+    if padding != bytes(len(padding)):
+        return Damage(offset, size, "record padding is not zero")
+    try:
+        record_kind = RecordKind(kind)
+        record_state = RecordState(state)
+    except ValueError:
+        return Damage(offset, size, f"unknown record kind {kind} or state {state:#x}")
+    if lsn == 0 or priority > 7:
+        return Damage(offset, size, "record fields out of range")
+    return RecordHeader(offset, size, record_kind, record_state, payload_len, lsn, queue_id,
+                        tx_id, seq, expires_ms, priority, RecordFlags(flags))
+
+
+def scan_chain(
+    buf: bytes | memoryview | bytearray, start: int, end: int, *, nonce: int, after_lsn: int
+) -> ChainScan:
+    """Follow records laid end to end in ``[start, end)`` that are newer than ``after_lsn``.
+
+    Decision table (at each position):
+
+    ================================  =================================================
+    what is there                     what the scan does
+    ================================  =================================================
+    valid record, lsn > after_lsn     take it; continue after it
+    valid record, lsn <= after_lsn    stop "old" (free space that was never reused)
+    bad record whose length points    report it as damage (corruption, not a torn
+    at a valid newer record           tail); continue at that record
+    anything else                     stop "torn" (the write that was cut by a crash,
+                                      or space never written)
+    reached ``end``                   stop "end"
+    ================================  =================================================
+    """
+    records: list[RecordHeader] = []
+    damaged: list[Damage] = []
+    offset = start
+    last_lsn = after_lsn
+    while offset < end:
+        found = decode_record(buf, offset, end, nonce=nonce)
+        if isinstance(found, RecordHeader):
+            if found.lsn <= after_lsn:
+                return ChainScan(records, damaged, offset, "old")
+            records.append(found)
+            last_lsn = max(last_lsn, found.lsn)
+            offset += found.size
+            continue
+        skip = _claimed_size(buf, offset, end)
+        if skip:
+            following = decode_record(buf, offset + skip, end, nonce=nonce)
+            if isinstance(following, RecordHeader) and following.lsn > last_lsn:
+                damaged.append(Damage(offset, skip, found.reason))
+                offset += skip
+                continue
+        return ChainScan(records, damaged, offset, "torn")
+    return ChainScan(records, damaged, end, "end")
+
+
+def scan_run(buf: bytes | memoryview | bytearray, start: int, end: int, *, nonce: int) -> RunScan:
+    """Parse ``[start, end)``, which the checkpoint says holds live records end to end.
+
+    A damaged record is reported; the scan goes on at its claimed end when a valid record is
+    there, else at the next granule where a valid record starts.
+    """
+    records: list[RecordHeader] = []
+    damaged: list[Damage] = []
+    offset = start
+    while offset < end:
+        found = decode_record(buf, offset, end, nonce=nonce)
+        if isinstance(found, RecordHeader):
+            records.append(found)
+            offset += found.size
+            continue
+        resume = _resume_after_damage(buf, offset, end, nonce=nonce)
+        damaged.append(Damage(offset, resume - offset, found.reason))
+        offset = resume
+    return RunScan(records, damaged)
+
+
+def _claimed_size(buf: bytes | memoryview | bytearray, offset: int, end: int) -> int:
+    """The size a damaged header claims, when it is plausible; else 0."""
+    if end - offset < RECORD_HEADER_SIZE:
+        return 0
+    magic, _, _, payload_len = struct.unpack_from("<HBBI", buf, offset)
+    if magic != RECORD_MAGIC:
+        return 0
+    size = record_size(payload_len)
+    return size if offset + size < end else 0
+
+
+def _resume_after_damage(
+    buf: bytes | memoryview | bytearray, offset: int, end: int, *, nonce: int
+) -> int:
+    claimed = _claimed_size(buf, offset, end)
+    if claimed and isinstance(decode_record(buf, offset + claimed, end, nonce=nonce),
+                              RecordHeader):
+        return offset + claimed
+    probe = offset + GRANULE
+    while probe < end:
+        if isinstance(decode_record(buf, probe, end, nonce=nonce), RecordHeader):
+            return probe
+        probe += GRANULE
+    return end
