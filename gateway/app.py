@@ -86,6 +86,7 @@ async def _open_store(app: web.Application) -> None:
         state.failure = str(exc)
         server_log.critical("store cannot be opened: %s", exc)
         return
+    store.start(loop)
     state.store = store
     if state.stopping:
         return

@@ -60,6 +60,7 @@ __all__ = [
     "decode_record",
     "scan_chain",
     "scan_run",
+    "peek_record",
 ]
 
 FORMAT_VERSION = 1
@@ -338,3 +339,14 @@ def _resume_after_damage(
             return probe
         probe += GRANULE
     return end
+
+
+def peek_record(buf: bytes | memoryview | bytearray, offset: int) -> tuple[int, int] | None:
+    """``(lsn, size)`` of the record the store itself placed at ``offset`` (no CRC check: for
+    bookkeeping on records already verified), or None when no record header is there."""
+    if len(buf) - offset < RECORD_HEADER_SIZE:
+        return None
+    magic, _, _, payload_len, lsn = struct.unpack_from("<HBBIQ", buf, offset)
+    if magic != RECORD_MAGIC:
+        return None
+    return lsn, record_size(payload_len)

@@ -15,6 +15,9 @@ PURE_MODULES = [
     "gateway/settings.py",
     "store/framing.py",
     "store/bitmap.py",
+    "store/recovery.py",
+    "store/logcodec.py",
+    "store/allocator.py",
 ]
 FORBIDDEN_IN_PURE = {"asyncio", "aiohttp", "os", "mmap", "socket", "time", "random", "logging",
                      "subprocess", "threading", "shutil"}

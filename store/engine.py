@@ -1,0 +1,443 @@
+"""The store engine: the state the writer thread owns, and the blocking work it does.
+
+One thread calls into an ``Engine`` (the group-commit writer, or recovery before it starts),
+so nothing here takes locks. The event loop never calls it directly.
+
+A batch (``write_batch``) is:
+1. place every new record (allocate, assign LSN and queue sequence, encode);
+2. write them with ``pwritev`` and ``fdatasync`` every segment written;
+3. append the batch's QMLog entries (removals, transaction outcomes) and ``fdatasync`` the log;
+4. apply the lazy changes: state bytes rewritten in place (made durable by the next
+   checkpoint), bitmaps updated, prepared transactions remembered.
+Any ``OSError`` in 2–4 fail-stops the engine: a failed sync is never retried (the page cache
+state is unknown after it), and every later call raises ``StoreFailed``.
+
+A checkpoint (``checkpoint``) syncs the segments whose state bytes changed, writes each changed
+bitmap into its ``l`` file, then writes ``MQTrans`` (the commit point), and only then lets the
+allocator use the space freed since the previous checkpoint.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from store.allocator import Allocator, Area
+from store.bitmap import GranuleBitmap
+from store.datadir import DataDir
+from store.errors import DiskFull, MessageTooLarge, StoreFailed, UnknownRecord
+from store.fileops import FileOps
+from store.framing import (
+    SEGMENT_HEADER_SIZE,
+    RecordFlags,
+    RecordState,
+    encode_record,
+    max_payload,
+    peek_record,
+    record_size,
+)
+from store.lfile import LFile
+from store.logcodec import EntryKind, Ref, encode_entry
+from store.logs import cleanup_log, commit_log
+from store.options import StoreOptions
+from store.pingpong import PingPong
+from store.qmlog import QMLog
+from store.records import Job, PreparedTx, SendSpec, StoredRecord
+from store.segment import Segment, segment_name
+
+__all__ = ["Engine", "SegmentState", "Checkpoint"]
+
+_STATE_BYTE = 3
+
+
+@dataclass(slots=True)
+class SegmentState:
+    segment: Segment
+    lfile: LFile
+    bitmap: GranuleBitmap
+    live_count: int = 0
+    live_bytes: int = 0
+    oldest_lsn: int = 0
+    bitmap_dirty: bool = True
+    data_dirty: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """What ``MQTrans`` holds: the point recovery starts from."""
+
+    epoch: int
+    lsn: int
+    qmlog_pos: int
+    nonce: int
+    next_segment: int
+    next_tx: int
+    next_seq: dict[int, int]
+    prepared: dict[int, list[Ref]]  # prepared transaction -> the messages it receives
+    segments: list[int]
+
+    def encode(self) -> bytes:
+        return json.dumps({
+            "epoch": self.epoch, "lsn": self.lsn, "qmlog_pos": self.qmlog_pos,
+            "nonce": self.nonce, "next_segment": self.next_segment, "next_tx": self.next_tx,
+            "next_seq": {str(k): v for k, v in self.next_seq.items()},
+            "prepared": {str(k): [[r.segment, r.offset, r.lsn] for r in v]
+                         for k, v in self.prepared.items()},
+            "segments": self.segments,
+        }, separators=(",", ":")).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> Checkpoint:
+        doc = json.loads(data)
+        return Checkpoint(
+            epoch=int(doc["epoch"]), lsn=int(doc["lsn"]), qmlog_pos=int(doc["qmlog_pos"]),
+            nonce=int(doc["nonce"]), next_segment=int(doc["next_segment"]),
+            next_tx=int(doc["next_tx"]),
+            next_seq={int(k): int(v) for k, v in doc["next_seq"].items()},
+            prepared={int(k): [Ref(*map(int, r)) for r in v]
+                      for k, v in doc["prepared"].items()},
+            segments=[int(n) for n in doc["segments"]],
+        )
+
+
+class Engine:
+    """Segments, bitmaps, allocator, QMLog and checkpoints of one open store."""
+
+    def __init__(self, ops: FileOps, data_dir: DataDir, options: StoreOptions, *, nonce: int,
+                 qmlog: QMLog, mqtrans: PingPong) -> None:
+        self.ops = ops
+        self.data_dir = data_dir
+        self.options = options
+        self.nonce = nonce
+        self.qmlog = qmlog
+        self.mqtrans = mqtrans
+        self.segments: dict[int, SegmentState] = {}
+        self.allocators = {"p": Allocator(), "j": Allocator()}
+        self.epoch = 0
+        self.next_lsn = 1
+        self.next_segment = 1
+        self.next_tx = 1
+        self.next_seq: dict[int, int] = {}
+        self.prepared: dict[int, PreparedTx] = {}
+        self.failed: str | None = None
+        self.last_cleanup = time.monotonic()
+        self.payload_max = max_payload(options.segment_size)
+
+    # ---- batches -------------------------------------------------------------------------
+
+    def write_batch(self, jobs: Sequence[Job]) -> None:
+        """Make ``jobs`` durable; see the module docstring. Job errors are set on the jobs.
+
+        Raises:
+            StoreFailed: the engine is (or just became) fail-stopped.
+        """
+        if self.failed is not None:
+            raise StoreFailed(self.failed)
+        try:
+            self._ensure_log_space(sum(job.log_bytes_max() for job in jobs))
+            self._validate(jobs)
+            writes: dict[int, list[tuple[int, bytes]]] = {}
+            for job in jobs:
+                if job.error is None:
+                    self._place(job, writes)
+            for number, items in writes.items():
+                self._write_segment(number, items)
+            for number in writes:
+                self.segments[number].segment.sync()
+            entries = self._log_entries(jobs)
+            if entries:
+                wrap_lsn = self._take_lsn()
+                self.qmlog.append([encode_entry(k, self._take_lsn(), tx_id=t, refs=r)
+                                   for k, t, r in entries], next_lsn=wrap_lsn)
+                self.qmlog.sync()
+            for job in jobs:
+                if job.error is None:
+                    self._apply(job)
+        except OSError as exc:
+            raise self._fail(f"I/O error in a commit: {exc}") from exc
+
+    def _fail(self, reason: str) -> StoreFailed:
+        self.failed = reason
+        commit_log.critical("store fail-stopped: %s; restart to recover", reason)
+        return StoreFailed(reason)
+
+    def _take_lsn(self) -> int:
+        lsn = self.next_lsn
+        self.next_lsn += 1
+        return lsn
+
+    def _ensure_log_space(self, needed: int) -> None:
+        if self.qmlog.free_bytes() < needed + 4096:
+            self.checkpoint()
+        assert self.qmlog.free_bytes() >= needed, "batch larger than the QMLog"
+
+    def _place(self, job: Job, writes: dict[int, list[tuple[int, bytes]]]) -> None:
+        if job.op not in ("append", "commit", "prepare") or not job.sends:
+            return
+        if job.op != "append" and job.tx_id == 0:
+            job.tx_id = self.next_tx
+            self.next_tx += 1
+        too_large = [s for s in job.sends if len(s.payload) > self.payload_max]
+        if too_large:
+            job.error = MessageTooLarge(
+                f"message of {len(too_large[0].payload)} bytes exceeds the largest a segment "
+                f"holds ({self.payload_max} bytes)")
+            return
+        places: list[tuple[int, int]] = []
+        for send in job.sends:
+            try:
+                places.append(self._allocate("j" if send.journal else "p",
+                                             record_size(len(send.payload))))
+            except DiskFull as exc:
+                job.error = exc
+                break
+        single = job.op == "commit" and len(job.sends) == 1 and not job.removes
+        state = RecordState.LIVE if job.op == "append" or single else RecordState.PENDING
+        for send, (number, offset) in zip(job.sends, places):
+            lsn = self._take_lsn()
+            if job.error is not None:
+                # Keep the chain whole: fill the place with a dead record.
+                data = encode_record(send.payload, lsn=lsn, nonce=self.nonce, queue_id=0,
+                                     seq=0, state=RecordState.DEAD)
+                writes.setdefault(number, []).append((offset, data))
+                continue
+            seq = self.next_seq.get(send.queue_id, 1)
+            self.next_seq[send.queue_id] = seq + 1
+            flags = send.flags | (RecordFlags.TRANSACTIONAL if job.op != "append"
+                                  else RecordFlags.NONE)
+            data = encode_record(send.payload, lsn=lsn, nonce=self.nonce,
+                                 queue_id=send.queue_id, seq=seq, tx_id=job.tx_id,
+                                 expires_ms=send.expires_ms, priority=send.priority,
+                                 flags=flags, state=state)
+            writes.setdefault(number, []).append((offset, data))
+            record = StoredRecord(send.queue_id, seq, number, offset, len(data),
+                                  len(send.payload), lsn, send.priority, send.expires_ms,
+                                  flags, job.tx_id)
+            self._occupy(record)
+            job.records.append(record)
+
+    def _allocate(self, kind: str, size: int) -> tuple[int, int]:
+        place = self.allocators[kind].allocate(size)
+        if place is None:
+            self._add_segment(kind)
+            place = self.allocators[kind].allocate(size)
+        assert place is not None
+        return place
+
+    def _add_segment(self, kind: str) -> SegmentState:
+        number = self.next_segment
+        try:
+            segment = Segment.create(self.ops, self.data_dir.storage, kind=kind, number=number,
+                                     size=self.options.segment_size, nonce=self.nonce)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(f"no space for a new {self.options.segment_size}-byte segment "
+                               f"in {self.data_dir.storage}") from exc
+            raise
+        self.next_segment += 1
+        lfile = LFile.open(self.ops, self.data_dir.storage / segment_name("l", number),
+                           self.options.segment_size)
+        state = SegmentState(segment, lfile, GranuleBitmap(self.options.segment_size))
+        self.segments[number] = state
+        self.allocators[kind].add_area(Area(number, SEGMENT_HEADER_SIZE, segment.size))
+        return state
+
+    def _occupy(self, record: StoredRecord) -> None:
+        state = self.segments[record.segment]
+        state.bitmap.set_range(record.offset, record.size, occupied=True)
+        state.live_count += 1
+        state.live_bytes += record.size
+        if not state.oldest_lsn or record.lsn < state.oldest_lsn:
+            state.oldest_lsn = record.lsn
+        state.bitmap_dirty = True
+
+    def _write_segment(self, number: int, items: list[tuple[int, bytes]]) -> None:
+        """One ``pwritev`` per run of adjacent records."""
+        items.sort()
+        segment = self.segments[number].segment
+        run_start, run = items[0][0], [items[0][1]]
+        run_end = run_start + len(items[0][1])
+        for offset, data in items[1:]:
+            if offset == run_end:
+                run.append(data)
+                run_end += len(data)
+                continue
+            segment.write(run_start, run)
+            run_start, run, run_end = offset, [data], offset + len(data)
+        segment.write(run_start, run)
+
+    def _log_entries(self, jobs: Sequence[Job]) -> list[tuple[EntryKind, int, tuple[Ref, ...]]]:
+        entries: list[tuple[EntryKind, int, tuple[Ref, ...]]] = []
+        for job in jobs:
+            if job.error is not None:
+                continue
+            removes = tuple(job.removes)
+            if job.op == "remove":
+                entries.append((EntryKind.REMOVE, 0, removes))
+            elif job.op == "commit" and (len(job.sends) > 1 or removes):
+                entries.append((EntryKind.TX_COMMIT, job.tx_id, removes))
+            elif job.op == "prepare":
+                entries.append((EntryKind.TX_PREPARE, job.tx_id, removes))
+            elif job.op in ("commit_prepared", "abort"):
+                kind = EntryKind.TX_COMMIT if job.op == "commit_prepared" else EntryKind.TX_ABORT
+                entries.append((kind, job.tx_id, tuple(self.prepared[job.tx_id].removes)
+                                if kind == EntryKind.TX_COMMIT else ()))
+        return entries
+
+    def _validate(self, jobs: Sequence[Job]) -> None:
+        """Refuse, before anything is written, removals of records that are not live (or that
+        another job of the batch removes) and outcomes of unknown prepared transactions."""
+        taken: set[Ref] = set()
+        for job in jobs:
+            if job.op in ("commit_prepared", "abort"):
+                if job.tx_id not in self.prepared:
+                    job.error = UnknownRecord(f"no prepared transaction {job.tx_id}")
+                continue
+            bad = [ref for ref in job.removes if ref in taken or not self._is_live(ref)]
+            if bad:
+                job.error = UnknownRecord(f"no live record at {bad[0]}")
+                continue
+            taken.update(job.removes)
+
+    def _is_live(self, ref: Ref) -> bool:
+        state = self.segments.get(ref.segment)
+        if state is None or not state.bitmap.is_occupied(ref.offset):
+            return False
+        found = peek_record(state.segment.view, ref.offset)
+        return found is not None and found[0] == ref.lsn
+
+    def _apply(self, job: Job) -> None:
+        if job.op == "commit" and job.records and (len(job.sends) > 1 or job.removes):
+            for record in job.records:
+                self._set_state(record.ref, RecordState.LIVE)
+        elif job.op == "prepare":
+            self.prepared[job.tx_id] = PreparedTx(job.tx_id, list(job.records),
+                                                  list(job.removes))
+        elif job.op == "commit_prepared":
+            prepared = self.prepared.pop(job.tx_id)
+            for record in prepared.records:
+                self._set_state(record.ref, RecordState.LIVE)
+            job.records = prepared.records
+            job.removes = prepared.removes
+        elif job.op == "abort":
+            for record in self.prepared.pop(job.tx_id).records:
+                self._free(record.ref)
+        if job.op in ("remove", "commit", "commit_prepared"):
+            for ref in job.removes:
+                self._free(ref)
+
+    def _set_state(self, ref: Ref, value: RecordState) -> None:
+        state = self.segments[ref.segment]
+        state.segment.write_byte(ref.offset + _STATE_BYTE, value)
+        state.data_dirty = True
+
+    def _free(self, ref: Ref) -> None:
+        state = self.segments[ref.segment]
+        found = peek_record(state.segment.view, ref.offset)
+        assert found is not None and found[0] == ref.lsn, ref
+        self._set_state(ref, RecordState.DEAD)
+        state.bitmap.set_range(ref.offset, found[1], occupied=False)
+        state.live_count -= 1
+        state.live_bytes -= found[1]
+        state.bitmap_dirty = True
+        assert state.live_count >= 0
+
+    # ---- checkpoints ---------------------------------------------------------------------
+
+    def checkpoint(self, *, cleanup: bool = False) -> None:
+        """Make the current state the new recovery point; see the module docstring.
+
+        Raises:
+            StoreFailed: an I/O error (the engine fail-stops).
+        """
+        if self.failed is not None:
+            raise StoreFailed(self.failed)
+        try:
+            self._checkpoint(cleanup=cleanup)
+        except OSError as exc:
+            raise self._fail(f"I/O error in a checkpoint: {exc}") from exc
+
+    def _checkpoint(self, *, cleanup: bool) -> None:
+        for state in self.segments.values():
+            if state.data_dirty:
+                state.segment.sync()
+                state.data_dirty = False
+        doomed = self._empty_segments() if cleanup else []
+        self.epoch += 1
+        kept = [n for n in sorted(self.segments) if n not in doomed]
+        for number in kept:
+            state = self.segments[number]
+            if state.bitmap_dirty:
+                state.lfile.write(self.epoch, state.bitmap)
+        checkpoint = Checkpoint(
+            epoch=self.epoch, lsn=self.next_lsn - 1, qmlog_pos=self.qmlog.write_pos,
+            nonce=self.nonce, next_segment=self.next_segment, next_tx=self.next_tx,
+            next_seq=dict(self.next_seq),
+            prepared={t: list(p.removes) for t, p in self.prepared.items()},
+            segments=kept,
+        )
+        self.mqtrans.write(checkpoint.encode())
+        # Durable: from here on the free space of these bitmaps may be reused.
+        self.qmlog.keep_from = checkpoint.qmlog_pos
+        for number in kept:
+            state = self.segments[number]
+            if state.bitmap_dirty:
+                state.lfile.checkpoint_done()
+                state.bitmap_dirty = False
+        for number in doomed:
+            self._retire(number)
+        self._reset_allocators()
+
+    def _empty_segments(self) -> list[int]:
+        """Empty segments to delete, keeping the newest empty one of each kind as a spare."""
+        self.last_cleanup = time.monotonic()
+        doomed: list[int] = []
+        for kind in ("p", "j"):
+            empty = sorted(n for n, s in self.segments.items()
+                           if s.segment.kind == kind and s.live_count == 0)
+            doomed.extend(empty[:-1])
+        return doomed
+
+    def _retire(self, number: int) -> None:
+        state = self.segments.pop(number)
+        for allocator in self.allocators.values():
+            allocator.drop_segment(number)
+        path = state.segment.path
+        state.segment.close()
+        state.lfile.close()
+        if self.options.archive_segments:
+            self.data_dir.archive.mkdir(exist_ok=True)
+            self.ops.rename(path, self.data_dir.archive / path.name)
+        else:
+            self.ops.unlink(path)
+        self.ops.unlink(state.lfile.path)
+        self.ops.fsync_dir(self.data_dir.storage)
+        cleanup_log.info("segment %s %s", path.name,
+                         "archived" if self.options.archive_segments else "deleted")
+
+    def _reset_allocators(self) -> None:
+        areas: dict[str, list[Area]] = {"p": [], "j": []}
+        for number in sorted(self.segments):
+            state = self.segments[number]
+            for start, end in state.bitmap.runs(occupied=False):
+                areas[state.segment.kind].append(Area(number, start, end))
+        for kind, allocator in self.allocators.items():
+            allocator.reset(areas[kind])
+
+    def close(self) -> None:
+        """Write a final checkpoint (a fast next start) and close every file."""
+        if self.failed is None:
+            self.checkpoint()
+        for state in self.segments.values():
+            state.segment.close()
+            state.lfile.close()
+        self.segments.clear()
+        self.qmlog.close()
+
+    @staticmethod
+    def storage_files(storage: Path) -> list[Path]:
+        return sorted(p for p in storage.iterdir() if p.is_file())

@@ -1,0 +1,75 @@
+"""Value types shared by the store's engine, recovery and public API."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from store.errors import StoreError
+from store.framing import RecordFlags
+from store.logcodec import Ref
+
+__all__ = ["SendSpec", "StoredRecord", "Job", "Op", "PreparedTx"]
+
+Op = Literal["append", "commit", "prepare", "commit_prepared", "abort", "remove"]
+
+
+@dataclass(frozen=True, slots=True)
+class SendSpec:
+    """One message to store: its queue, payload and the fields the index needs."""
+
+    queue_id: int
+    payload: bytes
+    priority: int = 0
+    expires_ms: int = 0
+    flags: RecordFlags = RecordFlags.NONE
+    journal: bool = False  # journal messages live in j segments
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """A record on disk: where it is and what the index needs; never the payload."""
+
+    queue_id: int
+    seq: int
+    segment: int
+    offset: int
+    size: int
+    payload_len: int
+    lsn: int
+    priority: int
+    expires_ms: int
+    flags: RecordFlags
+    tx_id: int
+
+    @property
+    def ref(self) -> Ref:
+        return Ref(self.segment, self.offset, self.lsn)
+
+
+@dataclass(slots=True)
+class PreparedTx:
+    """A two-phase transaction that is prepared: its records and the messages it receives."""
+
+    tx_id: int
+    records: list[StoredRecord]
+    removes: list[Ref]
+
+
+@dataclass(slots=True)
+class Job:
+    """One unit of work for the writer thread; results are filled in place."""
+
+    op: Op
+    sends: Sequence[SendSpec] = ()
+    removes: Sequence[Ref] = ()
+    tx_id: int = 0
+    records: list[StoredRecord] = field(default_factory=list)
+    error: StoreError | None = None
+    # (queue_id, seq) of each removed record, for the loop-side index; the engine uses removes.
+    removed_keys: Sequence[tuple[int, int]] = ()
+
+    def log_bytes_max(self) -> int:
+        """Upper bound of the QMLog bytes this job writes."""
+        return 64 + 16 * len(self.removes)

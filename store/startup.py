@@ -1,0 +1,312 @@
+"""Opening a store: find every record, decide what survives, and checkpoint before serving.
+
+Steps (each one logged; ``RecoveryReport`` carries the figures):
+1. discard ``r`` files (express messages do not survive a restart);
+2. read ``MQTrans`` (the newer valid copy) — without it, every segment is scanned in full;
+3. open each segment; a bad header quarantines the whole file (moved to ``quarantine/``);
+4. find records: the checkpointed bitmap's live runs plus the chains written since, or a full
+   scan when the segment has no usable bitmap;
+5. replay the QMLog since the checkpoint and apply ``recovery.resolve``;
+6. copy damaged ranges to ``quarantine/`` (they are reported, counted and freed);
+7. rewrite state bytes that changed, sync, write a fresh checkpoint — only then serve.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from store.bitmap import GranuleBitmap
+from store.datadir import DataDir
+from store.engine import Checkpoint, Engine, SegmentState
+from store.fileops import FileOps
+from store.framing import SEGMENT_HEADER_SIZE, Damage, scan_chain, scan_run
+from store.lfile import LFile
+from store.logcodec import LogEntry, replay, scan_all
+from store.logs import recovery_log
+from store.options import StoreOptions
+from store.pingpong import PingPong
+from store.qmlog import QMLog
+from store.records import PreparedTx, StoredRecord
+from store.recovery import Found, resolve
+from store.segment import Segment, parse_segment_name, segment_name
+
+__all__ = ["RecoveryReport", "DamageReport", "Opened", "open_engine"]
+
+
+@dataclass(frozen=True, slots=True)
+class DamageReport:
+    file: str
+    offset: int
+    length: int
+    reason: str
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    checkpoint_epoch: int | None = None
+    segments: int = 0
+    live_records: int = 0
+    prepared_transactions: int = 0
+    dead_records: int = 0
+    full_scans: int = 0
+    log_entries: int = 0
+    express_files_discarded: int = 0
+    damaged: list[DamageReport] = field(default_factory=list)
+    quarantined_files: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class Opened:
+    engine: Engine
+    records: list[StoredRecord]
+    prepared: dict[int, PreparedTx]
+    report: RecoveryReport
+
+
+def open_engine(ops: FileOps, data_dir: DataDir, options: StoreOptions) -> Opened:
+    """Recover the store in ``data_dir`` (locked by the caller). Blocking.
+
+    Raises:
+        OSError: an I/O error that recovery cannot work around (the store does not open).
+    """
+    started = time.monotonic()
+    report = RecoveryReport()
+    storage = data_dir.storage
+    _discard_express(ops, data_dir, report)
+    mqtrans, payload, bad_copies = PingPong.load(ops, storage, "MQTrans")
+    checkpoint = _decode_checkpoint(payload, bad_copies)
+    report.checkpoint_epoch = checkpoint.epoch if checkpoint else None
+    segments = _open_segments(ops, data_dir, report)
+    nonce = _choose_nonce(checkpoint, segments)
+    for number in [n for n, s in segments.items() if s.header.nonce != nonce]:
+        _quarantine_file(ops, data_dir, segments.pop(number), "segment of another store",
+                         report)
+    found, damage = _find_records(ops, data_dir, segments, checkpoint, report)
+    qmlog, log_bytes = QMLog.open(ops, storage / "QMLog", size=options.qmlog_size, nonce=nonce)
+    entries = _log_entries(log_bytes, checkpoint)
+    report.log_entries = len(entries)
+    resolution = resolve([f for fs in found.values() for f in fs], entries,
+                         checkpoint.prepared if checkpoint else {})
+    for number, damaged in damage.items():
+        for item in damaged:
+            _quarantine_range(ops, data_dir, segments[number], item, report)
+
+    engine = Engine(ops, data_dir, options, nonce=nonce, qmlog=qmlog, mqtrans=mqtrans)
+    _fill_engine(engine, segments, found, entries, checkpoint, ops, data_dir)
+    records = [_stored(f) for f in resolution.live]
+    for record in records:
+        engine._occupy(record)
+    prepared: dict[int, PreparedTx] = {}
+    for tx_id, items in resolution.prepared_records.items():
+        tx_records = [_stored(f) for f in items]
+        for record in tx_records:
+            engine._occupy(record)
+        prepared[tx_id] = PreparedTx(tx_id, tx_records, resolution.prepared_removes.get(tx_id, []))
+    engine.prepared = prepared
+    touched = set()
+    for ref, value in resolution.state_fixes:
+        engine.segments[ref.segment].segment.write_byte(ref.offset + 3, value)
+        touched.add(ref.segment)
+    for number in touched:
+        engine.segments[number].segment.sync()
+    engine.checkpoint()
+    qmlog.reset(nonce)
+
+    report.segments = len(engine.segments)
+    report.live_records = len(records)
+    report.prepared_transactions = len(prepared)
+    report.dead_records = resolution.dead
+    report.seconds = time.monotonic() - started
+    records.sort(key=lambda r: (r.queue_id, r.seq))
+    return Opened(engine, records, prepared, report)
+
+
+def _discard_express(ops: FileOps, data_dir: DataDir, report: RecoveryReport) -> None:
+    for path in sorted(data_dir.storage.glob("r*.mq")):
+        if parse_segment_name(path.name) is not None:
+            ops.unlink(path)
+            report.express_files_discarded += 1
+
+
+def _decode_checkpoint(payload: bytes | None, bad_copies: int) -> Checkpoint | None:
+    if bad_copies:
+        recovery_log.warning("MQTrans: %d damaged copy(ies) ignored", bad_copies)
+    if payload is None:
+        return None
+    try:
+        return Checkpoint.decode(payload)
+    except (ValueError, KeyError, TypeError) as exc:
+        recovery_log.warning("MQTrans checkpoint unreadable (%s): full rebuild", exc)
+        return None
+
+
+def _open_segments(ops: FileOps, data_dir: DataDir,
+                   report: RecoveryReport) -> dict[int, Segment]:
+    segments: dict[int, Segment] = {}
+    for path in sorted(data_dir.storage.iterdir()):
+        parsed = parse_segment_name(path.name)
+        if parsed is None or parsed[0] not in "pj":
+            continue
+        opened = Segment.open(ops, path)
+        if isinstance(opened, Damage):
+            report.damaged.append(DamageReport(path.name, opened.offset, opened.length,
+                                               opened.reason))
+            _move_to_quarantine(ops, data_dir, path, report)
+            continue
+        if opened.number != parsed[1] or opened.kind != parsed[0]:
+            report.damaged.append(DamageReport(path.name, 0, SEGMENT_HEADER_SIZE,
+                                               "segment header names another file"))
+            opened.close()
+            _move_to_quarantine(ops, data_dir, path, report)
+            continue
+        if opened.mapped_bytes < opened.size:
+            report.damaged.append(DamageReport(path.name, opened.mapped_bytes,
+                                               opened.size - opened.mapped_bytes,
+                                               "segment file truncated"))
+        segments[opened.number] = opened
+    return segments
+
+
+def _choose_nonce(checkpoint: Checkpoint | None, segments: dict[int, Segment]) -> int:
+    if checkpoint is not None:
+        return checkpoint.nonce
+    counts = Counter(s.header.nonce for s in segments.values())
+    if counts:
+        return counts.most_common(1)[0][0]
+    return secrets.randbits(64)
+
+
+def _find_records(
+    ops: FileOps, data_dir: DataDir, segments: dict[int, Segment], checkpoint: Checkpoint | None,
+    report: RecoveryReport,
+) -> tuple[dict[int, list[Found]], dict[int, list[Damage]]]:
+    found: dict[int, list[Found]] = {}
+    damage: dict[int, list[Damage]] = {}
+    listed = set(checkpoint.segments) if checkpoint else set()
+    for number, segment in segments.items():
+        view, end, nonce = segment.view, segment.mapped_bytes, segment.header.nonce
+        headers = []
+        damaged: list[Damage] = []
+        lfile = LFile.open(ops, data_dir.storage / segment_name("l", number), segment.size)
+        best = lfile.read_best(checkpoint.epoch) if checkpoint and number in listed else None
+        lfile.close()
+        if best is not None and checkpoint is not None:
+            bitmap = best[1]
+            for start, stop in bitmap.runs(occupied=True):
+                start = max(start, SEGMENT_HEADER_SIZE)
+                if start < min(stop, end):
+                    run = scan_run(view, start, min(stop, end), nonce=nonce)
+                    headers += run.records
+                    damaged += run.damaged
+            for start, stop in bitmap.runs(occupied=False):
+                if start < end:
+                    chain = scan_chain(view, start, min(stop, end), nonce=nonce,
+                                       after_lsn=checkpoint.lsn)
+                    headers += chain.records
+                    damaged += chain.damaged
+        elif checkpoint is not None and number not in listed:
+            chain = scan_chain(view, SEGMENT_HEADER_SIZE, end, nonce=nonce,
+                               after_lsn=checkpoint.lsn)
+            headers, damaged = chain.records, chain.damaged
+        else:
+            report.full_scans += 1
+            run = scan_run(view, SEGMENT_HEADER_SIZE, end, nonce=nonce)
+            headers, damaged = run.records, run.damaged
+        found[number] = [Found(number, h) for h in headers]
+        damage[number] = damaged
+    return found, damage
+
+
+def _log_entries(log_bytes: bytes, checkpoint: Checkpoint | None) -> list[LogEntry]:
+    if not log_bytes:
+        return []
+    if checkpoint is None:
+        return scan_all(log_bytes)
+    entries, _ = replay(log_bytes, checkpoint.qmlog_pos, after_lsn=checkpoint.lsn)
+    return entries
+
+
+def _fill_engine(engine: Engine, segments: dict[int, Segment], found: dict[int, list[Found]],
+                 entries: list[LogEntry], checkpoint: Checkpoint | None, ops: FileOps,
+                 data_dir: DataDir) -> None:
+    all_found = [f for fs in found.values() for f in fs]
+    lsns = [f.header.lsn for f in all_found] + [e.lsn for e in entries]
+    txs = [f.header.tx_id for f in all_found] + [e.tx_id for e in entries]
+    numbers = list(segments) + _numbers_seen(data_dir)
+    engine.epoch = checkpoint.epoch if checkpoint else 0
+    engine.next_lsn = max([checkpoint.lsn if checkpoint else 0, *lsns]) + 1
+    engine.next_tx = max([checkpoint.next_tx - 1 if checkpoint else 0, *txs]) + 1
+    engine.next_segment = max([checkpoint.next_segment - 1 if checkpoint else 0, *numbers]) + 1
+    engine.next_seq = dict(checkpoint.next_seq) if checkpoint else {}
+    for item in all_found:
+        queue_id, seq = item.header.queue_id, item.header.seq
+        if seq >= engine.next_seq.get(queue_id, 1):
+            engine.next_seq[queue_id] = seq + 1
+    for number, segment in segments.items():
+        lfile = LFile.open(ops, data_dir.storage / segment_name("l", number), segment.size)
+        if checkpoint is not None:
+            lfile.read_best(checkpoint.epoch)
+        bitmap = GranuleBitmap(segment.size)
+        if segment.mapped_bytes < segment.size:
+            # Never place records where the file no longer reaches.
+            bitmap.set_range(segment.mapped_bytes, segment.size - segment.mapped_bytes,
+                             occupied=True)
+        engine.segments[number] = SegmentState(segment, lfile, bitmap)
+
+
+def _numbers_seen(data_dir: DataDir) -> list[int]:
+    """Segment numbers used by files anywhere under storage/ (so none is ever reused)."""
+    numbers = []
+    for directory in (data_dir.storage, data_dir.archive, data_dir.quarantine):
+        if directory.is_dir():
+            for path in directory.iterdir():
+                parsed = parse_segment_name(path.name.split("-")[0][:11])
+                if parsed is not None:
+                    numbers.append(parsed[1])
+    return numbers
+
+
+def _stored(item: Found) -> StoredRecord:
+    h = item.header
+    return StoredRecord(h.queue_id, h.seq, item.segment, h.offset, h.size, h.payload_len, h.lsn,
+                        h.priority, h.expires_ms, h.flags, h.tx_id)
+
+
+def _quarantine_range(ops: FileOps, data_dir: DataDir, segment: Segment, damage: Damage,
+                      report: RecoveryReport) -> None:
+    data_dir.quarantine.mkdir(exist_ok=True)
+    name = f"{segment.path.name}-{damage.offset:08x}.bin"
+    target = data_dir.quarantine / name
+    fd = ops.open(target, create=True)
+    try:
+        ops.pwrite(fd, segment.read(damage.offset, damage.length), 0)
+        ops.fdatasync(fd)
+    finally:
+        ops.close(fd)
+    report.damaged.append(DamageReport(segment.path.name, damage.offset, damage.length,
+                                       damage.reason))
+    report.quarantined_files.append(name)
+    recovery_log.warning("damaged record quarantined file=%s offset=%d length=%d reason=%s",
+                         segment.path.name, damage.offset, damage.length, damage.reason)
+
+
+def _quarantine_file(ops: FileOps, data_dir: DataDir, segment: Segment, reason: str,
+                     report: RecoveryReport) -> None:
+    report.damaged.append(DamageReport(segment.path.name, 0, segment.size, reason))
+    segment.close()
+    _move_to_quarantine(ops, data_dir, segment.path, report)
+
+
+def _move_to_quarantine(ops: FileOps, data_dir: DataDir, path: Path,
+                        report: RecoveryReport) -> None:
+    data_dir.quarantine.mkdir(exist_ok=True)
+    ops.rename(path, data_dir.quarantine / path.name)
+    ops.fsync_dir(data_dir.storage)
+    report.quarantined_files.append(path.name)
+    recovery_log.warning("segment quarantined file=%s", path.name)
+

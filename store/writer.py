@@ -1,0 +1,138 @@
+"""Group commit: one writer thread makes batches of jobs durable; the event loop awaits them.
+
+Handlers on the event loop ``submit`` a job and await its future. The thread takes everything
+pending (up to ``group_commit_bytes_max`` of payload), calls ``Engine.write_batch`` — one
+``fdatasync`` per file for the whole batch — and hands the batch back to the loop with one
+``call_soon_threadsafe``. Between batches it checkpoints every ``checkpoint_interval_s`` and
+deletes empty segments every ``cleanup_interval_s``. The loop never waits on a lock held across
+I/O: the only shared structure is the pending list, guarded by a condition variable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+from store.engine import Engine
+from store.errors import StoreClosed, StoreError, StoreFailed
+from store.logs import commit_log
+from store.records import Job
+
+__all__ = ["GroupCommitter"]
+
+# Jobs waiting for the writer, at most: beyond it ``submit`` makes callers wait (back-pressure).
+_PENDING_JOBS_MAX = 65_536
+
+
+class GroupCommitter:
+    """The writer thread and its queue of pending jobs."""
+
+    def __init__(self, engine: Engine, loop: asyncio.AbstractEventLoop,
+                 on_done: Callable[[list[Job]], None]) -> None:
+        self._engine = engine
+        self._loop = loop
+        self._on_done = on_done
+        self._pending: list[tuple[Job, asyncio.Future[Job]]] = []
+        self._cond = threading.Condition()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._stopping = False
+        self._batch_bytes_max = engine.options.group_commit_bytes_max
+        self._thread = threading.Thread(target=self._run, name="store-writer", daemon=True)
+        self.batches = 0
+        self.jobs = 0
+        self.sync_seconds_total = 0.0
+        self._thread.start()
+
+    async def submit(self, job: Job) -> Job:
+        """Queue ``job`` and wait until it is durable (or failed).
+
+        Raises:
+            StoreError: the job's own error (quota, too large, unknown record) or the store's
+                (closed, fail-stopped).
+        """
+        while len(self._pending) >= _PENDING_JOBS_MAX:
+            self._room.clear()
+            await self._room.wait()
+        future: asyncio.Future[Job] = self._loop.create_future()
+        with self._cond:
+            if self._stopping:
+                raise StoreClosed("the store is closing")
+            if self._engine.failed is not None:
+                raise StoreFailed(self._engine.failed)
+            self._pending.append((job, future))
+            self._cond.notify()
+        done = await future
+        if done.error is not None:
+            raise done.error
+        return done
+
+    def stop(self) -> None:
+        """Finish what is pending, stop the thread (blocking: call it off the loop)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _take(self) -> list[tuple[Job, asyncio.Future[Job]]] | None:
+        interval = self._engine.options.checkpoint_interval_s
+        with self._cond:
+            if not self._pending and not self._stopping:
+                self._cond.wait(timeout=interval)
+            if not self._pending:
+                return None
+            size = 0
+            count = 0
+            for job, _ in self._pending:
+                size += sum(len(s.payload) for s in job.sends)
+                count += 1
+                if size >= self._batch_bytes_max:
+                    break
+            batch, self._pending = self._pending[:count], self._pending[count:]
+            return batch
+
+    def _run(self) -> None:
+        last_checkpoint = time.monotonic()
+        options = self._engine.options
+        while True:
+            batch = self._take()
+            if batch is not None:
+                self._write(batch)
+            elif self._stopping:
+                return
+            now = time.monotonic()
+            if self._engine.failed is None and now - last_checkpoint >= options.checkpoint_interval_s:
+                cleanup = now - self._engine.last_cleanup >= options.cleanup_interval_s
+                try:
+                    self._engine.checkpoint(cleanup=cleanup)
+                except StoreError:
+                    pass  # fail-stopped: the engine logged it; later jobs get StoreFailed
+                last_checkpoint = now
+
+    def _write(self, batch: list[tuple[Job, asyncio.Future[Job]]]) -> None:
+        jobs = [job for job, _ in batch]
+        started = time.perf_counter()
+        try:
+            self._engine.write_batch(jobs)
+        except StoreFailed as exc:
+            for job in jobs:
+                job.error = exc
+        except Exception as exc:  # a bug: fail the batch loudly rather than hang callers
+            commit_log.critical("writer thread error", exc_info=True)
+            self._engine.failed = f"internal error: {exc!r}"
+            for job in jobs:
+                job.error = StoreFailed(self._engine.failed)
+        self.sync_seconds_total += time.perf_counter() - started
+        self.batches += 1
+        self.jobs += len(jobs)
+        self._loop.call_soon_threadsafe(self._deliver, batch)
+
+    def _deliver(self, batch: list[tuple[Job, asyncio.Future[Job]]]) -> None:
+        self._on_done([job for job, _ in batch if job.error is None])
+        for job, future in batch:
+            if not future.done():
+                future.set_result(job)
+        if len(self._pending) < _PENDING_JOBS_MAX:
+            self._room.set()

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from store.fileops import FileOps
+from store.message_store import MessageStore
+from store.options import StoreOptions
+
+SMALL = StoreOptions(segment_size=256 << 10, qmlog_size=1 << 20, group_commit_bytes_max=64 << 10,
+                     checkpoint_interval_s=3600.0, cleanup_interval_s=3600.0)
+
+
+async def open_store(root: Path, options: StoreOptions = SMALL,
+                     ops: FileOps | None = None) -> MessageStore:
+    loop = asyncio.get_running_loop()
+    store = await loop.run_in_executor(None, lambda: MessageStore.open(root, options, ops=ops))
+    store.start(loop)
+    return store
+
+
+async def close_store(store: MessageStore) -> None:
+    await asyncio.get_running_loop().run_in_executor(None, store.close)
+
+
+@pytest.fixture
+async def store_factory(tmp_path: Path) -> AsyncIterator[Callable[..., object]]:
+    opened: list[MessageStore] = []
+
+    async def make(options: StoreOptions = SMALL, ops: FileOps | None = None) -> MessageStore:
+        store = await open_store(tmp_path / "data", options, ops)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        if not store.closed:
+            await close_store(store)

@@ -1,0 +1,286 @@
+"""MessageStore behaviour on a real data directory (restart = close and open again)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from store.errors import MessageTooLarge, StoreClosed, UnknownRecord
+from store.framing import RECORD_HEADER_SIZE, max_payload
+from store.message_store import MessageStore
+from store.options import StoreOptions
+from store.records import SendSpec
+from tests.store.conftest import SMALL, close_store, open_store
+
+Factory = Callable[..., "asyncio.Future[MessageStore]"]
+
+
+async def _restart(store: MessageStore, options: StoreOptions = SMALL) -> MessageStore:
+    root = store.data_dir.root
+    await close_store(store)
+    return await open_store(root, options)
+
+
+def _bodies(store: MessageStore, queue_id: int) -> list[bytes]:
+    return [store.read(r) for r in store.records(queue_id)]
+
+
+async def test_append_read_and_restart(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    first = await store.append(SendSpec(7, b"hello", priority=5, expires_ms=123))
+    second = await store.append(SendSpec(7, b"world"))
+    assert (first.seq, second.seq) == (1, 2)
+    assert store.read(first) == b"hello"
+    store = await _restart(store)
+    assert _bodies(store, 7) == [b"hello", b"world"]
+    recovered = next(store.records(7))
+    assert (recovered.priority, recovered.expires_ms) == (5, 123)
+    assert store.recovery.live_records == 2
+    third = await store.append(SendSpec(7, b"!"))
+    assert third.seq == 3, "sequence numbers continue after a restart"
+    await close_store(store)
+
+
+async def test_sequence_numbers_are_never_reused(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    records = [await store.append(SendSpec(1, b"x")) for _ in range(3)]
+    await store.remove(records)
+    store = await _restart(store)
+    assert (await store.append(SendSpec(1, b"y"))).seq == 4
+    await close_store(store)
+
+
+async def test_remove_is_durable(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    records = [await store.append(SendSpec(1, bytes([i]) * 100)) for i in range(5)]
+    await store.remove(records[1:3])
+    assert store.count(1) == 3
+    store = await _restart(store)
+    assert _bodies(store, 1) == [bytes([i]) * 100 for i in (0, 3, 4)]
+    await close_store(store)
+
+
+async def test_removing_an_unknown_record_changes_nothing(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    record = await store.append(SendSpec(1, b"a"))
+    await store.remove([record])
+    with pytest.raises(UnknownRecord):
+        await store.remove([record])
+    other = await store.append(SendSpec(1, b"b"))
+    with pytest.raises(UnknownRecord):
+        await store.commit([SendSpec(1, b"c")], removes=[record, other])
+    assert _bodies(store, 1) == [b"b"]
+    await close_store(store)
+
+
+async def test_commit_is_atomic_and_ordered(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    old = await store.append(SendSpec(1, b"to-receive"))
+    sent = await store.commit([SendSpec(2, b"a"), SendSpec(3, b"b"), SendSpec(2, b"c")],
+                              removes=[old])
+    assert [r.tx_id for r in sent] == [sent[0].tx_id] * 3
+    assert _bodies(store, 2) == [b"a", b"c"]
+    assert store.count(1) == 0
+    store = await _restart(store)
+    assert _bodies(store, 2) == [b"a", b"c"]
+    assert _bodies(store, 3) == [b"b"]
+    assert store.count(1) == 0
+    await close_store(store)
+
+
+async def test_prepared_transaction_survives_restart_then_commits(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    held = await store.append(SendSpec(1, b"held"))
+    prepared = await store.prepare([SendSpec(2, b"p1"), SendSpec(2, b"p2")], removes=[held])
+    assert store.count(2) == 0, "prepared sends are invisible"
+    store = await _restart(store)
+    assert list(store.prepared) == [prepared.tx_id]
+    assert store.count(2) == 0
+    assert store.count(1) == 1
+    await store.commit_prepared(prepared.tx_id)
+    assert _bodies(store, 2) == [b"p1", b"p2"]
+    assert store.count(1) == 0
+    store = await _restart(store)
+    assert _bodies(store, 2) == [b"p1", b"p2"]
+    assert store.count(1) == 0
+    assert store.prepared == {}
+    await close_store(store)
+
+
+async def test_prepared_transaction_abort_leaves_no_trace(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    prepared = await store.prepare([SendSpec(2, b"p1")])
+    store = await _restart(store)
+    await store.abort_prepared(prepared.tx_id)
+    store = await _restart(store)
+    assert store.count(2) == 0
+    assert store.prepared == {}
+    with pytest.raises(UnknownRecord):
+        await store.commit_prepared(prepared.tx_id)
+    await close_store(store)
+
+
+async def test_too_large_message_is_refused_before_writing(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    limit = max_payload(SMALL.segment_size)
+    with pytest.raises(MessageTooLarge):
+        await store.append(SendSpec(1, bytes(limit + 1)))
+    largest = await store.append(SendSpec(1, bytes(limit)))
+    assert largest.payload_len == limit
+    assert largest.offset + largest.size <= SMALL.segment_size
+    assert store.count(1) == 1
+    await close_store(store)
+
+
+async def test_free_space_is_reused_after_a_checkpoint(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    body = bytes(4000)
+    records = [await store.append(SendSpec(1, body)) for _ in range(200)]
+    segments_before = len(list((tmp_path / "storage").glob("p*.mq")))
+    await store.remove(records)
+    store = await _restart(store)  # a clean close checkpoints
+    again = [await store.append(SendSpec(1, body)) for _ in range(200)]
+    assert {r.segment for r in again} <= {r.segment for r in records}
+    assert len(list((tmp_path / "storage").glob("p*.mq"))) == segments_before
+    await close_store(store)
+
+
+async def test_cleanup_deletes_or_archives_empty_segments(tmp_path: Path) -> None:
+    for archive in (False, True):
+        root = tmp_path / f"archive-{archive}"
+        options = StoreOptions(segment_size=64 << 10, qmlog_size=1 << 20,
+                               group_commit_bytes_max=32 << 10, checkpoint_interval_s=0.1,
+                               cleanup_interval_s=0.1, archive_segments=archive)
+        store = await open_store(root, options)
+        records = [await store.append(SendSpec(1, bytes(8000))) for _ in range(40)]
+        assert len(list((root / "storage").glob("p*.mq"))) >= 5
+        await store.remove(records)
+        for _ in range(100):
+            if len(list((root / "storage").glob("p*.mq"))) == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert len(list((root / "storage").glob("p*.mq"))) == 1, "one spare is kept"
+        assert len(list((root / "storage").glob("l*.mq"))) == 1
+        archived = list((root / "storage" / "archive").glob("p*.mq")) if archive else []
+        assert (len(archived) >= 4) == archive
+        await close_store(store)
+
+
+async def test_journal_messages_go_to_j_segments(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    await store.append(SendSpec(1, b"journal copy", journal=True))
+    await store.append(SendSpec(2, b"plain"))
+    assert len(list((tmp_path / "storage").glob("j*.mq"))) == 1
+    assert len(list((tmp_path / "storage").glob("p*.mq"))) == 1
+    store = await _restart(store)
+    assert _bodies(store, 1) == [b"journal copy"]
+    await close_store(store)
+
+
+async def test_deleting_checkpoints_forces_a_full_rebuild(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    records = [await store.append(SendSpec(1, bytes([i]) * 50)) for i in range(30)]
+    await store.remove(records[:10])
+    store = await _restart(store)
+    await store.remove(records[10:12])  # after the last checkpoint: only the QMLog knows
+    await store.commit([SendSpec(2, b"t1"), SendSpec(2, b"t2")])
+    root = store.data_dir.root
+    # Crash-like stop: no final checkpoint.
+    writer = store._writer
+    assert writer is not None
+    await asyncio.get_running_loop().run_in_executor(None, writer.stop)
+    store._writer = None
+    store._lock.release()  # type: ignore[union-attr]
+    for path in list((root / "storage").glob("MQTrans.lg*")) + list(
+            (root / "storage").glob("l*.mq")):
+        path.unlink()
+    store = await open_store(root)
+    assert store.recovery.checkpoint_epoch is None
+    assert store.recovery.full_scans >= 1
+    assert _bodies(store, 1) == [bytes([i]) * 50 for i in range(12, 30)]
+    assert _bodies(store, 2) == [b"t1", b"t2"]
+    await close_store(store)
+
+
+async def test_damaged_record_is_quarantined_and_the_rest_recovers(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    records = [await store.append(SendSpec(1, bytes([i]) * 300)) for i in range(10)]
+    victim = records[4]
+    await close_store(store)
+    segment = tmp_path / "storage" / f"p{victim.segment:07x}.mq"
+    with open(segment, "r+b") as handle:
+        handle.seek(victim.offset + RECORD_HEADER_SIZE + 10)
+        byte = handle.read(1)
+        handle.seek(victim.offset + RECORD_HEADER_SIZE + 10)
+        handle.write(bytes([byte[0] ^ 0x40]))
+    store = await open_store(tmp_path)
+    assert _bodies(store, 1) == [bytes([i]) * 300 for i in range(10) if i != 4]
+    assert [d.offset for d in store.recovery.damaged] == [victim.offset]
+    assert len(list((tmp_path / "storage" / "quarantine").glob("*.bin"))) == 1
+    await close_store(store)
+
+
+async def test_bad_segment_header_quarantines_that_segment_only(tmp_path: Path) -> None:
+    options = StoreOptions(segment_size=64 << 10, qmlog_size=1 << 20,
+                           group_commit_bytes_max=32 << 10, checkpoint_interval_s=3600)
+    store = await open_store(tmp_path, options)
+    records = [await store.append(SendSpec(1, bytes(9000))) for _ in range(12)]
+    segments = sorted({r.segment for r in records})
+    assert len(segments) >= 2
+    await close_store(store)
+    first = tmp_path / "storage" / f"p{segments[0]:07x}.mq"
+    with open(first, "r+b") as handle:
+        handle.write(b"garbage!")
+    store = await open_store(tmp_path, options)
+    survivors = [r for r in records if r.segment != segments[0]]
+    assert store.count(1) == len(survivors)
+    assert (tmp_path / "storage" / "quarantine" / first.name).exists()
+    assert any(d.reason == "bad segment magic" for d in store.recovery.damaged)
+    # New segments never reuse the quarantined number.
+    fresh = await store.append(SendSpec(1, bytes(60000)))
+    assert fresh.segment > max(segments)
+    await close_store(store)
+
+
+async def test_torn_checkpoint_copy_falls_back_to_the_other(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    await store.append(SendSpec(1, b"kept"))
+    store = await _restart(store)
+    await close_store(store)
+    copies = sorted((tmp_path / "storage").glob("MQTrans.lg*"), key=lambda p: p.stat().st_mtime)
+    newest = copies[-1]
+    newest.write_bytes(newest.read_bytes()[:10])
+    store = await open_store(tmp_path)
+    assert store.recovery.checkpoint_epoch is not None
+    assert _bodies(store, 1) == [b"kept"]
+    await close_store(store)
+
+
+async def test_express_files_are_discarded_at_start(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    await close_store(store)
+    (tmp_path / "storage" / "r0000099.mq").write_bytes(b"express leftovers")
+    store = await open_store(tmp_path)
+    assert store.recovery.express_files_discarded == 1
+    assert not (tmp_path / "storage" / "r0000099.mq").exists()
+    await close_store(store)
+
+
+async def test_closed_store_refuses_writes(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    await close_store(store)
+    with pytest.raises(StoreClosed):
+        await store.append(SendSpec(1, b"late"))
+
+
+async def test_many_concurrent_appends_share_syncs(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    records = await asyncio.gather(*(store.append(SendSpec(1, b"%d" % i)) for i in range(2000)))
+    assert sorted(r.seq for r in records) == list(range(1, 2001))
+    writer = store._writer
+    assert writer is not None
+    assert writer.batches < 2000 / 4, "concurrent commits are grouped into shared syncs"
+    await close_store(store)
