@@ -1,3 +1,3 @@
-"""entrepot's gateway: HTTP front doors, queue manager, links, CLI — composes store and mapping."""
+"""entrepot's gateway: front doors, queue manager, links, CLI; composes store and mapping."""
 
 __all__: list[str] = []

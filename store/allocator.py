@@ -47,7 +47,7 @@ class Allocator:
         self._areas.append(area)
 
     def allocate(self, size: int) -> tuple[int, int] | None:
-        """``(segment, offset)`` for a record of ``size`` bytes, or None: a new segment is needed."""
+        """``(segment, offset)`` for ``size`` bytes, or None when a new segment is needed."""
         areas = self._areas
         probed = 0
         index = self._next

@@ -103,7 +103,8 @@ class GroupCommitter:
             elif self._stopping:
                 return
             now = time.monotonic()
-            if self._engine.failed is None and now - last_checkpoint >= options.checkpoint_interval_s:
+            due = now - last_checkpoint >= options.checkpoint_interval_s
+            if self._engine.failed is None and due:
                 cleanup = now - self._engine.last_cleanup >= options.cleanup_interval_s
                 try:
                     self._engine.checkpoint(cleanup=cleanup)
