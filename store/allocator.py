@@ -43,8 +43,10 @@ class Allocator:
         self._next = 0
 
     def add_area(self, area: Area) -> None:
-        """A fresh segment: one area covering everything after its header."""
+        """A fresh segment: one area covering everything after its header; allocation goes on
+        there (it is the one area sure to fit what did not fit elsewhere)."""
         self._areas.append(area)
+        self._next = len(self._areas) - 1
 
     def allocate(self, size: int) -> tuple[int, int] | None:
         """``(segment, offset)`` for ``size`` bytes, or None when a new segment is needed."""
