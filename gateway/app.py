@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 from aiohttp import web
 
 from gateway import health
-from gateway.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
+from gateway.appkeys import FILE_OPS_KEY, METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.middlewares import make_middlewares
 from gateway.settings import Settings, StoreSettings
 from gateway.state import GatewayState
 from store.errors import StoreError
+from store.fileops import FileOps, RealFileOps
 from store.message_store import MessageStore
 from store.options import StoreOptions
 
@@ -38,8 +40,11 @@ def store_options(settings: StoreSettings) -> StoreOptions:
     )
 
 
-def make_app(settings: Settings) -> web.Application:
-    """Build the gateway application; nothing is opened until the app starts."""
+def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Application:
+    """Build the gateway application; nothing is opened until the app starts.
+
+    ``file_ops`` is the store's file seam (tests inject faults through it).
+    """
     metrics = Metrics()
     app = web.Application(
         client_max_size=settings.server.request_body_max,
@@ -50,6 +55,7 @@ def make_app(settings: Settings) -> web.Application:
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
     app[STATE_KEY] = GatewayState()
+    app[FILE_OPS_KEY] = file_ops or RealFileOps()
     app.add_routes(health.routes)
     app.cleanup_ctx.append(_store_ctx)
     return app
@@ -80,8 +86,8 @@ async def _open_store(app: web.Application) -> None:
     loop = asyncio.get_running_loop()
     try:
         store = await loop.run_in_executor(
-            None, MessageStore.open, Path(settings.store.data_dir), store_options(settings.store)
-        )
+            None, partial(MessageStore.open, Path(settings.store.data_dir),
+                          store_options(settings.store), ops=app[FILE_OPS_KEY]))
     except StoreError as exc:
         state.failure = str(exc)
         server_log.critical("store cannot be opened: %s", exc)

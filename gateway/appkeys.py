@@ -7,9 +7,11 @@ from aiohttp import web
 from gateway.metrics import Metrics
 from gateway.settings import Settings
 from gateway.state import GatewayState
+from store.fileops import FileOps
 
-__all__ = ["SETTINGS_KEY", "METRICS_KEY", "STATE_KEY"]
+__all__ = ["SETTINGS_KEY", "METRICS_KEY", "STATE_KEY", "FILE_OPS_KEY"]
 
 SETTINGS_KEY = web.AppKey("settings", Settings)
 METRICS_KEY = web.AppKey("metrics", Metrics)
 STATE_KEY = web.AppKey("state", GatewayState)
+FILE_OPS_KEY = web.AppKey("file_ops", FileOps)

@@ -49,6 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                        help="overrides log.level")
     serve.set_defaults(handler=_cmd_serve)
+
+    check = commands.add_parser(
+        "check",
+        help="verify every record of a stopped gateway's data directory",
+        description="Verify every record, checkpoint and segment header of DATA_DIR (the "
+        "gateway must be stopped). Exit 0 when all is whole, 1 when anything is damaged.",
+    )
+    check.add_argument("data_dir", type=Path, metavar="DATA_DIR")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.set_defaults(handler=_cmd_check)
     return parser
 
 
@@ -72,6 +82,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     settings, source = _load(args)
     configure_logging(fmt=settings.log.format, level=settings.log.level)
     return serve(settings, config_source=source)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from gateway.offline import run_check
+
+    return run_check(args.data_dir, as_json=args.json)
 
 
 def _load(args: argparse.Namespace) -> tuple[Settings, str]:

@@ -25,6 +25,8 @@ class GatewayState:
             return "the gateway is shutting down"
         if self.failure is not None:
             return f"the store failed: {self.failure}"
+        if self.store is not None and self.store.failed is not None:
+            return f"the store stopped all writes: {self.store.failed}"
         if not self.ready:
             return "the store is being opened and recovered"
         return ""

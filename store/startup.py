@@ -23,7 +23,7 @@ from store.bitmap import GranuleBitmap
 from store.datadir import DataDir
 from store.engine import Checkpoint, Engine, SegmentState
 from store.fileops import FileOps
-from store.framing import SEGMENT_HEADER_SIZE, Damage, scan_chain, scan_run
+from store.framing import SEGMENT_HEADER_SIZE, Damage, RecordHeader, scan_chain, scan_run
 from store.lfile import LFile
 from store.logcodec import LogEntry, replay, scan_all
 from store.logs import recovery_log
@@ -34,7 +34,16 @@ from store.records import PreparedTx, StoredRecord
 from store.recovery import Found, resolve
 from store.segment import Segment, parse_segment_name, segment_name
 
-__all__ = ["RecoveryReport", "DamageReport", "Opened", "open_engine"]
+__all__ = [
+    "RecoveryReport",
+    "DamageReport",
+    "Opened",
+    "open_engine",
+    "open_segments",
+    "load_checkpoint",
+    "checkpoint_bitmap",
+    "find_segment_records",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +88,9 @@ def open_engine(ops: FileOps, data_dir: DataDir, options: StoreOptions) -> Opene
     storage = data_dir.storage
     _discard_express(ops, data_dir, report)
     mqtrans, payload, bad_copies = PingPong.load(ops, storage, "MQTrans")
-    checkpoint = _decode_checkpoint(payload, bad_copies)
+    checkpoint = load_checkpoint(payload, bad_copies)
     report.checkpoint_epoch = checkpoint.epoch if checkpoint else None
-    segments = _open_segments(ops, data_dir, report)
+    segments = open_segments(ops, data_dir, report)
     nonce = _choose_nonce(checkpoint, segments)
     for number in [n for n, s in segments.items() if s.header.nonce != nonce]:
         _quarantine_file(ops, data_dir, segments.pop(number), "segment of another store",
@@ -133,7 +142,7 @@ def _discard_express(ops: FileOps, data_dir: DataDir, report: RecoveryReport) ->
             report.express_files_discarded += 1
 
 
-def _decode_checkpoint(payload: bytes | None, bad_copies: int) -> Checkpoint | None:
+def load_checkpoint(payload: bytes | None, bad_copies: int) -> Checkpoint | None:
     if bad_copies:
         recovery_log.warning("MQTrans: %d damaged copy(ies) ignored", bad_copies)
     if payload is None:
@@ -145,8 +154,9 @@ def _decode_checkpoint(payload: bytes | None, bad_copies: int) -> Checkpoint | N
         return None
 
 
-def _open_segments(ops: FileOps, data_dir: DataDir,
-                   report: RecoveryReport) -> dict[int, Segment]:
+def open_segments(ops: FileOps, data_dir: DataDir, report: RecoveryReport, *,
+                  quarantine: bool = True) -> dict[int, Segment]:
+    """Open every p/j segment; bad ones are reported (and, by recovery, moved aside)."""
     segments: dict[int, Segment] = {}
     for path in sorted(data_dir.storage.iterdir()):
         parsed = parse_segment_name(path.name)
@@ -156,13 +166,15 @@ def _open_segments(ops: FileOps, data_dir: DataDir,
         if isinstance(opened, Damage):
             report.damaged.append(DamageReport(path.name, opened.offset, opened.length,
                                                opened.reason))
-            _move_to_quarantine(ops, data_dir, path, report)
+            if quarantine:
+                _move_to_quarantine(ops, data_dir, path, report)
             continue
         if opened.number != parsed[1] or opened.kind != parsed[0]:
             report.damaged.append(DamageReport(path.name, 0, SEGMENT_HEADER_SIZE,
                                                "segment header names another file"))
             opened.close()
-            _move_to_quarantine(ops, data_dir, path, report)
+            if quarantine:
+                _move_to_quarantine(ops, data_dir, path, report)
             continue
         if opened.mapped_bytes < opened.size:
             report.damaged.append(DamageReport(path.name, opened.mapped_bytes,
@@ -187,39 +199,60 @@ def _find_records(
 ) -> tuple[dict[int, list[Found]], dict[int, list[Damage]]]:
     found: dict[int, list[Found]] = {}
     damage: dict[int, list[Damage]] = {}
-    listed = set(checkpoint.segments) if checkpoint else set()
     for number, segment in segments.items():
-        view, end, nonce = segment.view, segment.mapped_bytes, segment.header.nonce
-        headers = []
-        damaged: list[Damage] = []
-        lfile = LFile.open(ops, data_dir.storage / segment_name("l", number), segment.size)
-        best = lfile.read_best(checkpoint.epoch) if checkpoint and number in listed else None
-        lfile.close()
-        if best is not None and checkpoint is not None:
-            bitmap = best[1]
-            for start, stop in bitmap.runs(occupied=True):
-                start = max(start, SEGMENT_HEADER_SIZE)
-                if start < min(stop, end):
-                    run = scan_run(view, start, min(stop, end), nonce=nonce)
-                    headers += run.records
-                    damaged += run.damaged
-            for start, stop in bitmap.runs(occupied=False):
-                if start < end:
-                    chain = scan_chain(view, start, min(stop, end), nonce=nonce,
-                                       after_lsn=checkpoint.lsn)
-                    headers += chain.records
-                    damaged += chain.damaged
-        elif checkpoint is not None and number not in listed:
-            chain = scan_chain(view, SEGMENT_HEADER_SIZE, end, nonce=nonce,
-                               after_lsn=checkpoint.lsn)
-            headers, damaged = chain.records, chain.damaged
-        else:
-            report.full_scans += 1
-            run = scan_run(view, SEGMENT_HEADER_SIZE, end, nonce=nonce)
-            headers, damaged = run.records, run.damaged
+        bitmap = checkpoint_bitmap(ops, data_dir, segment, checkpoint)
+        headers, damaged, full = find_segment_records(segment, bitmap, checkpoint)
+        report.full_scans += full
         found[number] = [Found(number, h) for h in headers]
         damage[number] = damaged
     return found, damage
+
+
+def checkpoint_bitmap(ops: FileOps, data_dir: DataDir, segment: Segment,
+                      checkpoint: Checkpoint | None) -> GranuleBitmap | None:
+    """The segment's bitmap as of ``checkpoint`` (None when there is no usable one)."""
+    path = data_dir.storage / segment_name("l", segment.number)
+    if checkpoint is None or segment.number not in checkpoint.segments or not path.exists():
+        return None
+    lfile = LFile.open(ops, path, segment.size)
+    try:
+        best = lfile.read_best(checkpoint.epoch)
+    finally:
+        lfile.close()
+    return best[1] if best else None
+
+
+def find_segment_records(segment: Segment, bitmap: GranuleBitmap | None,
+                         checkpoint: Checkpoint | None) -> tuple[list[RecordHeader],
+                                                                 list[Damage], int]:
+    """Every valid record of one segment, the damage seen, and 1 if it took a full scan.
+
+    With a checkpoint bitmap: its live runs, plus the chains written since in its free areas.
+    A segment created after the checkpoint (or retired by it): one chain from its start.
+    Without a checkpoint, or without its bitmap: a full scan (records of every state).
+    """
+    view, end, nonce = segment.view, segment.mapped_bytes, segment.header.nonce
+    headers: list[RecordHeader] = []
+    damaged: list[Damage] = []
+    if bitmap is not None and checkpoint is not None:
+        for start, stop in bitmap.runs(occupied=True):
+            start = max(start, SEGMENT_HEADER_SIZE)
+            if start < min(stop, end):
+                run = scan_run(view, start, min(stop, end), nonce=nonce)
+                headers += run.records
+                damaged += run.damaged
+        for start, stop in bitmap.runs(occupied=False):
+            if start < end:
+                chain = scan_chain(view, start, min(stop, end), nonce=nonce,
+                                   after_lsn=checkpoint.lsn)
+                headers += chain.records
+                damaged += chain.damaged
+        return headers, damaged, 0
+    if checkpoint is not None and segment.number not in checkpoint.segments:
+        chain = scan_chain(view, SEGMENT_HEADER_SIZE, end, nonce=nonce, after_lsn=checkpoint.lsn)
+        return chain.records, chain.damaged, 0
+    run = scan_run(view, SEGMENT_HEADER_SIZE, end, nonce=nonce)
+    return run.records, run.damaged, 1
 
 
 def _log_entries(log_bytes: bytes, checkpoint: Checkpoint | None) -> list[LogEntry]:

@@ -98,3 +98,31 @@ async def test_concurrency_cap_answers_503(aiohttp_client: Any, settings_factory
     assert second.headers["Retry-After"] == "1"
     gate.set()
     assert (await first).status == 200
+
+
+async def test_readyz_is_503_once_the_store_fail_stops(
+    aiohttp_client: Any, settings_factory: Callable[..., Settings]
+) -> None:
+    import pytest
+
+    from store.errors import StoreFailed
+    from store.records import SendSpec
+    from tests.fault.faulty_ops import FaultyFileOps
+
+    ops = FaultyFileOps()
+    app = make_app(settings_factory(), file_ops=ops)
+    client = await aiohttp_client(app)
+    await _wait_ready(app)
+    store = app[STATE_KEY].store
+    assert store is not None
+    await store.append(SendSpec(1, b"ok"))
+    assert (await client.get("/readyz")).status == 200
+    ops.eio_on_fdatasync = True
+    with pytest.raises(StoreFailed):
+        await store.append(SendSpec(1, b"fails"))
+    response = await client.get("/readyz")
+    assert response.status == 503
+    body = await response.json(content_type="application/problem+json")
+    assert "stopped all writes" in body["detail"]
+    assert (await client.get("/healthz")).status == 200
+    ops.eio_on_fdatasync = False

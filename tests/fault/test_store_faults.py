@@ -1,0 +1,152 @@
+"""Faults injected through the store's file seam (no global patching of ``os``)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from store.errors import DiskFull, StoreFailed
+from store.message_store import MessageStore
+from store.options import StoreOptions
+from store.records import SendSpec
+from tests.fault.faulty_ops import FaultyFileOps
+from tests.store.conftest import close_store, open_store
+
+OPTIONS = StoreOptions(segment_size=64 << 10, qmlog_size=1 << 20, group_commit_bytes_max=32 << 10,
+                       checkpoint_interval_s=3600, cleanup_interval_s=3600)
+
+
+async def _abandon(store: MessageStore) -> None:
+    """Stop without a final checkpoint, as a crash would, and let the directory go."""
+    writer = store._writer
+    if writer is not None:
+        await asyncio.get_running_loop().run_in_executor(None, writer.stop)
+        store._writer = None
+    assert store._lock is not None
+    store._lock.release()
+    store._lock = None
+
+
+def _bodies(store: MessageStore, queue_id: int) -> list[bytes]:
+    return [store.read(r) for r in store.records(queue_id)]
+
+
+async def test_enospc_refuses_new_writes_but_reads_and_removals_go_on(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    store = await open_store(tmp_path, OPTIONS, ops)
+    kept = [await store.append(SendSpec(1, bytes([i]) * 20000)) for i in range(3)]
+    ops.enospc_on_allocate = True
+    with pytest.raises(DiskFull):
+        await store.append(SendSpec(1, bytes(20000)))  # needs a second segment
+    assert store.failed is None, "a full disk is not a fail-stop"
+    assert _bodies(store, 1) == [bytes([i]) * 20000 for i in range(3)]
+    await store.remove(kept[:1])
+    assert store.count(1) == 2
+    ops.enospc_on_allocate = False  # space freed: service resumes by itself
+    await store.append(SendSpec(1, b"after"))
+    await close_store(store)
+    store = await open_store(tmp_path, OPTIONS)
+    assert _bodies(store, 1)[-1] == b"after"
+    assert store.count(1) == 3
+    await close_store(store)
+
+
+async def test_enospc_inside_a_transaction_leaves_no_trace(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    store = await open_store(tmp_path, OPTIONS, ops)
+    await store.append(SendSpec(1, bytes(30000)))
+    ops.enospc_on_allocate = True
+    with pytest.raises(DiskFull):
+        await store.commit([SendSpec(2, bytes(20000)), SendSpec(2, bytes(20000))])
+    assert store.count(2) == 0
+    ops.enospc_on_allocate = False
+    await close_store(store)
+    store = await open_store(tmp_path, OPTIONS)
+    assert store.count(2) == 0
+    assert store.count(1) == 1
+    await close_store(store)
+
+
+async def test_eio_on_sync_fail_stops_and_is_never_retried(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    store = await open_store(tmp_path, OPTIONS, ops)
+    await store.append(SendSpec(1, b"durable"))
+    ops.eio_on_fdatasync = True
+    with pytest.raises(StoreFailed):
+        await store.append(SendSpec(1, b"lost"))
+    assert store.failed is not None and "I/O error" in store.failed
+    syncs = ops.syncs
+    ops.eio_on_fdatasync = False  # even if the disk recovers, the store stays stopped
+    with pytest.raises(StoreFailed):
+        await store.append(SendSpec(1, b"refused"))
+    assert ops.syncs == syncs, "a failed fsync is never retried"
+    await _abandon(store)
+    store = await open_store(tmp_path, OPTIONS)
+    assert _bodies(store, 1)[0] == b"durable"
+    assert b"refused" not in _bodies(store, 1)
+    await close_store(store)
+
+
+async def test_torn_write_is_cut_and_everything_acknowledged_recovers(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    store = await open_store(tmp_path, OPTIONS, ops)
+    for i in range(5):
+        await store.append(SendSpec(1, bytes([i]) * 700))
+    ops.torn_write_bytes = 300
+    with pytest.raises(StoreFailed):
+        await store.append(SendSpec(1, b"t" * 700))
+    await _abandon(store)
+    store = await open_store(tmp_path, OPTIONS)
+    assert _bodies(store, 1) == [bytes([i]) * 700 for i in range(5)]
+    assert store.recovery.damaged == [], "a torn tail is not corruption"
+    await store.append(SendSpec(1, b"next"))
+    assert _bodies(store, 1)[-1] == b"next"
+    await close_store(store)
+
+
+async def test_torn_transaction_is_all_or_nothing(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    store = await open_store(tmp_path, OPTIONS, ops)
+    await store.append(SendSpec(1, b"before"))
+    ops.torn_write_bytes = 2000  # the first two of three records reach the file
+    with pytest.raises(StoreFailed):
+        await store.commit([SendSpec(2, bytes(900)), SendSpec(2, bytes(900)),
+                            SendSpec(2, bytes(900))])
+    await _abandon(store)
+    store = await open_store(tmp_path, OPTIONS)
+    assert store.count(2) == 0
+    assert _bodies(store, 1) == [b"before"]
+    await close_store(store)
+
+
+async def test_damaged_bitmap_file_falls_back_to_a_full_scan(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, OPTIONS)
+    records = [await store.append(SendSpec(1, bytes([i]) * 500)) for i in range(20)]
+    await store.remove(records[::2])
+    await close_store(store)
+    lfile = tmp_path / "storage" / "l0000001.mq"
+    data = bytearray(lfile.read_bytes())
+    for index in range(0, len(data), 97):
+        data[index] ^= 0xFF
+    lfile.write_bytes(bytes(data))
+    store = await open_store(tmp_path, OPTIONS)
+    assert store.recovery.full_scans == 1
+    assert _bodies(store, 1) == [bytes([i]) * 500 for i in range(1, 20, 2)]
+    await close_store(store)
+
+
+async def test_both_checkpoint_copies_damaged_means_full_rebuild(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, OPTIONS)
+    records = [await store.append(SendSpec(1, bytes([i]) * 100)) for i in range(10)]
+    await store.remove(records[:4])
+    await close_store(store)
+    for copy in (tmp_path / "storage").glob("MQTrans.lg*"):
+        data = bytearray(copy.read_bytes())
+        data[20] ^= 0x01
+        copy.write_bytes(bytes(data))
+    store = await open_store(tmp_path, OPTIONS)
+    assert store.recovery.checkpoint_epoch is None
+    assert _bodies(store, 1) == [bytes([i]) * 100 for i in range(4, 10)]
+    await close_store(store)
