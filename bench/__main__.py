@@ -18,6 +18,10 @@ from pathlib import Path
 
 from bench.scenarios import SCENARIOS, Scenario
 
+# Scenarios measured inside one process (no HTTP), each a module printing JSON records.
+IN_PROCESS = {"store-commit": "bench.store_commit"}
+STORE_LEVELS = (1, 16, 64, 256)
+
 
 def _loadgen(url: str, scenario: Scenario, concurrency: int, requests: int) -> dict[str, object]:
     args = [sys.executable, "-m", "bench.loadgen", "--url", url + scenario.path,
@@ -44,7 +48,7 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,16,64")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
-    unknown = set(args.only) - {s.name for s in SCENARIOS}
+    unknown = set(args.only) - {s.name for s in SCENARIOS} - set(IN_PROCESS)
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
 
@@ -82,6 +86,19 @@ def main() -> int:
                 print(f"{scenario.name:<22}{concurrency:>4}{rate:>11.0f}{result['p50_ms']:>9.2f}"
                       f"{result['p99_ms']:>9.2f}{ceiling_rate:>11.0f}{record['ratio']:>7.2f}"
                       f"  {scenario.compare_to}", flush=True)
+    for name, module in IN_PROCESS.items():
+        if args.only and name not in args.only:
+            continue
+        out = subprocess.run(
+            [sys.executable, "-m", module, "--levels", ",".join(map(str, STORE_LEVELS)),
+             "--requests", str(3000 if args.quick else 20000)],
+            check=True, capture_output=True, text=True, timeout=900)
+        for record in json.loads(out.stdout):
+            records.append(record)
+            print(f"{record['scenario']:<22}{record['concurrency']:>4}"
+                  f"{record['msgs_per_s']:>11.0f}{record['p50_ms']:>9.2f}{record['p99_ms']:>9.2f}"
+                  f"{record['ceiling_msgs_per_s']:>11.0f}{record['ratio']:>7.2f}"
+                  f"  {record['ceiling']}", flush=True)
     elapsed = time.monotonic() - started
     print(f"done in {elapsed:.0f}s on {platform.node()} ({platform.machine()}, "
           f"Python {platform.python_version()})")

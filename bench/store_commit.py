@@ -1,0 +1,99 @@
+"""In-process benchmark of the store alone: ``store-commit``, against the in-process ceiling.
+
+    python -m bench.store_commit --levels 1,16,64,256 --requests 5000
+
+C coroutines each append a 1 KiB recoverable record and wait for it to be durable, in a closed
+loop. The ceiling is the same closed loop against ``bench.ceiling.GroupCommitFile`` (one writer
+thread, pwritev + one fdatasync per batch, futures resolved with call_soon_threadsafe), on the
+same disk, in the same run. Prints a JSON list of records (see bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import uvloop
+
+from bench.ceiling import GroupCommitFile
+from bench.loadgen import percentile
+from bench.servers import REPO_ROOT
+from store.message_store import MessageStore
+from store.options import StoreOptions
+from store.records import SendSpec
+
+
+async def closed_loop(op: Callable[[], Awaitable[object]], concurrency: int,
+                      requests: int) -> dict[str, float]:
+    latencies: list[float] = []
+    remaining = requests
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            started = time.perf_counter()
+            await op()
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {"msgs_per_s": round(len(latencies) / elapsed, 1),
+            "p50_ms": round(percentile(latencies, 0.5) * 1000, 3),
+            "p99_ms": round(percentile(latencies, 0.99) * 1000, 3)}
+
+
+async def run(levels: list[int], requests: int) -> list[dict[str, object]]:
+    body = os.urandom(1024)
+    scratch = REPO_ROOT / "var" / "bench"
+    scratch.mkdir(parents=True, exist_ok=True)
+    records: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+        ceiling_file = GroupCommitFile(Path(tmp) / "ceiling.dat")
+        loop = asyncio.get_running_loop()
+        store = await loop.run_in_executor(None, MessageStore.open, Path(tmp) / "data",
+                                           StoreOptions())
+        store.start(loop)
+        try:
+            for concurrency in levels:
+                await closed_loop(lambda: ceiling_file.append(body), concurrency, requests // 10)
+                ceiling = await closed_loop(lambda: ceiling_file.append(body), concurrency,
+                                            requests)
+                await closed_loop(lambda: store.append(SendSpec(1, body)), concurrency,
+                                  requests // 10)
+                result = await closed_loop(lambda: store.append(SendSpec(1, body)),
+                                           concurrency, requests)
+                records.append({
+                    "scenario": "store-commit", "concurrency": concurrency,
+                    "msgs_per_s": result["msgs_per_s"], "p50_ms": result["p50_ms"],
+                    "p99_ms": result["p99_ms"], "ceiling": "fsync-inprocess",
+                    "ceiling_msgs_per_s": ceiling["msgs_per_s"],
+                    "ceiling_p99_ms": ceiling["p99_ms"],
+                    "ratio": round(result["msgs_per_s"] / ceiling["msgs_per_s"], 3),
+                    "requests": requests, "errors": 0, "statuses": {},
+                })
+        finally:
+            await loop.run_in_executor(None, store.close)
+    return records
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.store_commit")
+    parser.add_argument("--levels", default="1,16,64,256")
+    parser.add_argument("--requests", type=int, default=5000)
+    args = parser.parse_args()
+    levels = [int(c) for c in args.levels.split(",")]
+    print(json.dumps(uvloop.run(run(levels, args.requests))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
