@@ -22,9 +22,10 @@ from store.framing import (
     encode_segment_header,
 )
 
-__all__ = ["Segment", "segment_name", "parse_segment_name"]
+__all__ = ["Segment", "segment_name", "parse_segment_name", "TEMP_SUFFIX"]
 
 _IOV_MAX = 1024  # Linux's limit on buffers per pwritev (EINVAL beyond it)
+TEMP_SUFFIX = ".tmp"  # a segment being created; never valid after a crash
 
 
 def segment_name(kind: str, number: int) -> str:
@@ -74,21 +75,27 @@ class Segment:
                nonce: int, generation: int = 1) -> Segment:
         """Allocate the whole file, write its header, and make both durable before use.
 
+        The file is built under a temporary name and renamed into place, so a crash never
+        leaves a segment without its header (recovery deletes ``*.tmp`` leftovers).
+
         Raises:
             OSError: ENOSPC from the allocation (nothing is left behind) or any I/O error.
         """
         path = directory / segment_name(kind, number)
-        fd = ops.open(path, create=True, exclusive=True)
+        building = path.with_name(path.name + TEMP_SUFFIX)
+        fd = ops.open(building, create=True)
         try:
             ops.allocate(fd, size)
             header = SegmentHeader(kind, number, generation, nonce, size,
                                    int(time.time() * 1000))
             ops.pwrite(fd, encode_segment_header(header), 0)
             ops.fdatasync(fd)
+            ops.rename(building, path)
             ops.fsync_dir(directory)
         except BaseException:
             ops.close(fd)
-            ops.unlink(path)
+            if building.exists():
+                ops.unlink(building)
             raise
         return cls(ops, path, fd, header, size)
 

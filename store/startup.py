@@ -32,7 +32,7 @@ from store.pingpong import PingPong
 from store.qmlog import QMLog
 from store.records import PreparedTx, StoredRecord
 from store.recovery import Found, resolve
-from store.segment import Segment, parse_segment_name, segment_name
+from store.segment import TEMP_SUFFIX, Segment, parse_segment_name, segment_name
 
 __all__ = [
     "RecoveryReport",
@@ -136,6 +136,9 @@ def open_engine(ops: FileOps, data_dir: DataDir, options: StoreOptions) -> Opene
 
 
 def _discard_express(ops: FileOps, data_dir: DataDir, report: RecoveryReport) -> None:
+    """Delete express segments and segments whose creation a crash interrupted."""
+    for path in sorted(data_dir.storage.glob("*.mq" + TEMP_SUFFIX)):
+        ops.unlink(path)
     for path in sorted(data_dir.storage.glob("r*.mq")):
         if parse_segment_name(path.name) is not None:
             ops.unlink(path)

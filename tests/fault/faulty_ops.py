@@ -19,6 +19,7 @@ class FaultyFileOps(RealFileOps):
         self.enospc_on_allocate = False
         self.eio_on_fdatasync = False
         self.torn_write_bytes: int | None = None  # next pwritev writes this much, then "dies"
+        self.torn_on_pwrite = False  # the torn write is the next pwrite (not pwritev)
         self.syncs = 0
         self._lock = threading.Lock()
 
@@ -34,8 +35,17 @@ class FaultyFileOps(RealFileOps):
             raise OSError(errno.EIO, "Input/output error (injected)")
         super().fdatasync(fd)
 
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> None:
+        if self.torn_on_pwrite and self.torn_write_bytes is not None:
+            kept = bytes(data)[: self.torn_write_bytes]
+            self.torn_write_bytes = None
+            self.torn_on_pwrite = False
+            super().pwrite(fd, kept, offset)
+            raise SimulatedCrash("torn write")
+        super().pwrite(fd, data, offset)
+
     def pwritev(self, fd: int, buffers: Sequence[bytes], offset: int) -> None:
-        if self.torn_write_bytes is not None:
+        if self.torn_write_bytes is not None and not self.torn_on_pwrite:
             data = b"".join(buffers)[: self.torn_write_bytes]
             self.torn_write_bytes = None
             super().pwrite(fd, data, offset)

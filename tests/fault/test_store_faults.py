@@ -150,3 +150,23 @@ async def test_both_checkpoint_copies_damaged_means_full_rebuild(tmp_path: Path)
     assert store.recovery.checkpoint_epoch is None
     assert _bodies(store, 1) == [bytes([i]) * 100 for i in range(4, 10)]
     await close_store(store)
+
+
+async def test_crash_while_creating_a_segment_leaves_nothing_behind(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    store = await open_store(tmp_path, OPTIONS, ops)
+    await store.append(SendSpec(1, bytes(40000)))
+    ops.torn_write_bytes = 0  # the header write of the next segment "dies"
+    ops.torn_on_pwrite = True
+    with pytest.raises(StoreFailed):
+        await store.append(SendSpec(1, bytes(40000)))  # needs a second segment
+    await _abandon(store)
+    assert not (tmp_path / "storage" / "p0000002.mq").exists(), "only whole segments get a name"
+    # What a kill -9 at that moment leaves (no exception handler runs): the temporary file.
+    (tmp_path / "storage" / "p0000002.mq.tmp").write_bytes(b"")
+    (tmp_path / "storage" / "p0000003.mq.tmp").write_bytes(bytes(4096))
+    store = await open_store(tmp_path, OPTIONS)
+    assert store.recovery.damaged == []
+    assert not any(p.suffix == ".tmp" for p in (tmp_path / "storage").iterdir())
+    assert store.count(1) == 1
+    await close_store(store)
