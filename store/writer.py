@@ -108,8 +108,10 @@ class GroupCommitter:
                 cleanup = now - self._engine.last_cleanup >= options.cleanup_interval_s
                 try:
                     self._engine.checkpoint(cleanup=cleanup)
-                except StoreError:
-                    pass  # fail-stopped: the engine logged it; later jobs get StoreFailed
+                except StoreError as exc:
+                    # The engine fail-stopped and logged it critically; every later job is
+                    # refused with StoreFailed, so there is nothing more to do here.
+                    commit_log.debug("checkpoint not taken: %s", exc)
                 last_checkpoint = now
 
     def _write(self, batch: list[tuple[Job, asyncio.Future[Job]]]) -> None:
