@@ -209,6 +209,8 @@ class Engine:
             self.next_seq[send.queue_id] = seq + 1
             flags = send.flags | (RecordFlags.TRANSACTIONAL if job.op != "append"
                                   else RecordFlags.NONE)
+            if send.journal:
+                flags |= RecordFlags.JOURNAL
             data = encode_record(send.payload, lsn=lsn, nonce=self.nonce,
                                  queue_id=send.queue_id, seq=seq, tx_id=job.tx_id,
                                  expires_ms=send.expires_ms, priority=send.priority,

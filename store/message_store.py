@@ -18,28 +18,35 @@ Life cycle::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from store.datadir import DataDir, DataDirLock, lock_data_dir
 from store.engine import Engine
-from store.errors import StoreClosed, UnknownRecord
+from store.errors import StoreClosed, StoreError, UnknownRecord
 from store.fileops import FileOps, RealFileOps
-from store.framing import RECORD_HEADER_SIZE
+from store.framing import RECORD_HEADER_SIZE, RecordFlags, record_size
 from store.logs import recovery_log
+from store.lqs import QueueInfo, QueueRegistry
 from store.options import StoreOptions
+from store.quota import Charge, QuotaBook
 from store.records import Job, PreparedTx, SendSpec, StoredRecord
 from store.startup import RecoveryReport, open_engine
 from store.writer import GroupCommitter
 
 __all__ = ["MessageStore"]
 
+T = TypeVar("T")
+
 
 class MessageStore:
     """A locked data directory with its segments, logs and index."""
 
     def __init__(self, lock: DataDirLock, engine: Engine, records: list[StoredRecord],
-                 prepared: dict[int, PreparedTx], report: RecoveryReport) -> None:
+                 prepared: dict[int, PreparedTx], report: RecoveryReport,
+                 registry: QueueRegistry) -> None:
         self._lock: DataDirLock | None = lock
         self._engine = engine
         self._writer: GroupCommitter | None = None
@@ -47,6 +54,13 @@ class MessageStore:
         self.data_dir: DataDir = lock.data_dir
         self.recovery = report
         self.prepared = prepared
+        self.registry = registry
+        self.quotas = QuotaBook(machine_quota=engine.options.machine_quota,
+                                machine_journal_quota=engine.options.machine_journal_quota)
+        for info in registry.all():
+            self.quotas.set_limit(info.queue_id, info.quota)
+        self.quotas.charge(_charge(r) for r in records)
+        self.quotas.charge(_charge(r) for p in prepared.values() for r in p.records)
         self._queues: dict[int, dict[int, StoredRecord]] = {}
         for record in records:
             self._queues.setdefault(record.queue_id, {})[record.seq] = record
@@ -65,8 +79,11 @@ class MessageStore:
             OSError: an I/O error recovery cannot work around.
         """
         lock = lock_data_dir(root)
+        ops = ops or RealFileOps()
         try:
-            opened = open_engine(ops or RealFileOps(), lock.data_dir, options)
+            opened = open_engine(ops, lock.data_dir, options)
+            registry = QueueRegistry(ops, lock.data_dir.lqs)
+            registry.load(ids_in_use=set(opened.engine.next_seq))
         except BaseException:
             lock.release()
             raise
@@ -76,7 +93,9 @@ class MessageStore:
             "log_entries=%d seconds=%.3f", report.segments, report.live_records,
             report.prepared_transactions, report.dead_records, len(report.damaged),
             report.full_scans, report.log_entries, report.seconds)
-        return cls(lock, opened.engine, opened.records, opened.prepared, report)
+        for problem in registry.problems:
+            recovery_log.warning("%s", problem)
+        return cls(lock, opened.engine, opened.records, opened.prepared, report, registry)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer thread; async calls may be made on ``loop`` from now on."""
@@ -106,21 +125,28 @@ class MessageStore:
     # ---- writes --------------------------------------------------------------------------
 
     async def append(self, send: SendSpec) -> StoredRecord:
-        """Store one message (not transactional); returns once it is on disk."""
-        job = await self._submit(Job("append", sends=[send]))
+        """Store one message (not transactional); returns once it is on disk.
+
+        Raises:
+            QuotaExceeded: (a subclass naming which quota) before anything is written.
+            MessageTooLarge, DiskFull, StoreFailed, StoreClosed.
+        """
+        job = await self._submit_sends(Job("append", sends=[send]))
         return job.records[0]
 
     async def commit(self, sends: Sequence[SendSpec],
                      removes: Sequence[StoredRecord] = ()) -> list[StoredRecord]:
         """Store ``sends`` and remove ``removes`` atomically: all become durable, or none."""
-        job = await self._submit(Job("commit", sends=sends, removes=[r.ref for r in removes],
-                                     removed_keys=_keys(removes)))
+        job = await self._submit_sends(Job("commit", sends=sends,
+                                           removes=[r.ref for r in removes],
+                                           removed_keys=_keys(removes)))
         return job.records
 
     async def prepare(self, sends: Sequence[SendSpec],
                       removes: Sequence[StoredRecord] = ()) -> PreparedTx:
         """Phase one of a two-phase commit: durable, invisible until ``commit_prepared``."""
-        job = await self._submit(Job("prepare", sends=sends, removes=[r.ref for r in removes]))
+        job = await self._submit_sends(Job("prepare", sends=sends,
+                                           removes=[r.ref for r in removes]))
         prepared = PreparedTx(job.tx_id, list(job.records), list(job.removes))
         self.prepared[job.tx_id] = prepared
         self._prepared_keys[job.tx_id] = _keys(removes)
@@ -135,13 +161,34 @@ class MessageStore:
 
     async def abort_prepared(self, tx_id: int) -> None:
         await self._submit(Job("abort", tx_id=tx_id))
-        self.prepared.pop(tx_id, None)
+        aborted = self.prepared.pop(tx_id, None)
+        if aborted is not None:
+            self.quotas.release(_charge(r) for r in aborted.records)
         self._prepared_keys.pop(tx_id, None)
 
     async def remove(self, records: Sequence[StoredRecord]) -> None:
         """Remove messages durably (a receive outside a transaction)."""
         await self._submit(Job("remove", removes=[r.ref for r in records],
                                removed_keys=_keys(records)))
+
+    async def _submit_sends(self, job: Job) -> Job:
+        """Check and charge the quotas of ``job``'s messages, then submit it."""
+        job.sends = [self._classify(send) for send in job.sends]
+        charges = [Charge(s.queue_id, record_size(len(s.payload)), s.journal)
+                   for s in job.sends]
+        self.quotas.check(charges)
+        self.quotas.charge(charges)
+        try:
+            return await self._submit(job)
+        except BaseException:
+            self.quotas.release(charges)
+            raise
+
+    def _classify(self, send: SendSpec) -> SendSpec:
+        info = self.registry.get(send.queue_id)
+        if info is not None and info.journal_class and not send.journal:
+            return dataclasses.replace(send, journal=True)
+        return send
 
     async def _submit(self, job: Job) -> Job:
         if self._writer is None:
@@ -155,7 +202,9 @@ class MessageStore:
                 for record in job.records:
                     self._queues.setdefault(record.queue_id, {})[record.seq] = record
             for queue_id, seq in job.removed_keys:
-                self._queues.get(queue_id, {}).pop(seq, None)
+                gone = self._queues.get(queue_id, {}).pop(seq, None)
+                if gone is not None:
+                    self.quotas.release([_charge(gone)])
 
     # ---- reads ---------------------------------------------------------------------------
 
@@ -176,6 +225,41 @@ class MessageStore:
     def count(self, queue_id: int) -> int:
         return len(self._queues.get(queue_id, {}))
 
+    def queue_bytes(self, queue_id: int) -> int:
+        """Bytes the queue's messages occupy in segments (what its quota counts)."""
+        return self.quotas.queue_used.get(queue_id, 0)
+
+    # ---- queue registration (lqs/) -------------------------------------------------------
+
+    async def create_queue(self, path: str, properties: dict[str, str]) -> QueueInfo:
+        """Register a queue (``lqs/nnnnnnnn.hhhhhhhh``), durably."""
+        info = await self._blocking(self.registry.create, path, properties)
+        self.quotas.set_limit(info.queue_id, info.quota)
+        return info
+
+    async def update_queue(self, queue_id: int, properties: dict[str, str]) -> QueueInfo:
+        info = await self._blocking(self.registry.update, queue_id, properties)
+        self.quotas.set_limit(queue_id, info.quota)
+        return info
+
+    async def delete_queue(self, queue_id: int) -> None:
+        """Unregister an empty queue.
+
+        Raises:
+            StoreError: the queue still holds messages (purge it first).
+        """
+        if self.count(queue_id):
+            raise StoreError(f"queue {queue_id} still holds {self.count(queue_id)} messages")
+        await self._blocking(self.registry.delete, queue_id)
+        self.quotas.set_limit(queue_id, 0)
+
+    async def _blocking(self, func: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(None, func, *args)
+
 
 def _keys(records: Sequence[StoredRecord]) -> list[tuple[int, int]]:
     return [(r.queue_id, r.seq) for r in records]
+
+
+def _charge(record: StoredRecord) -> Charge:
+    return Charge(record.queue_id, record.size, bool(record.flags & RecordFlags.JOURNAL))

@@ -18,6 +18,7 @@ PURE_MODULES = [
     "store/recovery.py",
     "store/logcodec.py",
     "store/allocator.py",
+    "store/quota.py",
 ]
 FORBIDDEN_IN_PURE = {"asyncio", "aiohttp", "os", "mmap", "socket", "time", "random", "logging",
                      "subprocess", "threading", "shutil"}

@@ -1,0 +1,91 @@
+"""Quota arithmetic (pure: no I/O), in the order seed 000 gives.
+
+Every message counts towards the machine quota (queues, outgoing queues, journals). Messages
+in journal-class queues (queue journals, the machine journal, the dead-letter queues) also
+count towards the machine journal quota. Each queue may have its own quota (0 = none); for a
+journal-class queue that is the journal quota of the queue it belongs to.
+
+The machine quota is checked first, then the machine journal quota, then the queue's own. A
+request is checked whole (all its messages) and charged only if every check passes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from store.errors import (
+    MachineJournalQuotaExceeded,
+    MachineQuotaExceeded,
+    QueueJournalQuotaExceeded,
+    QueueQuotaExceeded,
+)
+
+__all__ = ["Charge", "QuotaBook"]
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    queue_id: int
+    size: int
+    journal: bool
+
+
+class QuotaBook:
+    """Bytes used against each quota; limits set per queue by the registry."""
+
+    def __init__(self, *, machine_quota: int, machine_journal_quota: int) -> None:
+        self.machine_quota = machine_quota
+        self.machine_journal_quota = machine_journal_quota
+        self.machine_used = 0
+        self.machine_journal_used = 0
+        self.queue_used: defaultdict[int, int] = defaultdict(int)
+        self.queue_limits: dict[int, int] = {}
+
+    def set_limit(self, queue_id: int, quota: int) -> None:
+        assert quota >= 0
+        if quota:
+            self.queue_limits[queue_id] = quota
+        else:
+            self.queue_limits.pop(queue_id, None)
+
+    def check(self, charges: Iterable[Charge]) -> None:
+        """Raise the first quota the charges would exceed; change nothing."""
+        charges = list(charges)
+        total = sum(c.size for c in charges)
+        if self.machine_used + total > self.machine_quota:
+            raise MachineQuotaExceeded(
+                f"machine quota of {self.machine_quota} bytes is full "
+                f"({self.machine_used} used, {total} more asked)")
+        journal = sum(c.size for c in charges if c.journal)
+        if journal and self.machine_journal_used + journal > self.machine_journal_quota:
+            raise MachineJournalQuotaExceeded(
+                f"machine journal quota of {self.machine_journal_quota} bytes is full "
+                f"({self.machine_journal_used} used, {journal} more asked)")
+        per_queue: defaultdict[int, int] = defaultdict(int)
+        for charge in charges:
+            per_queue[charge.queue_id] += charge.size
+        for queue_id, size in per_queue.items():
+            limit = self.queue_limits.get(queue_id, 0)
+            if limit and self.queue_used[queue_id] + size > limit:
+                is_journal = any(c.journal for c in charges if c.queue_id == queue_id)
+                error = QueueJournalQuotaExceeded if is_journal else QueueQuotaExceeded
+                raise error(f"queue {queue_id} quota of {limit} bytes is full "
+                            f"({self.queue_used[queue_id]} used, {size} more asked)")
+
+    def charge(self, charges: Iterable[Charge]) -> None:
+        for charge in charges:
+            self.machine_used += charge.size
+            if charge.journal:
+                self.machine_journal_used += charge.size
+            self.queue_used[charge.queue_id] += charge.size
+
+    def release(self, charges: Iterable[Charge]) -> None:
+        for charge in charges:
+            self.machine_used -= charge.size
+            if charge.journal:
+                self.machine_journal_used -= charge.size
+            self.queue_used[charge.queue_id] -= charge.size
+            assert self.machine_used >= 0
+            assert self.queue_used[charge.queue_id] >= 0

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import pytest
+
+from store.errors import (
+    MachineJournalQuotaExceeded,
+    MachineQuotaExceeded,
+    QueueJournalQuotaExceeded,
+    QueueQuotaExceeded,
+)
+from store.quota import Charge, QuotaBook
+
+
+def _book() -> QuotaBook:
+    book = QuotaBook(machine_quota=1000, machine_journal_quota=300)
+    book.set_limit(1, 500)
+    book.set_limit(9, 200)  # a journal-class queue
+    return book
+
+
+def test_charges_and_releases_add_up() -> None:
+    book = _book()
+    book.charge([Charge(1, 100, False), Charge(9, 50, True)])
+    assert (book.machine_used, book.machine_journal_used) == (150, 50)
+    assert book.queue_used[1] == 100
+    book.release([Charge(9, 50, True)])
+    assert (book.machine_used, book.machine_journal_used) == (100, 0)
+
+
+def test_machine_quota_is_checked_first() -> None:
+    book = _book()
+    book.charge([Charge(2, 900, False)])
+    # Over both the machine quota and queue 1's quota: the machine quota wins.
+    with pytest.raises(MachineQuotaExceeded):
+        book.check([Charge(1, 600, False)])
+
+
+def test_queue_quota_and_journal_quotas_are_distinct() -> None:
+    book = _book()
+    with pytest.raises(QueueQuotaExceeded):
+        book.check([Charge(1, 501, False)])
+    with pytest.raises(QueueJournalQuotaExceeded):
+        book.check([Charge(9, 201, True)])
+    book.charge([Charge(8, 290, True)])
+    with pytest.raises(MachineJournalQuotaExceeded):
+        book.check([Charge(9, 20, True)])
+
+
+def test_a_request_is_checked_whole_and_check_changes_nothing() -> None:
+    book = _book()
+    with pytest.raises(QueueQuotaExceeded):
+        book.check([Charge(1, 300, False), Charge(1, 300, False)])
+    assert book.machine_used == 0
+    book.check([Charge(1, 250, False), Charge(1, 250, False)])
+
+
+def test_zero_means_no_queue_quota() -> None:
+    book = _book()
+    book.set_limit(1, 0)
+    book.check([Charge(1, 999, False)])
