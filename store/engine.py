@@ -22,7 +22,7 @@ from __future__ import annotations
 import errno
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,7 +57,7 @@ _STATE_BYTE = 3
 @dataclass(slots=True)
 class SegmentState:
     segment: Segment
-    lfile: LFile
+    lfile: LFile | None  # None for express (r) segments: they are never checkpointed
     bitmap: GranuleBitmap
     live_count: int = 0
     live_bytes: int = 0
@@ -116,7 +116,10 @@ class Engine:
         self.qmlog = qmlog
         self.mqtrans = mqtrans
         self.segments: dict[int, SegmentState] = {}
-        self.allocators = {"p": Allocator(), "j": Allocator()}
+        self.allocators = {"p": Allocator(), "j": Allocator(), "r": Allocator()}
+        # Sequence numbers handed out on the loop side (express messages in RAM included),
+        # merged into each checkpoint so a clean restart never hands them out again.
+        self.seq_floor: Callable[[], dict[int, int]] = dict
         self.epoch = 0
         self.next_lsn = 1
         self.next_segment = 1
@@ -147,7 +150,8 @@ class Engine:
             for number, items in writes.items():
                 self._write_segment(number, items)
             for number in writes:
-                self.segments[number].segment.sync()
+                if self.segments[number].segment.kind != "r":  # express: never synced
+                    self.segments[number].segment.sync()
             entries = self._log_entries(jobs)
             if entries:
                 wrap_lsn = self._take_lsn()
@@ -176,9 +180,9 @@ class Engine:
         assert self.qmlog.free_bytes() >= needed, "batch larger than the QMLog"
 
     def _place(self, job: Job, writes: dict[int, list[tuple[int, bytes]]]) -> None:
-        if job.op not in ("append", "commit", "prepare") or not job.sends:
+        if job.op not in ("append", "commit", "prepare", "express") or not job.sends:
             return
-        if job.op != "append" and job.tx_id == 0:
+        if job.op not in ("append", "express") and job.tx_id == 0:
             job.tx_id = self.next_tx
             self.next_tx += 1
         too_large = [s for s in job.sends if len(s.payload) > self.payload_max]
@@ -190,13 +194,14 @@ class Engine:
         places: list[tuple[int, int]] = []
         for send in job.sends:
             try:
-                places.append(self._allocate("j" if send.journal else "p",
-                                             record_size(len(send.payload))))
+                kind = "r" if job.op == "express" else "j" if send.journal else "p"
+                places.append(self._allocate(kind, record_size(len(send.payload))))
             except DiskFull as exc:
                 job.error = exc
                 break
         single = job.op == "commit" and len(job.sends) == 1 and not job.removes
-        state = RecordState.LIVE if job.op == "append" or single else RecordState.PENDING
+        state = (RecordState.LIVE if job.op in ("append", "express") or single
+                 else RecordState.PENDING)
         for send, (number, offset) in zip(job.sends, places):
             lsn = self._take_lsn()
             if job.error is not None:
@@ -205,12 +210,15 @@ class Engine:
                                      seq=0, state=RecordState.DEAD)
                 writes.setdefault(number, []).append((offset, data))
                 continue
-            seq = self.next_seq.get(send.queue_id, 1)
-            self.next_seq[send.queue_id] = seq + 1
-            flags = send.flags | (RecordFlags.TRANSACTIONAL if job.op != "append"
+            seq = send.seq or self.next_seq.get(send.queue_id, 1)
+            if seq >= self.next_seq.get(send.queue_id, 1):
+                self.next_seq[send.queue_id] = seq + 1
+            flags = send.flags | (RecordFlags.TRANSACTIONAL if job.op not in ("append", "express")
                                   else RecordFlags.NONE)
             if send.journal:
                 flags |= RecordFlags.JOURNAL
+            if job.op == "express":
+                flags |= RecordFlags.EXPRESS
             data = encode_record(send.payload, lsn=lsn, nonce=self.nonce,
                                  queue_id=send.queue_id, seq=seq, tx_id=job.tx_id,
                                  expires_ms=send.expires_ms, priority=send.priority,
@@ -241,8 +249,8 @@ class Engine:
                                f"in {self.data_dir.storage}") from exc
             raise
         self.next_segment += 1
-        lfile = LFile.open(self.ops, self.data_dir.storage / segment_name("l", number),
-                           self.options.segment_size)
+        lfile = None if kind == "r" else LFile.open(
+            self.ops, self.data_dir.storage / segment_name("l", number), self.options.segment_size)
         state = SegmentState(segment, lfile, GranuleBitmap(self.options.segment_size))
         self.segments[number] = state
         self.allocators[kind].add_area(Area(number, SEGMENT_HEADER_SIZE, segment.size))
@@ -280,6 +288,8 @@ class Engine:
             removes = tuple(job.removes)
             if job.op == "remove":
                 entries.append((EntryKind.REMOVE, 0, removes))
+            elif job.op in ("express", "remove_express"):
+                continue  # express messages leave no trace in the log
             elif job.op == "commit" and (len(job.sends) > 1 or removes):
                 entries.append((EntryKind.TX_COMMIT, job.tx_id, removes))
             elif job.op == "prepare":
@@ -328,7 +338,7 @@ class Engine:
         elif job.op == "abort":
             for record in self.prepared.pop(job.tx_id).records:
                 self._free(record.ref)
-        if job.op in ("remove", "commit", "commit_prepared"):
+        if job.op in ("remove", "commit", "commit_prepared", "remove_express"):
             for ref in job.removes:
                 self._free(ref)
 
@@ -370,15 +380,17 @@ class Engine:
                 state.data_dirty = False
         doomed = self._empty_segments() if cleanup else []
         self.epoch += 1
-        kept = [n for n in sorted(self.segments) if n not in doomed]
+        kept = [n for n in sorted(self.segments)
+                if n not in doomed and self.segments[n].segment.kind != "r"]
         for number in kept:
             state = self.segments[number]
             if state.bitmap_dirty:
+                assert state.lfile is not None
                 state.lfile.write(self.epoch, state.bitmap)
         checkpoint = Checkpoint(
             epoch=self.epoch, lsn=self.next_lsn - 1, qmlog_pos=self.qmlog.write_pos,
             nonce=self.nonce, next_segment=self.next_segment, next_tx=self.next_tx,
-            next_seq=dict(self.next_seq),
+            next_seq=_merged(self.next_seq, self.seq_floor()),
             prepared={t: list(p.removes) for t, p in self.prepared.items()},
             segments=kept,
         )
@@ -388,6 +400,7 @@ class Engine:
         for number in kept:
             state = self.segments[number]
             if state.bitmap_dirty:
+                assert state.lfile is not None
                 state.lfile.checkpoint_done()
                 state.bitmap_dirty = False
         for number in doomed:
@@ -398,7 +411,7 @@ class Engine:
         """Empty segments to delete, keeping the newest empty one of each kind as a spare."""
         self.last_cleanup = time.monotonic()
         doomed: list[int] = []
-        for kind in ("p", "j"):
+        for kind in ("p", "j", "r"):
             empty = sorted(n for n, s in self.segments.items()
                            if s.segment.kind == kind and s.live_count == 0)
             doomed.extend(empty[:-1])
@@ -410,19 +423,20 @@ class Engine:
             allocator.drop_segment(number)
         path = state.segment.path
         state.segment.close()
-        state.lfile.close()
-        if self.options.archive_segments:
+        archive = self.options.archive_segments and state.segment.kind != "r"
+        if archive:
             self.data_dir.archive.mkdir(exist_ok=True)
             self.ops.rename(path, self.data_dir.archive / path.name)
         else:
             self.ops.unlink(path)
-        self.ops.unlink(state.lfile.path)
+        if state.lfile is not None:
+            state.lfile.close()
+            self.ops.unlink(state.lfile.path)
         self.ops.fsync_dir(self.data_dir.storage)
-        cleanup_log.info("segment %s %s", path.name,
-                         "archived" if self.options.archive_segments else "deleted")
+        cleanup_log.info("segment %s %s", path.name, "archived" if archive else "deleted")
 
     def _reset_allocators(self) -> None:
-        areas: dict[str, list[Area]] = {"p": [], "j": []}
+        areas: dict[str, list[Area]] = {"p": [], "j": [], "r": []}
         for number in sorted(self.segments):
             state = self.segments[number]
             for start, end in state.bitmap.runs(occupied=False):
@@ -431,15 +445,27 @@ class Engine:
             allocator.reset(areas[kind])
 
     def close(self) -> None:
-        """Write a final checkpoint (a fast next start) and close every file."""
+        """Write a final checkpoint (a fast next start) and close every file; express segments
+        are deleted (their messages do not outlive the process)."""
         if self.failed is None:
             self.checkpoint()
         for state in self.segments.values():
             state.segment.close()
-            state.lfile.close()
+            if state.lfile is not None:
+                state.lfile.close()
+            if state.segment.kind == "r" and self.failed is None:
+                self.ops.unlink(state.segment.path)
         self.segments.clear()
         self.qmlog.close()
 
     @staticmethod
     def storage_files(storage: Path) -> list[Path]:
         return sorted(p for p in storage.iterdir() if p.is_file())
+
+
+def _merged(left: dict[int, int], right: dict[int, int]) -> dict[int, int]:
+    merged = dict(left)
+    for key, value in right.items():
+        if value > merged.get(key, 0):
+            merged[key] = value
+    return merged

@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from store.datadir import DataDir, DataDirLock, lock_data_dir
 from store.engine import Engine
-from store.errors import StoreClosed, StoreError, UnknownRecord
+from store.errors import MessageTooLarge, StoreClosed, StoreError, UnknownRecord
 from store.fileops import FileOps, RealFileOps
-from store.framing import RECORD_HEADER_SIZE, RecordFlags, record_size
+from store.framing import RECORD_HEADER_SIZE, RecordFlags, max_payload, record_size
 from store.logs import recovery_log
 from store.lqs import QueueInfo, QueueRegistry
 from store.options import StoreOptions
@@ -61,6 +63,16 @@ class MessageStore:
             self.quotas.set_limit(info.queue_id, info.quota)
         self.quotas.charge(_charge(r) for r in records)
         self.quotas.charge(_charge(r) for p in prepared.values() for r in p.records)
+        self._payload_max = max_payload(engine.options.segment_size)
+        # Queue sequence numbers are handed out here, in submission order (the writer keeps
+        # that order), so express messages held in RAM get theirs without a trip to the disk.
+        self._seq_lock = threading.Lock()
+        self._next_seq: dict[int, int] = dict(engine.next_seq)
+        engine.seq_floor = self._seq_snapshot
+        # Express messages in RAM: key -> body; StoredRecord.segment == 0 marks them.
+        self._ram: dict[int, bytes] = {}
+        self._ram_bytes = 0
+        self._ram_keys = itertools.count(1)
         self._queues: dict[int, dict[int, StoredRecord]] = {}
         for record in records:
             self._queues.setdefault(record.queue_id, {})[record.seq] = record
@@ -125,14 +137,39 @@ class MessageStore:
     # ---- writes --------------------------------------------------------------------------
 
     async def append(self, send: SendSpec) -> StoredRecord:
-        """Store one message (not transactional); returns once it is on disk.
+        """Store one message (not transactional); returns once it is on disk — or, for an
+        express message, once it is held (in RAM up to ``express_memory``, else in an ``r``
+        segment that is never synced).
 
         Raises:
             QuotaExceeded: (a subclass naming which quota) before anything is written.
             MessageTooLarge, DiskFull, StoreFailed, StoreClosed.
         """
+        if send.express:
+            return await self._append_express(send)
         job = await self._submit_sends(Job("append", sends=[send]))
         return job.records[0]
+
+    async def _append_express(self, send: SendSpec) -> StoredRecord:
+        if self._writer is None:
+            raise StoreClosed("the store is not started")
+        if len(send.payload) + self._ram_bytes > self.options.express_memory:
+            job = await self._submit_sends(Job("express", sends=[send]))
+            return job.records[0]
+        send = self._prepare_sends([send])[0]
+        size = record_size(len(send.payload))
+        charges = [Charge(send.queue_id, size, send.journal)]
+        self.quotas.check(charges)
+        self.quotas.charge(charges)
+        send = self._number([send])[0]
+        key = next(self._ram_keys)
+        self._ram[key] = send.payload
+        self._ram_bytes += len(send.payload)
+        record = StoredRecord(send.queue_id, send.seq, 0, key, size, len(send.payload), 0,
+                              send.priority, send.expires_ms,
+                              send.flags | RecordFlags.EXPRESS, 0)
+        self._queues.setdefault(record.queue_id, {})[record.seq] = record
+        return record
 
     async def commit(self, sends: Sequence[SendSpec],
                      removes: Sequence[StoredRecord] = ()) -> list[StoredRecord]:
@@ -168,27 +205,67 @@ class MessageStore:
 
     async def remove(self, records: Sequence[StoredRecord]) -> None:
         """Remove messages durably (a receive outside a transaction)."""
-        await self._submit(Job("remove", removes=[r.ref for r in records],
-                               removed_keys=_keys(records)))
+        in_ram = [r for r in records if r.segment == 0]
+        spilled = [r for r in records if r.segment and r.flags & RecordFlags.EXPRESS]
+        durable = [r for r in records if r.segment and not r.flags & RecordFlags.EXPRESS]
+        for record in in_ram:
+            if self._ram.pop(record.offset, None) is None:
+                raise UnknownRecord(f"express message {record.queue_id}:{record.seq} is gone")
+            self._ram_bytes -= record.payload_len
+            self._queues.get(record.queue_id, {}).pop(record.seq, None)
+            self.quotas.release([_charge(record)])
+        if spilled:
+            await self._submit(Job("remove_express", removes=[r.ref for r in spilled],
+                                   removed_keys=_keys(spilled)))
+        if durable:
+            await self._submit(Job("remove", removes=[r.ref for r in durable],
+                                   removed_keys=_keys(durable)))
 
     async def _submit_sends(self, job: Job) -> Job:
-        """Check and charge the quotas of ``job``'s messages, then submit it."""
-        job.sends = [self._classify(send) for send in job.sends]
-        charges = [Charge(s.queue_id, record_size(len(s.payload)), s.journal)
-                   for s in job.sends]
+        """Check sizes and quotas, charge them, number the messages, then submit the job."""
+        if self._writer is None:
+            raise StoreClosed("the store is not started")
+        sends = self._prepare_sends(job.sends, transactional=job.op not in ("append", "express"))
+        charges = [Charge(s.queue_id, record_size(len(s.payload)), s.journal) for s in sends]
         self.quotas.check(charges)
         self.quotas.charge(charges)
+        job.sends = self._number(sends)
         try:
             return await self._submit(job)
         except BaseException:
             self.quotas.release(charges)
             raise
 
-    def _classify(self, send: SendSpec) -> SendSpec:
-        info = self.registry.get(send.queue_id)
-        if info is not None and info.journal_class and not send.journal:
-            return dataclasses.replace(send, journal=True)
-        return send
+    def _prepare_sends(self, sends: Sequence[SendSpec], *,
+                       transactional: bool = False) -> list[SendSpec]:
+        """Refuse what cannot fit; mark journal-class queues; transactional means recoverable."""
+        prepared = []
+        for send in sends:
+            if len(send.payload) > self._payload_max:
+                raise MessageTooLarge(
+                    f"message of {len(send.payload)} bytes exceeds the largest a segment holds "
+                    f"({self._payload_max} bytes)")
+            info = self.registry.get(send.queue_id)
+            journal = send.journal or (info is not None and info.journal_class)
+            express = send.express and not transactional
+            if journal != send.journal or express != send.express:
+                send = dataclasses.replace(send, journal=journal, express=express)
+            prepared.append(send)
+        return prepared
+
+    def _number(self, sends: list[SendSpec]) -> list[SendSpec]:
+        with self._seq_lock:
+            numbered = []
+            for send in sends:
+                seq = self._next_seq.get(send.queue_id, 1)
+                self._next_seq[send.queue_id] = seq + 1
+                numbered.append(dataclasses.replace(send, seq=seq))
+            return numbered
+
+    def _seq_snapshot(self) -> dict[int, int]:
+        """For the writer thread's checkpoints."""
+        with self._seq_lock:
+            return dict(self._next_seq)
 
     async def _submit(self, job: Job) -> Job:
         if self._writer is None:
@@ -198,7 +275,7 @@ class MessageStore:
     def _on_durable(self, jobs: list[Job]) -> None:
         """On the loop, after a batch is durable: make its effects visible, in batch order."""
         for job in jobs:
-            if job.op in ("append", "commit", "commit_prepared"):
+            if job.op in ("append", "commit", "commit_prepared", "express"):
                 for record in job.records:
                     self._queues.setdefault(record.queue_id, {})[record.seq] = record
             for queue_id, seq in job.removed_keys:
@@ -209,7 +286,13 @@ class MessageStore:
     # ---- reads ---------------------------------------------------------------------------
 
     def read(self, record: StoredRecord) -> bytes:
-        """The message body (a copy out of the mapped segment)."""
+        """The message body (a copy out of the mapped segment, or the RAM copy of an express
+        message)."""
+        if record.segment == 0:
+            body = self._ram.get(record.offset)
+            if body is None:
+                raise UnknownRecord(f"express message {record.queue_id}:{record.seq} is gone")
+            return body
         state = self._engine.segments.get(record.segment)
         if state is None:
             raise UnknownRecord(f"segment {record.segment} is gone")

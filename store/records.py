@@ -12,7 +12,8 @@ from store.logcodec import Ref
 
 __all__ = ["SendSpec", "StoredRecord", "Job", "Op", "PreparedTx"]
 
-Op = Literal["append", "commit", "prepare", "commit_prepared", "abort", "remove"]
+Op = Literal["append", "commit", "prepare", "commit_prepared", "abort", "remove", "express",
+             "remove_express"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,8 @@ class SendSpec:
     expires_ms: int = 0
     flags: RecordFlags = RecordFlags.NONE
     journal: bool = False  # journal messages live in j segments
+    express: bool = False  # kept in RAM, spilled to r segments, lost on restart
+    seq: int = 0  # the queue sequence number, assigned by MessageStore in submission order
 
 
 @dataclass(frozen=True, slots=True)
