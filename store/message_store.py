@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from store.audit import Auditor, AuditingFileOps
 from store.datadir import DataDir, DataDirLock, lock_data_dir
 from store.engine import Engine
 from store.errors import MessageTooLarge, StoreClosed, StoreError, UnknownRecord
@@ -33,6 +34,7 @@ from store.framing import RECORD_HEADER_SIZE, RecordFlags, max_payload, record_s
 from store.logs import recovery_log
 from store.lqs import QueueInfo, QueueRegistry
 from store.options import StoreOptions
+from store.pingpong import PingPong
 from store.quota import Charge, QuotaBook
 from store.records import Job, PreparedTx, SendSpec, StoredRecord
 from store.startup import RecoveryReport, open_engine
@@ -73,6 +75,13 @@ class MessageStore:
         self._ram: dict[int, bytes] = {}
         self._ram_bytes = 0
         self._ram_keys = itertools.count(1)
+        self.auditor: Auditor | None = None
+        self._audit_stop = threading.Event()
+        self._audit_thread: threading.Thread | None = None
+        self._streams: PingPong | None = None
+        self._streams_lock = asyncio.Lock()
+        # The last saved state of incoming ordered streams (MQInSeqs.lg1/lg2), or None.
+        self.stream_state: bytes | None = None
         self._queues: dict[int, dict[int, StoredRecord]] = {}
         for record in records:
             self._queues.setdefault(record.queue_id, {})[record.seq] = record
@@ -91,14 +100,19 @@ class MessageStore:
             OSError: an I/O error recovery cannot work around.
         """
         lock = lock_data_dir(root)
-        ops = ops or RealFileOps()
+        ops = AuditingFileOps(ops or RealFileOps())
+        auditor = Auditor(lock.data_dir, ops)
         try:
+            auditor.check_at_start()
             opened = open_engine(ops, lock.data_dir, options)
             registry = QueueRegistry(ops, lock.data_dir.lqs)
             registry.load(ids_in_use=set(opened.engine.next_seq))
+            streams, stream_state, bad = PingPong.load(ops, lock.data_dir.storage, "MQInSeqs")
         except BaseException:
             lock.release()
             raise
+        if bad:
+            recovery_log.warning("MQInSeqs: %d damaged copy(ies) ignored", bad)
         report = opened.report
         recovery_log.info(
             "store recovered segments=%d live=%d prepared=%d dead=%d damaged=%d full_scans=%d "
@@ -107,12 +121,30 @@ class MessageStore:
             report.full_scans, report.log_entries, report.seconds)
         for problem in registry.problems:
             recovery_log.warning("%s", problem)
-        return cls(lock, opened.engine, opened.records, opened.prepared, report, registry)
+        store = cls(lock, opened.engine, opened.records, opened.prepared, report, registry)
+        auditor.baseline()
+        auditor.save_state(clean=False)
+        store.auditor = auditor
+        store._streams = streams
+        store.stream_state = stream_state
+        return store
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer thread; async calls may be made on ``loop`` from now on."""
         assert self._writer is None
         self._writer = GroupCommitter(self._engine, loop, self._on_durable)
+        self._audit_thread = threading.Thread(target=self._audit_loop, name="store-audit",
+                                              daemon=True)
+        self._audit_thread.start()
+
+    def _audit_loop(self) -> None:
+        assert self.auditor is not None
+        while not self._audit_stop.wait(self.options.audit_interval_s):
+            try:
+                self.auditor.run_pass()
+                self.auditor.save_state(clean=False)
+            except OSError as exc:  # the audit is advisory: never stop the store for it
+                recovery_log.warning("audit pass failed: %s", exc)
 
     @property
     def closed(self) -> bool:
@@ -130,7 +162,13 @@ class MessageStore:
         if self._writer is not None:
             self._writer.stop()
             self._writer = None
+        self._audit_stop.set()
+        if self._audit_thread is not None:
+            self._audit_thread.join()
         self._engine.close()
+        if self.auditor is not None:
+            self.auditor.run_pass()
+            self.auditor.save_state(clean=self._engine.failed is None)
         self._lock.release()
         self._lock = None
 
@@ -311,6 +349,18 @@ class MessageStore:
     def queue_bytes(self, queue_id: int) -> int:
         """Bytes the queue's messages occupy in segments (what its quota counts)."""
         return self.quotas.queue_used.get(queue_id, 0)
+
+    # ---- incoming stream state (MQInSeqs.lg1 / .lg2) -------------------------------------
+
+    async def save_stream_state(self, payload: bytes) -> None:
+        """Replace the saved state of incoming ordered streams, durably (ping-pong copies).
+
+        The gateway's exactly-once receiver encodes the payload; the store keeps it whole.
+        """
+        assert self._streams is not None
+        async with self._streams_lock:
+            await self._blocking(self._streams.write, payload)
+            self.stream_state = payload
 
     # ---- queue registration (lqs/) -------------------------------------------------------
 

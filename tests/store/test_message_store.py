@@ -250,7 +250,10 @@ async def test_torn_checkpoint_copy_falls_back_to_the_other(tmp_path: Path) -> N
     await store.append(SendSpec(1, b"kept"))
     store = await _restart(store)
     await close_store(store)
-    copies = sorted((tmp_path / "storage").glob("MQTrans.lg*"), key=lambda p: p.stat().st_mtime)
+    from store.pingpong import decode_copy
+
+    copies = sorted((tmp_path / "storage").glob("MQTrans.lg*"),
+                    key=lambda p: decode_copy(p.read_bytes())[0])  # type: ignore[index]
     newest = copies[-1]
     newest.write_bytes(newest.read_bytes()[:10])
     store = await open_store(tmp_path)
@@ -283,4 +286,24 @@ async def test_many_concurrent_appends_share_syncs(tmp_path: Path) -> None:
     writer = store._writer
     assert writer is not None
     assert writer.batches < 2000 / 4, "concurrent commits are grouped into shared syncs"
+    await close_store(store)
+
+
+async def test_stream_state_is_kept_in_mqinseqs_ping_pong(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    assert store.stream_state is None
+    await store.save_stream_state(b'{"streams": 1}')
+    await store.save_stream_state(b'{"streams": 2}')
+    assert (tmp_path / "storage" / "MQInSeqs.lg1").exists()
+    assert (tmp_path / "storage" / "MQInSeqs.lg2").exists()
+    store = await _restart(store)
+    assert store.stream_state == b'{"streams": 2}'
+    await close_store(store)
+    from store.pingpong import decode_copy
+
+    newest = max((tmp_path / "storage").glob("MQInSeqs.lg*"),
+                 key=lambda p: decode_copy(p.read_bytes())[0])  # type: ignore[index]
+    newest.write_bytes(b"torn")
+    store = await open_store(tmp_path)
+    assert store.stream_state == b'{"streams": 1}'
     await close_store(store)

@@ -1,0 +1,219 @@
+"""Audit of the storage folder (seed 000: deleting, editing or adding any file under the storage
+folder generates an audit entry).
+
+Every file operation of the store goes through ``AuditingFileOps``, which remembers the paths
+the store itself touched. A pass lists ``storage/`` (recursively), compares each file's inode,
+size and modification time with the previous pass, and writes a JSON line to
+``<data dir>/audit.log`` for every difference the store did not cause. Touches are kept for
+two passes, so a write landing between a listing and the next one is never blamed on others.
+
+Between runs the listing is kept in ``<data dir>/audit.state``. At start the files are compared
+with it: after a clean stop every difference is reported; after a crash (the state may be up to
+one pass old) only files that vanished or were replaced are.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from store.datadir import DataDir
+from store.fileops import FileOps
+from store.logs import audit_log
+from store.segment import parse_segment_name
+
+__all__ = ["AuditingFileOps", "Auditor", "AuditEvent"]
+
+Listing = dict[str, tuple[int, int, int]]  # relative path -> (inode, size, mtime_ns)
+
+
+class AuditingFileOps:
+    """``FileOps`` that remembers which files the store changed."""
+
+    def __init__(self, inner: FileOps) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()
+        self._fd_paths: dict[int, Path] = {}
+        self.touched: set[Path] = set()
+
+    def _touch(self, path: Path) -> None:
+        with self._lock:
+            self.touched.add(path)
+
+    def _touch_fd(self, fd: int) -> None:
+        path = self._fd_paths.get(fd)
+        if path is not None:
+            self._touch(path)
+
+    def take_touched(self) -> set[Path]:
+        with self._lock:
+            touched, self.touched = self.touched, set()
+            return touched
+
+    def open(self, path: Path, *, create: bool = False, exclusive: bool = False) -> int:
+        if create:
+            self._touch(path)
+        fd = self._inner.open(path, create=create, exclusive=exclusive)
+        self._fd_paths[fd] = path
+        return fd
+
+    def close(self, fd: int) -> None:
+        self._fd_paths.pop(fd, None)
+        self._inner.close(fd)
+
+    def allocate(self, fd: int, length: int) -> None:
+        self._touch_fd(fd)
+        self._inner.allocate(fd, length)
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> None:
+        self._touch_fd(fd)
+        self._inner.pwrite(fd, data, offset)
+
+    def pwritev(self, fd: int, buffers: Sequence[bytes], offset: int) -> None:
+        self._touch_fd(fd)
+        self._inner.pwritev(fd, buffers, offset)
+
+    def pread(self, fd: int, length: int, offset: int) -> bytes:
+        return self._inner.pread(fd, length, offset)
+
+    def fdatasync(self, fd: int) -> None:
+        self._touch_fd(fd)  # metadata (mtime) may reach the disk only now
+        self._inner.fdatasync(fd)
+
+    def fsync_dir(self, path: Path) -> None:
+        self._inner.fsync_dir(path)
+
+    def size(self, fd: int) -> int:
+        return self._inner.size(fd)
+
+    def truncate(self, fd: int, length: int) -> None:
+        self._touch_fd(fd)
+        self._inner.truncate(fd, length)
+
+    def map_readonly(self, fd: int, length: int) -> mmap.mmap:
+        return self._inner.map_readonly(fd, length)
+
+    def unlink(self, path: Path) -> None:
+        self._touch(path)
+        self._inner.unlink(path)
+
+    def rename(self, source: Path, target: Path) -> None:
+        self._touch(source)
+        self._touch(target)
+        self._inner.rename(source, target)
+        for fd, path in list(self._fd_paths.items()):
+            if path == source:
+                self._fd_paths[fd] = target
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    file: str
+    change: str  # added | removed | replaced | modified
+    detail: str
+
+
+class Auditor:
+    """Passes over ``storage/``; events go to ``audit.log``."""
+
+    def __init__(self, data_dir: DataDir, ops: AuditingFileOps) -> None:
+        self._data_dir = data_dir
+        self._ops = ops
+        self._listing: Listing = {}
+        self._recent: set[Path] = set()
+        self.events_total = 0
+
+    def check_at_start(self) -> list[AuditEvent]:
+        """Compare the files with the state saved by the previous run (before recovery)."""
+        state_path = self._data_dir.root / "audit.state"
+        try:
+            state = json.loads(state_path.read_text())
+            previous: Listing = {k: (int(v[0]), int(v[1]), int(v[2]))
+                                 for k, v in state["files"].items()}
+            clean = bool(state["clean"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return []  # first start (or no usable state): nothing to compare with
+        events = _diff(previous, self._list(), lambda _: False)
+        if not clean:
+            events = [e for e in events if e.change in ("removed", "replaced")]
+        self._record(events)
+        return events
+
+    def baseline(self) -> None:
+        """Take the listing the next pass compares with (after the store's own start-up)."""
+        self._recent = self._ops.take_touched()
+        self._listing = self._list()
+
+    def run_pass(self) -> list[AuditEvent]:
+        touched = self._ops.take_touched()
+        listing = self._list()
+        blamed = touched | self._recent
+        root = self._data_dir.storage
+        events = _diff(self._listing, listing, lambda name: root / name in blamed)
+        self._recent = touched
+        self._listing = listing
+        self._record(events)
+        return events
+
+    def save_state(self, *, clean: bool) -> None:
+        target = self._data_dir.root / "audit.state"
+        building = target.with_name("audit.state.tmp")
+        building.write_text(json.dumps({"clean": clean, "files": self._listing}))
+        os.replace(building, target)
+
+    def _list(self) -> Listing:
+        listing: Listing = {}
+        root = self._data_dir.storage
+        for directory, _, names in os.walk(root):
+            for name in names:
+                path = Path(directory) / name
+                try:
+                    st = path.stat()
+                except FileNotFoundError:
+                    continue
+                listing[str(path.relative_to(root))] = (st.st_ino, st.st_size, st.st_mtime_ns)
+        return listing
+
+    def _record(self, events: list[AuditEvent]) -> None:
+        if not events:
+            return
+        self.events_total += len(events)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with open(self._data_dir.audit_log, "a", encoding="utf-8") as log:
+            for event in events:
+                log.write(json.dumps({"time": now, "file": event.file, "change": event.change,
+                                      "detail": event.detail}) + "\n")
+                audit_log.warning("storage file changed from outside file=%s change=%s %s",
+                                  event.file, event.change, event.detail)
+
+
+def _diff(before: Listing, after: Listing, ours: Callable[[str], bool]) -> list[AuditEvent]:
+    events: list[AuditEvent] = []
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name), after.get(name)
+        if ours(name) and not _resized_segment(name, old, new):
+            continue
+        if old is None and new is not None:
+            events.append(AuditEvent(name, "added", f"size={new[1]}"))
+        elif old is not None and new is None:
+            events.append(AuditEvent(name, "removed", f"size was {old[1]}"))
+        elif old is not None and new is not None and old != new:
+            if old[0] != new[0]:
+                events.append(AuditEvent(name, "replaced", f"inode {old[0]} -> {new[0]}"))
+            else:
+                events.append(AuditEvent(name, "modified", f"size {old[1]} -> {new[1]}"))
+    return events
+
+
+def _resized_segment(name: str, old: tuple[int, int, int] | None,
+                     new: tuple[int, int, int] | None) -> bool:
+    """A data segment never changes size once it has its name: whoever resized it, not us."""
+    parsed = parse_segment_name(Path(name).name)
+    return (parsed is not None and parsed[0] in "pjr" and old is not None and new is not None
+            and old[0] == new[0] and old[1] != new[1])

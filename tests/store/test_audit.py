@@ -1,0 +1,63 @@
+"""Audit of the storage folder: outside changes are logged, the store's own are not."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from store.options import StoreOptions
+from store.records import SendSpec
+from tests.store.conftest import close_store, open_store
+
+FAST_AUDIT = StoreOptions(segment_size=256 << 10, qmlog_size=1 << 20,
+                          group_commit_bytes_max=64 << 10, checkpoint_interval_s=0.1,
+                          cleanup_interval_s=0.1, audit_interval_s=0.2)
+
+
+def _events(root: Path) -> list[dict[str, str]]:
+    path = root / "audit.log"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_own_writes_are_not_reported(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, FAST_AUDIT)
+    for round_ in range(5):
+        records = [await store.append(SendSpec(1, bytes(5000))) for _ in range(30)]
+        await store.create_queue(f"q{round_}", {})
+        await store.remove(records)
+        await asyncio.sleep(0.25)
+    await close_store(store)
+    store = await open_store(tmp_path, FAST_AUDIT)
+    await close_store(store)
+    assert _events(tmp_path) == []
+
+
+async def test_outside_changes_while_running_are_reported(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, FAST_AUDIT)
+    await store.append(SendSpec(1, b"x"))
+    await asyncio.sleep(0.3)
+    (tmp_path / "storage" / "intruder.txt").write_text("hello")
+    segment = next((tmp_path / "storage").glob("p*.mq"))
+    with open(segment, "r+b") as handle:
+        handle.seek(0, 2)
+        handle.write(b"appended by someone")
+    await asyncio.sleep(0.6)
+    await close_store(store)
+    changes = {(e["file"], e["change"]) for e in _events(tmp_path)}
+    assert ("intruder.txt", "added") in changes
+    assert (segment.name, "modified") in changes
+
+
+async def test_changes_while_stopped_are_reported_at_start(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, FAST_AUDIT)
+    await store.create_queue("q", {})
+    await close_store(store)
+    lqs_file = next((tmp_path / "storage" / "lqs").iterdir())
+    lqs_file.unlink()
+    store = await open_store(tmp_path, FAST_AUDIT)
+    await close_store(store)
+    assert (f"lqs/{lqs_file.name}", "removed") in {(e["file"], e["change"])
+                                                   for e in _events(tmp_path)}
