@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway import health
+from gateway import admin, health
 from gateway.appkeys import FILE_OPS_KEY, METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.logs import server_log
 from gateway.metrics import Metrics
@@ -57,6 +57,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     app[STATE_KEY] = GatewayState()
     app[FILE_OPS_KEY] = file_ops or RealFileOps()
     app.add_routes(health.routes)
+    app.add_routes(admin.routes)
     app.cleanup_ctx.append(_store_ctx)
     return app
 

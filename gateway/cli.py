@@ -59,6 +59,26 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("data_dir", type=Path, metavar="DATA_DIR")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(handler=_cmd_check)
+
+    backup = commands.add_parser(
+        "backup",
+        help="take a consistent backup of a data directory (also while the gateway runs)",
+        description="Copy DATA_DIR's store into DEST (new or empty) with a manifest of "
+        "SHA-256 checksums. When a gateway holds DATA_DIR, it is asked to take the backup.",
+    )
+    backup.add_argument("data_dir", type=Path, metavar="DATA_DIR")
+    backup.add_argument("dest", type=Path, metavar="DEST")
+    backup.set_defaults(handler=_cmd_backup)
+
+    restore = commands.add_parser(
+        "restore",
+        help="restore a backup into an empty data directory and verify it",
+        description="Verify every file of the backup SRC against its manifest, copy it into "
+        "DATA_DIR (new or empty), and open the store once to verify its records.",
+    )
+    restore.add_argument("src", type=Path, metavar="SRC")
+    restore.add_argument("data_dir", type=Path, metavar="DATA_DIR")
+    restore.set_defaults(handler=_cmd_restore)
     return parser
 
 
@@ -88,6 +108,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from gateway.offline import run_check
 
     return run_check(args.data_dir, as_json=args.json)
+
+
+def _cmd_backup(args: argparse.Namespace) -> int:
+    from gateway.offline import run_backup
+
+    return run_backup(args.data_dir, args.dest)
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    from gateway.offline import run_restore
+
+    return run_restore(args.src, args.data_dir)
 
 
 def _load(args: argparse.Namespace) -> tuple[Settings, str]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
+import os
 import signal
 import socket
 from pathlib import Path
@@ -73,6 +75,7 @@ async def _serve(settings: Settings, sock: socket.socket, *, config_source: str)
     await runner.setup()
     site = web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace)
     await site.start()
+    marker = _write_marker(settings)
     server_log.info(
         "entrepot serving listen=%s data_dir=%s config=%s",
         settings.server.listen,
@@ -81,6 +84,20 @@ async def _serve(settings: Settings, sock: socket.socket, *, config_source: str)
     )
     await stop.wait()
     server_log.info("stopping: no new connections, grace=%ss", settings.server.shutdown_grace)
+    marker.unlink(missing_ok=True)
     await runner.cleanup()
     server_log.info("stopped")
     return 0
+
+
+def _write_marker(settings: Settings) -> Path:
+    """``<data dir>/gateway.json``: how offline commands find the gateway that holds the
+    directory (``entrepot backup`` asks it to take the backup)."""
+    host = settings.server.host
+    shown = f"[{host}]" if ":" in host else host
+    if host in ("0.0.0.0", "::"):
+        shown = "127.0.0.1" if host == "0.0.0.0" else "[::1]"
+    marker = Path(settings.store.data_dir) / "gateway.json"
+    marker.write_text(json.dumps({"url": f"http://{shown}:{settings.server.port}",
+                                  "pid": os.getpid()}))
+    return marker

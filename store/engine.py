@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -127,6 +128,11 @@ class Engine:
         self.next_seq: dict[int, int] = {}
         self.prepared: dict[int, PreparedTx] = {}
         self.failed: str | None = None
+        # A backup holds checkpoints (so no freed space is reused while it copies); the writer
+        # then waits for the hold to end if the QMLog fills up.
+        self.checkpoint_lock = threading.Lock()
+        self.unheld = threading.Event()
+        self.unheld.set()
         self.last_cleanup = time.monotonic()
         self.payload_max = max_payload(options.segment_size)
 
@@ -176,6 +182,7 @@ class Engine:
 
     def _ensure_log_space(self, needed: int) -> None:
         if self.qmlog.free_bytes() < needed + 4096:
+            self.unheld.wait()
             self.checkpoint()
         assert self.qmlog.free_bytes() >= needed, "batch larger than the QMLog"
 
@@ -368,10 +375,24 @@ class Engine:
         """
         if self.failed is not None:
             raise StoreFailed(self.failed)
-        try:
-            self._checkpoint(cleanup=cleanup)
-        except OSError as exc:
-            raise self._fail(f"I/O error in a checkpoint: {exc}") from exc
+        with self.checkpoint_lock:
+            try:
+                self._checkpoint(cleanup=cleanup)
+            except OSError as exc:
+                raise self._fail(f"I/O error in a checkpoint: {exc}") from exc
+
+    def hold_checkpoints(self) -> None:
+        """Stop checkpoints (and so space reuse) until ``release_checkpoints``; waits for one
+        in progress to finish. Called by a backup, from its own thread."""
+        with self.checkpoint_lock:
+            self.unheld.clear()
+
+    def release_checkpoints(self) -> None:
+        self.unheld.set()
+
+    @property
+    def checkpoints_held(self) -> bool:
+        return not self.unheld.is_set()
 
     def _checkpoint(self, *, cleanup: bool) -> None:
         for state in self.segments.values():

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from store.audit import Auditor, AuditingFileOps
+from store.backup import BackupReport, Progress, copy_storage
 from store.datadir import DataDir, DataDirLock, lock_data_dir
 from store.engine import Engine
 from store.errors import MessageTooLarge, StoreClosed, StoreError, UnknownRecord
@@ -349,6 +350,17 @@ class MessageStore:
     def queue_bytes(self, queue_id: int) -> int:
         """Bytes the queue's messages occupy in segments (what its quota counts)."""
         return self.quotas.queue_used.get(queue_id, 0)
+
+    # ---- backup --------------------------------------------------------------------------
+
+    def backup(self, dest: Path, progress: Progress | None = None) -> BackupReport:
+        """Copy the open store into ``dest`` consistently (see ``store.backup``). Blocking:
+        call it off the event loop; writes go on meanwhile (checkpoints wait)."""
+        self._engine.hold_checkpoints()
+        try:
+            return copy_storage(self.data_dir.storage, dest, progress)
+        finally:
+            self._engine.release_checkpoints()
 
     # ---- incoming stream state (MQInSeqs.lg1 / .lg2) -------------------------------------
 

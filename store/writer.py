@@ -104,7 +104,7 @@ class GroupCommitter:
                 return
             now = time.monotonic()
             due = now - last_checkpoint >= options.checkpoint_interval_s
-            if self._engine.failed is None and due:
+            if self._engine.failed is None and due and not self._engine.checkpoints_held:
                 cleanup = now - self._engine.last_cleanup >= options.cleanup_interval_s
                 try:
                     self._engine.checkpoint(cleanup=cleanup)

@@ -1,0 +1,60 @@
+"""``entrepot backup`` / ``restore`` from the command line, offline and against a running
+gateway (which takes the backup itself)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import REPO_ROOT, GatewayProcess, http_get
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True,
+                          text=True, cwd=REPO_ROOT, timeout=120)
+
+
+def test_backup_through_a_running_gateway_then_restore(gateway: GatewayProcess,
+                                                       tmp_path: Path) -> None:
+    marker = json.loads((gateway.data_dir / "gateway.json").read_text())
+    assert marker["url"] == gateway.url
+    result = _cli("backup", str(gateway.data_dir), str(tmp_path / "bk"))
+    assert result.returncode == 0, result.stderr
+    assert "asking it for the backup" in result.stderr
+    assert (tmp_path / "bk" / "MANIFEST.json").exists()
+    assert http_get(gateway.url + "/readyz")[0] == 200
+    again = _cli("backup", str(gateway.data_dir), str(tmp_path / "bk"))
+    assert again.returncode == 2
+    assert "not empty" in again.stderr
+    restored = _cli("restore", str(tmp_path / "bk"), str(tmp_path / "restored"))
+    assert restored.returncode == 0, restored.stderr
+    assert "restored" in restored.stdout
+    assert (tmp_path / "restored" / "storage").is_dir()
+
+
+def test_offline_backup_and_restore_commands(tmp_path: Path) -> None:
+    proc = GatewayProcess(tmp_path / "data")
+    proc.wait_ready()
+    assert proc.stop() == 0
+    assert not (tmp_path / "data" / "gateway.json").exists(), "removed at a clean stop"
+    assert _cli("backup", str(tmp_path / "data"), str(tmp_path / "bk")).returncode == 0
+    bad = _cli("restore", str(tmp_path / "bk"), str(tmp_path / "data"))
+    assert bad.returncode == 2
+    assert "not empty" in bad.stderr
+    assert _cli("restore", str(tmp_path / "nope"), str(tmp_path / "r")).returncode == 2
+
+
+def test_admin_backup_route_validates_its_body(gateway: GatewayProcess) -> None:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(gateway.url + "/v1/admin/backup", data=b"[1]",
+                                     method="POST")
+    try:
+        urllib.request.urlopen(request, timeout=5)
+        raise AssertionError("expected 400")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 400
+        assert exc.headers["Content-Type"] == "application/problem+json"

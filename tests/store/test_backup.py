@@ -1,0 +1,113 @@
+"""Backup and restore: offline, online under load, and the refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from store.backup import BackupError, backup_offline, restore
+from store.errors import StoreLocked
+from store.records import SendSpec
+from tests.store.conftest import SMALL, close_store, open_store
+
+
+async def _filled(root: Path, count: int = 40) -> list[bytes]:
+    store = await open_store(root)
+    await store.create_queue("orders", {"transactional": "1"})
+    records = [await store.append(SendSpec(1, bytes([i]) * 700)) for i in range(count)]
+    await store.remove(records[:5])
+    await store.commit([SendSpec(2, b"t1"), SendSpec(2, b"t2")])
+    await close_store(store)
+    return [bytes([i]) * 700 for i in range(5, count)]
+
+
+def _bodies(root: Path) -> dict[int, list[bytes]]:
+    from store.message_store import MessageStore
+
+    store = MessageStore.open(root, SMALL)
+    try:
+        return {q: [store.read(r) for r in store.records(q)] for q in store.queue_ids()}
+    finally:
+        store.close()
+
+
+async def test_offline_backup_and_restore_round_trip(tmp_path: Path) -> None:
+    expected = await _filled(tmp_path / "data")
+    report = backup_offline(tmp_path / "data", tmp_path / "backup")
+    assert report.files >= 5
+    manifest = json.loads((tmp_path / "backup" / "MANIFEST.json").read_text())
+    assert all(len(meta["sha256"]) == 64 for meta in manifest["files"].values())
+    assert any(name.startswith("storage/lqs/") for name in manifest["files"])
+    restored = restore(tmp_path / "backup", tmp_path / "restored", SMALL)
+    assert restored.live_records == len(expected) + 2
+    assert restored.damaged == 0
+    bodies = _bodies(tmp_path / "restored")
+    assert bodies[1] == expected
+    assert bodies[2] == [b"t1", b"t2"]
+
+
+async def test_restore_refuses_a_damaged_backup_and_a_non_empty_target(tmp_path: Path) -> None:
+    await _filled(tmp_path / "data")
+    backup_offline(tmp_path / "data", tmp_path / "backup")
+    with pytest.raises(BackupError, match="not empty"):
+        restore(tmp_path / "backup", tmp_path / "data", SMALL)
+    with pytest.raises(BackupError, match="not empty"):
+        backup_offline(tmp_path / "data", tmp_path / "backup")
+    segment = next((tmp_path / "backup" / "storage").glob("p*.mq"))
+    data = bytearray(segment.read_bytes())
+    data[5000] ^= 0x01
+    segment.write_bytes(bytes(data))
+    with pytest.raises(BackupError, match="fails its checksum"):
+        restore(tmp_path / "backup", tmp_path / "restored", SMALL)
+    assert not (tmp_path / "restored").exists() or not any((tmp_path / "restored").iterdir())
+
+
+async def test_restore_refuses_a_manifest_pointing_outside_storage(tmp_path: Path) -> None:
+    (tmp_path / "evil").mkdir()
+    (tmp_path / "evil" / "MANIFEST.json").write_text(json.dumps(
+        {"format": 1, "files": {"storage/../../etc/passwd": {"size": 1, "sha256": "x"}}}))
+    with pytest.raises(BackupError, match="outside storage"):
+        restore(tmp_path / "evil", tmp_path / "restored", SMALL)
+
+
+async def test_offline_backup_of_an_open_store_is_refused(tmp_path: Path) -> None:
+    store = await open_store(tmp_path / "data")
+    with pytest.raises(StoreLocked):
+        backup_offline(tmp_path / "data", tmp_path / "backup")
+    await close_store(store)
+
+
+async def test_online_backup_under_load_keeps_everything_acknowledged_before(
+        tmp_path: Path) -> None:
+    store = await open_store(tmp_path / "data")
+    before = [await store.append(SendSpec(1, b"before-%d" % i)) for i in range(300)]
+    await store.remove(before[:50])
+    stop = asyncio.Event()
+
+    async def load() -> int:
+        sent = 0
+        while not stop.is_set():
+            records = await asyncio.gather(*(store.append(SendSpec(1, b"during")) for _ in
+                                             range(20)))
+            await store.remove(records[:10])
+            await store.commit([SendSpec(3, b"a"), SendSpec(3, b"b")])
+            sent += 1
+        return sent
+
+    loader = asyncio.create_task(load())
+    await asyncio.sleep(0.05)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, store.backup, tmp_path / "backup")
+    stop.set()
+    assert await loader > 0
+    await close_store(store)
+    report = restore(tmp_path / "backup", tmp_path / "restored", SMALL)
+    assert report.damaged == 0
+    bodies = _bodies(tmp_path / "restored")
+    kept = [b for b in bodies[1] if b.startswith(b"before-")]
+    assert kept == [b"before-%d" % i for i in range(50, 300)]
+    pairs = bodies.get(3, [])
+    assert len(pairs) % 2 == 0, "transactions are whole in the backup"
