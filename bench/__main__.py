@@ -19,7 +19,7 @@ from pathlib import Path
 from bench.scenarios import SCENARIOS, Scenario
 
 # Scenarios measured inside one process (no HTTP), each a module printing JSON records.
-IN_PROCESS = {"store-commit": "bench.store_commit"}
+IN_PROCESS = {"store-commit": "bench.store_commit", "recovery": "bench.store_recovery"}
 STORE_LEVELS = (1, 16, 64, 256)
 
 
@@ -48,7 +48,7 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,16,64")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
-    unknown = set(args.only) - {s.name for s in SCENARIOS} - set(IN_PROCESS)
+    unknown = set(args.only) - {s.name for s in SCENARIOS} - set(IN_PROCESS) - {"memory"}
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
 
@@ -87,14 +87,25 @@ def main() -> int:
                       f"{result['p99_ms']:>9.2f}{ceiling_rate:>11.0f}{record['ratio']:>7.2f}"
                       f"  {scenario.compare_to}", flush=True)
     for name, module in IN_PROCESS.items():
-        if args.only and name not in args.only:
+        if args.only and name not in args.only and not (name == "recovery"
+                                                         and "memory" in args.only):
             continue
+        extra = (["--mib", "64" if args.quick else "1024",
+                  "--messages", "100000" if args.quick else "1000000"]
+                 if name == "recovery" else [])
         out = subprocess.run(
             [sys.executable, "-m", module, "--levels", ",".join(map(str, STORE_LEVELS)),
-             "--requests", str(3000 if args.quick else 20000)],
-            check=True, capture_output=True, text=True, timeout=900)
+             "--requests", str(3000 if args.quick else 20000), *extra],
+            check=True, capture_output=True, text=True, timeout=1800)
         for record in json.loads(out.stdout):
             records.append(record)
+            if record["scenario"] in ("recovery", "memory"):
+                figure = (f"{record['seconds_per_gib']} s/GiB (goal <= 5)"
+                          if record["scenario"] == "recovery"
+                          else f"{record['bytes_per_message']} B/message (goal <= 200)")
+                print(f"{record['scenario']:<22}  {figure}; ratio {record['ratio']} "
+                      f"to {record['ceiling']}", flush=True)
+                continue
             print(f"{record['scenario']:<22}{record['concurrency']:>4}"
                   f"{record['msgs_per_s']:>11.0f}{record['p50_ms']:>9.2f}{record['p99_ms']:>9.2f}"
                   f"{record['ceiling_msgs_per_s']:>11.0f}{record['ratio']:>7.2f}"

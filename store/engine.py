@@ -272,6 +272,27 @@ class Engine:
             state.oldest_lsn = record.lsn
         state.bitmap_dirty = True
 
+    def occupy_many(self, records: Sequence[StoredRecord]) -> None:
+        """``_occupy`` for many records (recovery), marking adjacent records as one range."""
+        by_segment: dict[int, list[StoredRecord]] = {}
+        for record in records:
+            by_segment.setdefault(record.segment, []).append(record)
+        for number, items in by_segment.items():
+            state = self.segments[number]
+            items.sort(key=lambda r: r.offset)
+            start = end = items[0].offset
+            for record in items:
+                if record.offset != end:
+                    state.bitmap.set_range(start, end - start, occupied=True)
+                    start = record.offset
+                end = record.offset + record.size
+            state.bitmap.set_range(start, end - start, occupied=True)
+            state.live_count += len(items)
+            state.live_bytes += sum(r.size for r in items)
+            oldest = min(r.lsn for r in items)
+            state.oldest_lsn = min(state.oldest_lsn or oldest, oldest)
+            state.bitmap_dirty = True
+
     def _write_segment(self, number: int, items: list[tuple[int, bytes]]) -> None:
         """One ``pwritev`` per run of adjacent records."""
         items.sort()

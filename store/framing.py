@@ -99,6 +99,12 @@ class RecordFlags(enum.IntFlag):
     EXPRESS = 4
 
 
+# Value -> member lookups: constructing an enum per record dominated recovery profiles.
+_KINDS = {member.value: member for member in RecordKind}
+_STATES = {member.value: member for member in RecordState}
+_FLAGS: dict[int, RecordFlags] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentHeader:
     kind: str
@@ -240,15 +246,17 @@ def decode_record(
     padding = view[payload_start + payload_len: offset + size]
     if padding != bytes(len(padding)):
         return Damage(offset, size, "record padding is not zero")
-    try:
-        record_kind = RecordKind(kind)
-        record_state = RecordState(state)
-    except ValueError:
+    record_kind = _KINDS.get(kind)
+    record_state = _STATES.get(state)
+    if record_kind is None or record_state is None:
         return Damage(offset, size, f"unknown record kind {kind} or state {state:#x}")
     if lsn == 0 or priority > 7:
         return Damage(offset, size, "record fields out of range")
+    record_flags = _FLAGS.get(flags)
+    if record_flags is None:
+        record_flags = _FLAGS.setdefault(flags, RecordFlags(flags))
     return RecordHeader(offset, size, record_kind, record_state, payload_len, lsn, queue_id,
-                        tx_id, seq, expires_ms, priority, RecordFlags(flags))
+                        tx_id, seq, expires_ms, priority, record_flags)
 
 
 def scan_chain(

@@ -64,8 +64,8 @@ class MessageStore:
                                 machine_journal_quota=engine.options.machine_journal_quota)
         for info in registry.all():
             self.quotas.set_limit(info.queue_id, info.quota)
-        self.quotas.charge(_charge(r) for r in records)
-        self.quotas.charge(_charge(r) for p in prepared.values() for r in p.records)
+        self.quotas.charge(_charges_by_queue(records))
+        self.quotas.charge(_charges_by_queue([r for p in prepared.values() for r in p.records]))
         self._payload_max = max_payload(engine.options.segment_size)
         # Queue sequence numbers are handed out here, in submission order (the writer keeps
         # that order), so express messages held in RAM get theirs without a trip to the disk.
@@ -87,9 +87,11 @@ class MessageStore:
         for record in records:
             self._queues.setdefault(record.queue_id, {})[record.seq] = record
         # What each prepared transaction receives, as index keys (resolved once here).
-        by_ref = {r.ref: (r.queue_id, r.seq) for r in records}
-        self._prepared_keys = {tx: [by_ref[ref] for ref in p.removes if ref in by_ref]
-                               for tx, p in prepared.items()}
+        self._prepared_keys: dict[int, list[tuple[int, int]]] = {}
+        if prepared:
+            by_ref = {r.ref: (r.queue_id, r.seq) for r in records}
+            self._prepared_keys = {tx: [by_ref[ref] for ref in p.removes if ref in by_ref]
+                                   for tx, p in prepared.items()}
 
     @classmethod
     def open(cls, root: Path, options: StoreOptions, *, ops: FileOps | None = None
@@ -408,3 +410,12 @@ def _keys(records: Sequence[StoredRecord]) -> list[tuple[int, int]]:
 
 def _charge(record: StoredRecord) -> Charge:
     return Charge(record.queue_id, record.size, bool(record.flags & RecordFlags.JOURNAL))
+
+
+def _charges_by_queue(records: Sequence[StoredRecord]) -> list[Charge]:
+    """One charge per queue and class: recovery charges a million records at once."""
+    totals: dict[tuple[int, bool], int] = {}
+    for record in records:
+        key = (record.queue_id, bool(int(record.flags) & RecordFlags.JOURNAL.value))
+        totals[key] = totals.get(key, 0) + record.size
+    return [Charge(queue_id, size, journal) for (queue_id, journal), size in totals.items()]

@@ -71,8 +71,12 @@ def resolve(found: Iterable[Found], entries: Iterable[LogEntry],
         elif entry.kind == EntryKind.TX_ABORT:
             prepared.pop(entry.tx_id, None)
     result = Resolution(prepared_removes=prepared)
+    live = result.live
     for item in found:
         state = item.header.state
+        if state == RecordState.LIVE and not removed:
+            live.append(item)  # the common case, kept cheap: no Ref is built
+            continue
         ref = item.ref
         if state == RecordState.DEAD:
             result.dead += 1

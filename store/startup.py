@@ -108,8 +108,7 @@ def open_engine(ops: FileOps, data_dir: DataDir, options: StoreOptions) -> Opene
     engine = Engine(ops, data_dir, options, nonce=nonce, qmlog=qmlog, mqtrans=mqtrans)
     _fill_engine(engine, segments, found, entries, checkpoint, ops, data_dir)
     records = [_stored(f) for f in resolution.live]
-    for record in records:
-        engine._occupy(record)
+    engine.occupy_many(records)
     prepared: dict[int, PreparedTx] = {}
     for tx_id, items in resolution.prepared_records.items():
         tx_records = [_stored(f) for f in items]
