@@ -49,25 +49,27 @@ class GranuleBitmap:
         assert length % GRANULE == 0
         assert offset + length <= self.granules * GRANULE
         first = offset // GRANULE
-        last = first + length // GRANULE
+        last = first + length // GRANULE  # exclusive
+        if first == last:
+            return
         bits = self._bits
-        granule = first
-        # Whole bytes in the middle are set at once; the ragged ends bit by bit.
-        while granule < last and granule & 7:
-            self._set(granule, occupied)
-            granule += 1
-        while granule + 8 <= last:
-            bits[granule >> 3] = 0xFF if occupied else 0
-            granule += 8
-        while granule < last:
-            self._set(granule, occupied)
-            granule += 1
-
-    def _set(self, granule: int, occupied: bool) -> None:
+        first_byte, last_byte = first >> 3, (last - 1) >> 3
+        head = (0xFF << (first & 7)) & 0xFF
+        tail = 0xFF >> (7 - ((last - 1) & 7))
+        if first_byte == last_byte:
+            mask = head & tail
+            bits[first_byte] = bits[first_byte] | mask if occupied else bits[first_byte] & ~mask
+            return
+        # Masks for the ragged ends, whole bytes in between.
         if occupied:
-            self._bits[granule >> 3] |= 1 << (granule & 7)
+            bits[first_byte] |= head
+            bits[last_byte] |= tail
         else:
-            self._bits[granule >> 3] &= ~(1 << (granule & 7)) & 0xFF
+            bits[first_byte] &= ~head & 0xFF
+            bits[last_byte] &= ~tail & 0xFF
+        if last_byte > first_byte + 1:
+            fill = b"\xff" if occupied else b"\x00"
+            bits[first_byte + 1: last_byte] = fill * (last_byte - first_byte - 1)
 
     def runs(self, *, occupied: bool) -> Iterator[tuple[int, int]]:
         """Maximal ``(offset, end)`` byte ranges that are all occupied (or all free)."""

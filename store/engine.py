@@ -53,6 +53,9 @@ from store.segment import Segment, segment_name
 __all__ = ["Engine", "SegmentState", "Checkpoint"]
 
 _STATE_BYTE = 3
+_TRANSACTIONAL = RecordFlags.TRANSACTIONAL.value
+_JOURNAL = RecordFlags.JOURNAL.value
+_EXPRESS = RecordFlags.EXPRESS.value
 
 
 @dataclass(slots=True)
@@ -207,6 +210,7 @@ class Engine:
                 job.error = exc
                 break
         single = job.op == "commit" and len(job.sends) == 1 and not job.removes
+        tx_flag = 0 if job.op in ("append", "express") else _TRANSACTIONAL
         state = (RecordState.LIVE if job.op in ("append", "express") or single
                  else RecordState.PENDING)
         for send, (number, offset) in zip(job.sends, places):
@@ -220,12 +224,12 @@ class Engine:
             seq = send.seq or self.next_seq.get(send.queue_id, 1)
             if seq >= self.next_seq.get(send.queue_id, 1):
                 self.next_seq[send.queue_id] = seq + 1
-            flags = send.flags | (RecordFlags.TRANSACTIONAL if job.op not in ("append", "express")
-                                  else RecordFlags.NONE)
+            # Plain ints: enum arithmetic per message showed in profiles.
+            flags = int(send.flags) | tx_flag
             if send.journal:
-                flags |= RecordFlags.JOURNAL
+                flags |= _JOURNAL
             if job.op == "express":
-                flags |= RecordFlags.EXPRESS
+                flags |= _EXPRESS
             data = encode_record(send.payload, lsn=lsn, nonce=self.nonce,
                                  queue_id=send.queue_id, seq=seq, tx_id=job.tx_id,
                                  expires_ms=send.expires_ms, priority=send.priority,
@@ -233,7 +237,7 @@ class Engine:
             writes.setdefault(number, []).append((offset, data))
             record = StoredRecord(send.queue_id, seq, number, offset, len(data),
                                   len(send.payload), lsn, send.priority, send.expires_ms,
-                                  flags, job.tx_id)
+                                  flags, job.tx_id)  # type: ignore[arg-type]
             self._occupy(record)
             job.records.append(record)
 

@@ -70,6 +70,7 @@ RECORD_MAGIC = 0xEA7E
 
 _SEGMENT = struct.Struct("<8sHBBIIQIQ20xI")
 _RECORD = struct.Struct("<HBBIQIIQQQBBHI")
+_CRC = struct.Struct("<I")
 SEGMENT_HEADER_SIZE = _SEGMENT.size
 RECORD_HEADER_SIZE = _RECORD.size
 _STATE_OFFSET = 3
@@ -204,21 +205,22 @@ def encode_record(
     tx_id: int = 0,
     expires_ms: int = 0,
     priority: int = 0,
-    flags: RecordFlags = RecordFlags.NONE,
+    flags: RecordFlags | int = RecordFlags.NONE,
     state: RecordState = RecordState.LIVE,
 ) -> bytes:
     """The record's bytes, padded to a whole number of granules."""
     assert lsn > 0
     assert 0 <= priority <= 7
     payload_len = len(payload)
-    header = bytearray(_RECORD.pack(RECORD_MAGIC, RecordKind.MESSAGE, 0, payload_len, lsn,
-                                    nonce & 0xFFFFFFFF, queue_id, tx_id, seq, expires_ms,
-                                    priority, int(flags), 0, 0))
-    crc = zlib.crc32(payload, zlib.crc32(memoryview(header)[:_CRC_OFFSET]))
-    struct.pack_into("<I", header, _CRC_OFFSET, crc)
-    header[_STATE_OFFSET] = state
-    padding = record_size(payload_len) - RECORD_HEADER_SIZE - payload_len
-    return bytes(header) + bytes(payload) + bytes(padding)
+    size = record_size(payload_len)
+    record = bytearray(size)
+    _RECORD.pack_into(record, 0, RECORD_MAGIC, 1, 0, payload_len, lsn, nonce & 0xFFFFFFFF,
+                      queue_id, tx_id, seq, expires_ms, priority, int(flags), 0, 0)
+    record[RECORD_HEADER_SIZE: RECORD_HEADER_SIZE + payload_len] = payload
+    crc = zlib.crc32(payload, zlib.crc32(memoryview(record)[:_CRC_OFFSET]))
+    _CRC.pack_into(record, _CRC_OFFSET, crc)
+    record[_STATE_OFFSET] = state
+    return bytes(record)
 
 
 def decode_record(

@@ -300,7 +300,10 @@ class MessageStore:
             for send in sends:
                 seq = self._next_seq.get(send.queue_id, 1)
                 self._next_seq[send.queue_id] = seq + 1
-                numbered.append(dataclasses.replace(send, seq=seq))
+                # The constructor, not dataclasses.replace: this runs once per message.
+                numbered.append(SendSpec(send.queue_id, send.payload, send.priority,
+                                         send.expires_ms, send.flags, send.journal,
+                                         send.express, seq))
             return numbered
 
     def _seq_snapshot(self) -> dict[int, int]:

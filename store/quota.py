@@ -53,6 +53,15 @@ class QuotaBook:
     def check(self, charges: Iterable[Charge]) -> None:
         """Raise the first quota the charges would exceed; change nothing."""
         charges = list(charges)
+        if len(charges) == 1:  # the common case, kept cheap
+            one = charges[0]
+            if (self.machine_used + one.size <= self.machine_quota
+                    and (not one.journal
+                         or self.machine_journal_used + one.size <= self.machine_journal_quota)
+                    and (one.queue_id not in self.queue_limits
+                         or self.queue_used[one.queue_id] + one.size
+                         <= self.queue_limits[one.queue_id])):
+                return
         total = sum(c.size for c in charges)
         if self.machine_used + total > self.machine_quota:
             raise MachineQuotaExceeded(
