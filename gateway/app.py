@@ -9,11 +9,13 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway import admin, health
+from gateway import admin, health, rest
+from gateway.errors import GatewayError
 from gateway.appkeys import FILE_OPS_KEY, METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.middlewares import make_middlewares
+from gateway.queue_manager import QueueManager
 from gateway.settings import Settings, StoreSettings
 from gateway.state import GatewayState
 from store.errors import StoreError
@@ -58,6 +60,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     app[FILE_OPS_KEY] = file_ops or RealFileOps()
     app.add_routes(health.routes)
     app.add_routes(admin.routes)
+    app.add_routes(rest.routes)
     app.cleanup_ctx.append(_store_ctx)
     return app
 
@@ -95,6 +98,16 @@ async def _open_store(app: web.Application) -> None:
         return
     store.start(loop)
     state.store = store
+    try:
+        guid = await loop.run_in_executor(None, QueueManager.load_guid,
+                                          Path(settings.store.data_dir))
+        queue_manager = QueueManager(store, guid)
+        await queue_manager.open()
+    except (OSError, ValueError, KeyError, StoreError, GatewayError) as exc:
+        state.failure = f"queue manager cannot start: {exc}"
+        server_log.critical("%s", state.failure)
+        return
+    state.queue_manager = queue_manager
     if state.stopping:
         return
     state.ready = True

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from gateway.queue_manager import QueueManager
     from store.message_store import MessageStore
 
 __all__ = ["GatewayState"]
@@ -16,6 +17,7 @@ class GatewayState:
     """What ``/readyz`` reports: the store is open and recovered, or it failed and why."""
 
     store: MessageStore | None = None
+    queue_manager: QueueManager | None = None
     ready: bool = False
     failure: str | None = None
     stopping: bool = False

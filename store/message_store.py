@@ -294,10 +294,21 @@ class MessageStore:
             prepared.append(send)
         return prepared
 
+    def reserve_seq(self, queue_id: int) -> int:
+        """Take the queue's next sequence number now (for a send about to be submitted, so
+        its id is known before its copies are encoded). Call it right before the send."""
+        with self._seq_lock:
+            seq = self._next_seq.get(queue_id, 1)
+            self._next_seq[queue_id] = seq + 1
+            return seq
+
     def _number(self, sends: list[SendSpec]) -> list[SendSpec]:
         with self._seq_lock:
             numbered = []
             for send in sends:
+                if send.seq:  # reserved by reserve_seq
+                    numbered.append(send)
+                    continue
                 seq = self._next_seq.get(send.queue_id, 1)
                 self._next_seq[send.queue_id] = seq + 1
                 # The constructor, not dataclasses.replace: this runs once per message.
@@ -345,6 +356,16 @@ class MessageStore:
     def records(self, queue_id: int) -> Iterator[StoredRecord]:
         """Live records of a queue in sequence order."""
         return iter(sorted(self._queues.get(queue_id, {}).values(), key=lambda r: r.seq))
+
+    def record(self, queue_id: int, seq: int) -> StoredRecord | None:
+        """The live record at ``seq`` in the queue, if any."""
+        return self._queues.get(queue_id, {}).get(seq)
+
+    def first_records(self, queue_id: int, after_seq: int, limit: int) -> list[StoredRecord]:
+        """Up to ``limit`` live records with a sequence above ``after_seq``, in order."""
+        records = self._queues.get(queue_id, {})
+        chosen = sorted(seq for seq in records if seq > after_seq)[:limit]
+        return [records[seq] for seq in chosen]
 
     def queue_ids(self) -> list[int]:
         return sorted(q for q, records in self._queues.items() if records)

@@ -1,0 +1,1 @@
+"""MSMQ vocabulary with no I/O: queue names, message classes, levels, message encoding."""

@@ -1,0 +1,111 @@
+"""Messages as the queue manager keeps them: properties + body in one store payload (pure).
+
+Payload layout (version 1)::
+
+    b"EM" u8 version  u32 header_len  header (JSON, UTF-8)  body
+
+Message ids are MSMQ OBJECTIDs, ``{QM GUID}\\counter``. A message created here has no id in
+its header: its counter is ``(queue number << 40) | queue sequence``, unique for ever (the
+store never reuses either), so an id leads straight to its record. A message that came with
+an id (SRMP) or is a copy (journal, dead letter) carries its id in the header.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "MessageProperties",
+    "DecodedMessage",
+    "MessageFormatError",
+    "encode_payload",
+    "decode_payload",
+    "compose_id",
+    "parse_id",
+    "LABEL_CHARS_MAX",
+]
+
+LABEL_CHARS_MAX = 249
+_MAGIC = b"EM"
+_VERSION = 1
+_HEAD = struct.Struct("<2sBI")
+_SEQ_BITS = 40
+_ID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
+
+
+class MessageFormatError(ValueError):
+    """A stored payload that is not a message of this format."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageProperties:
+    """Every property a message keeps (REST headers and SRMP envelope elements map here)."""
+
+    label: str = ""
+    priority: int = 3
+    recoverable: bool = True
+    message_class: int = 0
+    reach_queue_by_ms: int = 0  # absolute deadline (ms since the epoch), 0 = none
+    receive_by_ms: int = 0
+    correlation_id: str = ""
+    response_queue: str = ""
+    admin_queue: str = ""
+    ack: int = 0
+    journal: str = "none"
+    app_specific: int = 0
+    content_type: str = "application/octet-stream"
+    transactional: bool = False
+    sent_at_ms: int = 0
+    arrived_at_ms: int = 0
+    source_qm: str = ""
+    message_id: str = ""  # set only when the message brought its own id (or is a copy)
+    extra: dict[str, str] = field(default_factory=dict)  # dead-letter reason, source queue, ...
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedMessage:
+    properties: MessageProperties
+    body: bytes
+
+
+def encode_payload(properties: MessageProperties, body: bytes) -> bytes:
+    header = {k: v for k, v in asdict(properties).items()
+              if v != _DEFAULTS[k]}
+    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    return _HEAD.pack(_MAGIC, _VERSION, len(raw)) + raw + body
+
+
+def decode_payload(payload: bytes) -> DecodedMessage:
+    """Raises: MessageFormatError for anything that is not a version-1 message payload."""
+    if len(payload) < _HEAD.size:
+        raise MessageFormatError("payload shorter than its header")
+    magic, version, length = _HEAD.unpack_from(payload, 0)
+    if magic != _MAGIC or version != _VERSION or _HEAD.size + length > len(payload):
+        raise MessageFormatError("not a message payload of format version 1")
+    try:
+        header: dict[str, Any] = json.loads(payload[_HEAD.size: _HEAD.size + length])
+        properties = MessageProperties(**header)
+    except (ValueError, TypeError) as exc:
+        raise MessageFormatError(f"message header unreadable: {exc}") from exc
+    return DecodedMessage(properties, payload[_HEAD.size + length:])
+
+
+_DEFAULTS = asdict(MessageProperties())
+
+
+def compose_id(qm_guid: str, queue_id: int, seq: int) -> str:
+    assert 0 < seq < 1 << _SEQ_BITS
+    return f"{{{qm_guid}}}\\{(queue_id << _SEQ_BITS) | seq}"
+
+
+def parse_id(message_id: str, qm_guid: str) -> tuple[int, int] | None:
+    """``(queue number, sequence)`` for an id this queue manager composed, else None."""
+    match = _ID.match(message_id)
+    if match is None or match.group(1).lower() != qm_guid.lower():
+        return None
+    counter = int(match.group(2))
+    return counter >> _SEQ_BITS, counter & ((1 << _SEQ_BITS) - 1)

@@ -1,0 +1,466 @@
+"""The queue manager: the one place that decides what happens to a message.
+
+It owns the queues (registered in the store's ``lqs/``), the order in which messages are
+delivered (priority then arrival for ordinary queues, sequence for transactional ones), which
+messages are being received right now, and the rules of seeds 002 and 004: transactional
+messages only in transactional queues, nobody sends to the dead-letter queues, journals.
+HTTP handlers translate requests into calls here and never decide anything themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TypeVar
+
+from gateway.errors import ProblemError
+from gateway.logs import server_log
+from gateway.msmq.classes import JournalLevel, MessageClass
+from gateway.msmq.message import (
+    DecodedMessage,
+    MessageProperties,
+    compose_id,
+    decode_payload,
+    encode_payload,
+    parse_id,
+)
+from gateway.msmq.names import (
+    DEADLETTER,
+    DEADXACT,
+    MACHINE_JOURNAL,
+    ORDER_QUEUE,
+    SYSTEM_QUEUES,
+    QueueNameError,
+    QueuePath,
+    journal_of,
+    parse_queue_path,
+)
+from store.errors import (
+    DiskFull,
+    MachineJournalQuotaExceeded,
+    MachineQuotaExceeded,
+    MessageTooLarge,
+    QueueJournalQuotaExceeded,
+    QueueQuotaExceeded,
+    StoreClosed,
+    StoreError,
+    StoreFailed,
+    UnknownRecord,
+)
+from store.lqs import QueueInfo
+from store.message_store import MessageStore
+from store.records import SendSpec, StoredRecord
+
+__all__ = ["QueueManager", "Queue", "ReceivedMessage", "QueueSettings"]
+
+T = TypeVar("T")
+RECEIVE_WAIT_S_MAX = 60.0
+RECEIVE_MAX = 1000
+PRIORITIES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """What a client may set on a queue."""
+
+    transactional: bool = False
+    quota: int = 0
+    journal: bool = False
+    journal_quota: int = 0
+    label: str = ""
+    anonymous: bool = False
+
+    def as_properties(self) -> dict[str, str]:
+        return {"transactional": str(int(self.transactional)), "quota": str(self.quota),
+                "journal": str(int(self.journal)), "journal_quota": str(self.journal_quota),
+                "label": self.label, "anonymous": str(int(self.anonymous))}
+
+    @staticmethod
+    def from_properties(props: dict[str, str]) -> QueueSettings:
+        return QueueSettings(transactional=props.get("transactional") == "1",
+                             quota=int(props.get("quota") or 0),
+                             journal=props.get("journal") == "1",
+                             journal_quota=int(props.get("journal_quota") or 0),
+                             label=props.get("label", ""),
+                             anonymous=props.get("anonymous") == "1")
+
+
+@dataclass(slots=True)
+class Queue:
+    """A queue in memory: its registration, delivery order, and who waits on it."""
+
+    info: QueueInfo
+    path: QueuePath
+    settings: QueueSettings
+    order: list[collections.deque[int]]  # sequences by priority (index 0 = priority 7)
+    reserved: set[int] = field(default_factory=set)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def queue_id(self) -> int:
+        return self.info.queue_id
+
+    @property
+    def is_dead_letter(self) -> bool:
+        return self.path.canonical in (DEADLETTER, DEADXACT)
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    message_id: str
+    queue: str
+    seq: int
+    properties: MessageProperties
+    body: bytes
+
+
+class QueueManager:
+    """Queues and messages on top of one ``MessageStore``."""
+
+    def __init__(self, store: MessageStore, qm_guid: str) -> None:
+        self.store = store
+        self.qm_guid = qm_guid
+        self._queues: dict[str, Queue] = {}
+        self._by_id: dict[int, Queue] = {}
+        self._foreign_ids: dict[str, tuple[int, int]] = {}
+
+    # ---- start-up ------------------------------------------------------------------------
+
+    @staticmethod
+    def load_guid(data_dir: Path) -> str:
+        """The queue manager's GUID, made once per data directory (``qm.json``). Blocking."""
+        path = data_dir / "qm.json"
+        if path.exists():
+            return str(json.loads(path.read_text())["guid"])
+        guid = str(uuid.uuid4())
+        building = path.with_name("qm.json.tmp")
+        building.write_text(json.dumps({"guid": guid}))
+        building.replace(path)
+        return guid
+
+    async def open(self, declared: Sequence[tuple[str, QueueSettings]] = ()) -> None:
+        """Index the store's queues; create the system queues and declared ones if missing."""
+        for info in self.store.registry.all():
+            try:
+                path = parse_queue_path(info.path)
+            except QueueNameError:
+                server_log.warning("registered queue with an invalid path skipped: %r",
+                                   info.path)
+                continue
+            self._add(info, path)
+        for name in SYSTEM_QUEUES:
+            if name not in self._queues:
+                tx = name == DEADXACT
+                await self._register(parse_queue_path(name), QueueSettings(transactional=tx),
+                                     journal_class=name != ORDER_QUEUE)
+        for name, settings in declared:
+            path = self._parse(name)
+            if path.canonical not in self._queues:
+                await self.create_queue(name, settings)
+
+    def _add(self, info: QueueInfo, path: QueuePath) -> Queue:
+        queue = Queue(info, path, QueueSettings.from_properties(info.properties),
+                      [collections.deque() for _ in range(PRIORITIES)])
+        for record in self.store.records(info.queue_id):
+            self._index(queue, record)
+        self._queues[path.canonical] = queue
+        self._by_id[info.queue_id] = queue
+        return queue
+
+    def _index(self, queue: Queue, record: StoredRecord) -> None:
+        lane = 0 if queue.settings.transactional else 7 - record.priority
+        queue.order[lane].append(record.seq)
+
+    async def _register(self, path: QueuePath, settings: QueueSettings, *,
+                        journal_class: bool = False) -> Queue:
+        props = settings.as_properties()
+        props["journal_class"] = "1" if journal_class or path.journal else "0"
+        if path.journal:
+            props["quota"] = str(settings.journal_quota)
+        try:
+            info = await self.store.create_queue(path.display, props)
+        except StoreError as exc:
+            raise ProblemError(409, str(exc), type_slug="queue-exists") from exc
+        return self._add(info, path)
+
+    # ---- queues --------------------------------------------------------------------------
+
+    def _parse(self, name: str) -> QueuePath:
+        try:
+            return parse_queue_path(name)
+        except QueueNameError as exc:
+            raise ProblemError(400, str(exc), type_slug="MQ_ERROR_ILLEGAL_QUEUE_PATHNAME"
+                               ) from exc
+
+    def queue(self, name: str) -> Queue:
+        path = self._parse(name)
+        queue = self._queues.get(path.canonical)
+        if queue is None:
+            raise ProblemError(404, f"no queue {path.display!r}",
+                               type_slug="MQ_ERROR_QUEUE_NOT_FOUND")
+        return queue
+
+    def queues(self) -> list[Queue]:
+        return sorted(self._queues.values(), key=lambda q: q.path.canonical)
+
+    async def create_queue(self, name: str, settings: QueueSettings) -> tuple[Queue, bool]:
+        """Create the queue, or update it when it exists; True when it was created."""
+        path = self._parse(name)
+        if path.system or path.journal or path.canonical in SYSTEM_QUEUES:
+            raise ProblemError(403, f"{path.display!r} is a system queue",
+                               type_slug="MQ_ERROR_ACCESS_DENIED")
+        existing = self._queues.get(path.canonical)
+        if existing is not None:
+            if existing.settings.transactional != settings.transactional and self.store.count(
+                    existing.queue_id):
+                raise ProblemError(409, "a queue holding messages cannot change whether it is "
+                                   "transactional", type_slug="queue-not-empty")
+            info = await self.store.update_queue(existing.queue_id, settings.as_properties())
+            existing.info, existing.settings = info, settings
+            await self._sync_journal(existing)
+            return existing, False
+        queue = await self._register(path, settings)
+        await self._sync_journal(queue)
+        return queue, True
+
+    async def _sync_journal(self, queue: Queue) -> None:
+        journal_path = journal_of(queue.path)
+        journal = self._queues.get(journal_path.canonical)
+        if journal is None and queue.settings.journal:
+            await self._register(journal_path, QueueSettings(
+                journal_quota=queue.settings.journal_quota), journal_class=True)
+        elif journal is not None:
+            await self.store.update_queue(journal.queue_id,
+                                          {"quota": str(queue.settings.journal_quota)})
+
+    async def delete_queue(self, name: str) -> None:
+        queue = self.queue(name)
+        if queue.path.system or queue.path.canonical in SYSTEM_QUEUES:
+            raise ProblemError(403, f"{queue.path.display!r} is a system queue and cannot be "
+                               "deleted", type_slug="MQ_ERROR_ACCESS_DENIED")
+        await self.purge(name)
+        await self.store.delete_queue(queue.queue_id)
+        del self._queues[queue.path.canonical]
+        del self._by_id[queue.queue_id]
+        journal = (self._queues.get(journal_of(queue.path).canonical)
+                   if not queue.path.journal else None)
+        if journal is not None and not self.store.count(journal.queue_id):
+            await self.store.delete_queue(journal.queue_id)
+            del self._queues[journal.path.canonical]
+            del self._by_id[journal.queue_id]
+
+    async def purge(self, name: str) -> int:
+        """Remove every message that is not being received right now; return how many."""
+        queue = self.queue(name)
+        records = [r for r in self.store.records(queue.queue_id) if r.seq not in queue.reserved]
+        for start in range(0, len(records), 1000):
+            await self._store_call(self.store.remove(records[start: start + 1000]))
+        gone = {r.seq for r in records}
+        for lane in queue.order:
+            kept = [seq for seq in lane if seq not in gone]
+            lane.clear()
+            lane.extend(kept)
+        return len(records)
+
+    # ---- send ----------------------------------------------------------------------------
+
+    async def send(self, name: str, body: bytes, properties: MessageProperties, *,
+                   transaction: str | None) -> ReceivedMessage:
+        """Store one message in a local queue; returns once it is stored (on disk when
+        recoverable). ``transaction``: None (a single-message transaction for a transactional
+        queue), "single", or "none" (explicitly outside any transaction)."""
+        queue = self.queue(name)
+        if queue.is_dead_letter or queue.path.journal or queue.path.canonical == MACHINE_JOURNAL:
+            raise ProblemError(403, f"nobody sends to {queue.path.display!r}: only the queue "
+                               "manager puts messages there", type_slug="MQ_ERROR_ACCESS_DENIED")
+        transactional = queue.settings.transactional if transaction is None else (
+            transaction != "none")
+        if transactional and not queue.settings.transactional:
+            raise ProblemError(400, f"{queue.path.display!r} is not transactional",
+                               type_slug=MessageClass.NACK_NOT_TRANSACTIONAL_Q.msmq_name,
+                               extra={"class": MessageClass.NACK_NOT_TRANSACTIONAL_Q.msmq_name})
+        if not transactional and queue.settings.transactional:
+            raise ProblemError(400, f"{queue.path.display!r} is transactional: send in a "
+                               "transaction", type_slug=MessageClass.NACK_NOT_TRANSACTIONAL_MSG
+                               .msmq_name, extra={"class": MessageClass
+                                                  .NACK_NOT_TRANSACTIONAL_MSG.msmq_name})
+        now_ms = int(time.time() * 1000)
+        props = replace(properties, transactional=transactional, arrived_at_ms=now_ms,
+                        sent_at_ms=properties.sent_at_ms or now_ms,
+                        source_qm=properties.source_qm or self.qm_guid,
+                        priority=0 if transactional else properties.priority,
+                        recoverable=properties.recoverable or transactional)
+        payload = encode_payload(props, body)
+        copies = []
+        seq = 0
+        if JournalLevel(props.journal) == JournalLevel.JOURNAL:
+            seq = self.store.reserve_seq(queue.queue_id)
+            original_id = props.message_id or compose_id(self.qm_guid, queue.queue_id, seq)
+            copies.append(self._copy_spec(MACHINE_JOURNAL, props, body, original_id))
+        spec = SendSpec(queue.queue_id, payload, priority=props.priority,
+                        expires_ms=props.receive_by_ms, express=not props.recoverable, seq=seq)
+        if transactional or copies:
+            records = await self._store_call(self.store.commit([spec, *copies]))
+            record = records[0]
+        else:
+            record = await self._store_call(self.store.append(spec))
+        for extra_record in (records[1:] if (transactional or copies) else []):
+            self._arrive(self._by_id[extra_record.queue_id], extra_record)
+        self._arrive(queue, record)
+        return ReceivedMessage(self.message_id(queue, record, props), queue.path.display,
+                               record.seq, props, body)
+
+    def _copy_spec(self, target: str, props: MessageProperties, body: bytes,
+                   original_id: str | None) -> SendSpec:
+        queue = self._queues[target]
+        copy = replace(props, message_id=original_id or props.message_id)
+        return SendSpec(queue.queue_id, encode_payload(copy, body), priority=props.priority)
+
+    def _arrive(self, queue: Queue, record: StoredRecord) -> None:
+        self._index(queue, record)
+        queue.arrived.set()
+
+    def message_id(self, queue: Queue, record: StoredRecord, props: MessageProperties) -> str:
+        if props.message_id:
+            self._foreign_ids.setdefault(props.message_id, (queue.queue_id, record.seq))
+            return props.message_id
+        return compose_id(self.qm_guid, queue.queue_id, record.seq)
+
+    # ---- receive, browse, get, delete ------------------------------------------------------
+
+    async def receive(self, name: str, *, max_messages: int, wait_s: float
+                      ) -> list[ReceivedMessage]:
+        """Take up to ``max_messages`` messages, waiting up to ``wait_s`` for the first."""
+        queue = self.queue(name)
+        max_messages = max(1, min(max_messages, RECEIVE_MAX))
+        deadline = time.monotonic() + max(0.0, min(wait_s, RECEIVE_WAIT_S_MAX))
+        while True:
+            chosen = self._take(queue, max_messages)
+            if chosen:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            queue.arrived.clear()
+            try:
+                await asyncio.wait_for(queue.arrived.wait(), remaining)
+            except TimeoutError:
+                return []
+        try:
+            return await self._remove_and_journal(queue, chosen)
+        finally:
+            queue.reserved.difference_update(r.seq for r in chosen)
+
+    def _take(self, queue: Queue, count: int) -> list[StoredRecord]:
+        """Reserve the next ``count`` deliverable messages (highest priority, then oldest)."""
+        chosen: list[StoredRecord] = []
+        for lane in queue.order:
+            while lane and len(chosen) < count:
+                seq = lane.popleft()
+                record = self.store.record(queue.queue_id, seq)
+                if record is None or seq in queue.reserved:
+                    continue  # deleted by id meanwhile
+                queue.reserved.add(seq)
+                chosen.append(record)
+            if len(chosen) >= count:
+                break
+        return chosen
+
+    async def _remove_and_journal(self, queue: Queue, records: list[StoredRecord]
+                                  ) -> list[ReceivedMessage]:
+        decoded = [decode_payload(self.store.read(r)) for r in records]
+        messages = [ReceivedMessage(self.message_id(queue, r, d.properties), queue.path.display,
+                                    r.seq, d.properties, d.body)
+                    for r, d in zip(records, decoded)]
+        journal = self._queues.get(journal_of(queue.path).canonical) if (
+            queue.settings.journal and not queue.path.journal and not queue.path.system) else None
+        try:
+            if journal is not None:
+                copies = [self._copy_spec(journal.path.canonical, d.properties, d.body,
+                                          m.message_id)
+                          for d, m in zip(decoded, messages)]
+                made = await self._store_call(self.store.commit(copies, removes=records))
+                for record in made:
+                    self._arrive(journal, record)
+            else:
+                await self._store_call(self.store.remove(records))
+        except BaseException:
+            # Not removed: put them back at the head, in their original order.
+            for record in reversed(records):
+                lane = 0 if queue.settings.transactional else 7 - record.priority
+                queue.order[lane].appendleft(record.seq)
+            queue.arrived.set()
+            raise
+        return messages
+
+    def browse(self, name: str, *, after: int, limit: int) -> tuple[list[ReceivedMessage], int]:
+        queue = self.queue(name)
+        limit = max(1, min(limit, RECEIVE_MAX))
+        records = self.store.first_records(queue.queue_id, after, limit)
+        messages = []
+        for record in records:
+            decoded = decode_payload(self.store.read(record))
+            messages.append(ReceivedMessage(self.message_id(queue, record, decoded.properties),
+                                            queue.path.display, record.seq,
+                                            decoded.properties, decoded.body))
+        return messages, (records[-1].seq if records else after)
+
+    def _find(self, queue: Queue, message_id: str) -> StoredRecord:
+        key = parse_id(message_id, self.qm_guid) or self._foreign_ids.get(message_id)
+        record = None
+        if key is not None and key[0] == queue.queue_id:
+            record = self.store.record(queue.queue_id, key[1])
+        if record is None:
+            raise ProblemError(404, f"no message {message_id!r} in {queue.path.display!r}",
+                               type_slug="MQ_ERROR_MESSAGE_NOT_FOUND")
+        return record
+
+    def get(self, name: str, message_id: str) -> ReceivedMessage:
+        queue = self.queue(name)
+        record = self._find(queue, message_id)
+        decoded: DecodedMessage = decode_payload(self.store.read(record))
+        return ReceivedMessage(message_id, queue.path.display, record.seq, decoded.properties,
+                               decoded.body)
+
+    async def delete(self, name: str, message_id: str) -> None:
+        queue = self.queue(name)
+        record = self._find(queue, message_id)
+        if record.seq in queue.reserved:
+            raise ProblemError(409, f"message {message_id!r} is being received",
+                               type_slug="message-busy")
+        queue.reserved.add(record.seq)
+        try:
+            await self._store_call(self.store.remove([record]))
+        finally:
+            queue.reserved.discard(record.seq)
+
+    # ---- store errors -> answers ---------------------------------------------------------
+
+    async def _store_call(self, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except (MachineQuotaExceeded, MachineJournalQuotaExceeded) as exc:
+            raise ProblemError(503, str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES",
+                               headers={"Retry-After": "5"}) from exc
+        except (QueueQuotaExceeded, QueueJournalQuotaExceeded) as exc:
+            raise ProblemError(507, str(exc), type_slug="MQMSG_CLASS_NACK_Q_EXCEED_QUOTA",
+                               headers={"Retry-After": "5"},
+                               extra={"class": "MQMSG_CLASS_NACK_Q_EXCEED_QUOTA"}) from exc
+        except DiskFull as exc:
+            raise ProblemError(507, str(exc), type_slug="MQ_ERROR_MESSAGE_STORAGE_FAILED",
+                               headers={"Retry-After": "10"}) from exc
+        except MessageTooLarge as exc:
+            raise ProblemError(413, str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES"
+                               ) from exc
+        except (StoreFailed, StoreClosed) as exc:
+            raise ProblemError(503, f"the store takes no writes: {exc}",
+                               type_slug="MQ_ERROR_SERVICE_NOT_AVAILABLE",
+                               headers={"Retry-After": "5"}) from exc
+        except UnknownRecord as exc:
+            raise ProblemError(409, str(exc), type_slug="message-gone") from exc

@@ -1,0 +1,224 @@
+"""REST API ``/v1/queues/...``: translate HTTP to queue-manager calls and back (no decisions).
+
+``{path}`` is ``name`` or ``private$/name`` (case-insensitive, ``\\`` allowed for ``/``), so
+one tail route takes everything under ``/v1/queues/`` and splits it: a queue name never
+contains ``/``, and what follows it names the sub-resource.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from gateway.appkeys import STATE_KEY
+from gateway.errors import ProblemError
+from gateway.queue_manager import QueueManager, QueueSettings, ReceivedMessage
+from gateway.rest_codec import HeaderError, message_json, parse_send_headers
+from gateway.units import parse_size
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+
+def _qm(request: web.Request) -> QueueManager:
+    state = request.app[STATE_KEY]
+    if state.queue_manager is None or not state.ready:
+        raise ProblemError(503, state.not_ready_reason() or "not ready", type_slug="not-ready",
+                           headers={"Retry-After": "1"})
+    return state.queue_manager
+
+
+def _split(tail: str) -> tuple[str, list[str]]:
+    segments = tail.split("/")
+    if segments[0].lower() == "private$" and len(segments) > 1:
+        return "/".join(segments[:2]), segments[2:]
+    return segments[0], segments[1:]
+
+
+def _queue_json(qm: QueueManager, name: str) -> dict[str, object]:
+    queue = qm.queue(name)
+    s = queue.settings
+    return {"path": queue.path.display, "transactional": s.transactional, "quota": s.quota,
+            "journal": s.journal, "journal_quota": s.journal_quota, "label": s.label,
+            "anonymous": s.anonymous, "system": queue.path.system or queue.is_dead_letter
+            or queue.path.canonical == "system$;journal", "messages": qm.store.count(
+                queue.queue_id), "bytes": qm.store.queue_bytes(queue.queue_id)}
+
+
+def _message(m: ReceivedMessage) -> dict[str, object]:
+    return message_json(message_id=m.message_id, queue=m.queue, seq=m.seq,
+                        properties=m.properties, body=m.body)
+
+
+@routes.get("/v1/queues")
+async def list_queues(request: web.Request) -> web.Response:
+    qm = _qm(request)
+    return web.json_response({"queues": [_queue_json(qm, q.path.canonical)
+                                         for q in qm.queues()]})
+
+
+@routes.route("*", "/v1/queues/{tail:.+}")
+async def queue_tree(request: web.Request) -> web.StreamResponse:
+    qm = _qm(request)
+    name, rest = _split(request.match_info["tail"])
+    method = request.method
+    if not rest:
+        return await _dispatch(method, {"GET": _show, "PUT": _put, "DELETE": _delete},
+                               request, qm, name)
+    if rest == ["messages"]:
+        return await _dispatch(method, {"GET": _browse, "POST": _send}, request, qm, name)
+    if rest == ["receive"]:
+        return await _dispatch(method, {"POST": _receive}, request, qm, name)
+    if rest == ["purge"]:
+        return await _dispatch(method, {"POST": _purge}, request, qm, name)
+    if len(rest) == 2 and rest[0] == "messages":
+        message_id = unquote(rest[1])
+        if method == "GET":
+            return web.json_response(_message(qm.get(name, message_id)))
+        if method == "DELETE":
+            await qm.delete(name, message_id)
+            return web.Response(status=204)
+        raise web.HTTPMethodNotAllowed(method, ["GET", "DELETE"])
+    raise ProblemError(404, f"no resource {'/'.join(rest)!r} under queue {name!r}",
+                       type_slug="not-found")
+
+
+async def _dispatch(method: str, table: dict[str, object], request: web.Request,
+                    qm: QueueManager, name: str) -> web.StreamResponse:
+    handler = table.get(method)
+    if handler is None:
+        raise web.HTTPMethodNotAllowed(method, sorted(table))
+    response: web.StreamResponse = await handler(request, qm, name)  # type: ignore[operator]
+    return response
+
+
+async def _show(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    return web.json_response(_queue_json(qm, name))
+
+
+async def _put(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    body = await _json_body(request, allow_empty=True)
+    known = {"transactional", "quota", "journal", "journal_quota", "label", "anonymous"}
+    unknown = set(body) - known
+    if unknown:
+        raise ProblemError(400, f"unknown queue properties: {', '.join(sorted(unknown))}",
+                           type_slug="bad-request")
+    settings = QueueSettings(
+        transactional=_bool(body, "transactional"), quota=_size(body, "quota"),
+        journal=_bool(body, "journal"), journal_quota=_size(body, "journal_quota"),
+        label=_label(body), anonymous=_bool(body, "anonymous"))
+    queue, created = await qm.create_queue(name, settings)
+    return web.json_response(_queue_json(qm, queue.path.canonical), status=201 if created
+                             else 200)
+
+
+async def _delete(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    await qm.delete_queue(name)
+    return web.Response(status=204)
+
+
+async def _purge(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    return web.json_response({"purged": await qm.purge(name)})
+
+
+async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    try:
+        send = parse_send_headers(request.headers, now_ms=int(time.time() * 1000))
+    except HeaderError as exc:
+        raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
+    if send.transaction not in (None, "single", "none"):
+        raise ProblemError(404, f"no open transaction {send.transaction!r}",
+                           type_slug="MQ_ERROR_TRANSACTION_USAGE")
+    qm.queue(name)  # an unknown queue is refused before the body is read
+    body = await request.read()
+    message = await qm.send(name, body, send.properties, transaction=send.transaction)
+    return web.json_response({"id": message.message_id, "queue": message.queue,
+                              "seq": message.seq}, status=201)
+
+
+async def _receive(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    max_messages = _query_int(request, "max", 1, 1, 1000)
+    wait = _query_float(request, "wait", 0.0, 0.0, 60.0)
+    messages = await qm.receive(name, max_messages=max_messages, wait_s=wait)
+    return web.json_response({"messages": [_message(m) for m in messages]})
+
+
+async def _browse(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    after = _query_int(request, "after", 0, 0, 2**62)
+    limit = _query_int(request, "limit", 100, 1, 1000)
+    messages, last = qm.browse(name, after=after, limit=limit)
+    return web.json_response({"messages": [_message(m) for m in messages], "next": last})
+
+
+async def _json_body(request: web.Request, *, allow_empty: bool) -> dict[str, object]:
+    raw = await request.read()
+    if not raw.strip() and allow_empty:
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise ProblemError(400, f"body is not JSON: {exc}", type_slug="bad-request") from exc
+    if not isinstance(body, dict):
+        raise ProblemError(400, "body must be a JSON object", type_slug="bad-request")
+    return body
+
+
+def _bool(body: dict[str, object], key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise ProblemError(400, f"{key}: expected true or false, got {value!r}",
+                           type_slug="bad-request")
+    return value
+
+
+def _size(body: dict[str, object], key: str) -> int:
+    value = body.get(key, 0)
+    try:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ValueError(f"expected bytes or a size such as '4MiB', got {value!r}")
+        return parse_size(value)
+    except ValueError as exc:
+        raise ProblemError(400, f"{key}: {exc}", type_slug="bad-request") from exc
+
+
+def _label(body: dict[str, object]) -> str:
+    value = body.get("label", "")
+    if not isinstance(value, str) or len(value) > 124:
+        raise ProblemError(400, "label: expected a string of at most 124 characters",
+                           type_slug="bad-request")
+    return value
+
+
+def _query_int(request: web.Request, key: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ProblemError(400, f"query {key}={raw!r} is not an integer",
+                           type_slug="bad-request") from None
+    if not low <= value <= high:
+        raise ProblemError(400, f"query {key}={value} is out of range {low}..{high}",
+                           type_slug="bad-request")
+    return value
+
+
+def _query_float(request: web.Request, key: str, default: float, low: float,
+                 high: float) -> float:
+    raw = request.query.get(key)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ProblemError(400, f"query {key}={raw!r} is not a number",
+                           type_slug="bad-request") from None
+    if not low <= value <= high:
+        raise ProblemError(400, f"query {key}={value} is out of range {low}..{high}",
+                           type_slug="bad-request")
+    return value

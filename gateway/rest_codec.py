@@ -1,0 +1,160 @@
+"""REST message properties: ``Mq-*`` headers in, JSON out (pure: no I/O).
+
+Every header is checked; a bad one raises ``HeaderError`` naming the header and the value.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from datetime import UTC, datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gateway.msmq.classes import MessageClass, parse_ack_level, parse_journal_level
+from gateway.msmq.message import LABEL_CHARS_MAX, MessageProperties
+
+__all__ = ["HeaderError", "SendRequest", "parse_send_headers", "message_json", "iso_ms"]
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_TEXT_CHARS_MAX = 1024
+
+
+class HeaderError(ValueError):
+    """A request header with a bad value; the message names it."""
+
+    def __init__(self, header: str, detail: str, *, type_slug: str = "bad-header") -> None:
+        super().__init__(f"{header}: {detail}")
+        self.header = header
+        self.type_slug = type_slug
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    properties: MessageProperties
+    transaction: str | None  # None, "single", "none" or a transaction id
+    idempotency_key: str | None
+
+
+def parse_send_headers(headers: Mapping[str, str], *, now_ms: int) -> SendRequest:
+    """Read the ``Mq-*`` headers of a send.
+
+    Raises:
+        HeaderError: the first header with a bad value.
+    """
+    label = headers.get("Mq-Label", "")
+    if len(label) > LABEL_CHARS_MAX:
+        raise HeaderError("Mq-Label", f"{len(label)} characters; at most {LABEL_CHARS_MAX}",
+                          type_slug="MQ_ERROR_LABEL_TOO_LONG")
+    priority = _int(headers, "Mq-Priority", 3, 0, 7)
+    delivery = headers.get("Mq-Delivery", "recoverable").strip().lower()
+    if delivery not in ("express", "recoverable"):
+        raise HeaderError("Mq-Delivery", f"must be express or recoverable, not {delivery!r}")
+    try:
+        ack = int(parse_ack_level(headers["Mq-Acknowledge"])) if "Mq-Acknowledge" in headers \
+            else 0
+    except ValueError as exc:
+        raise HeaderError("Mq-Acknowledge", str(exc)) from exc
+    try:
+        journal = parse_journal_level(headers.get("Mq-Journal", "none")).value
+    except ValueError as exc:
+        raise HeaderError("Mq-Journal", str(exc)) from exc
+    transaction = headers.get("Mq-Transaction")
+    if transaction is not None:
+        transaction = transaction.strip()
+        if not transaction:
+            raise HeaderError("Mq-Transaction", "empty (use a transaction id, single or none)")
+    key = headers.get("Idempotency-Key")
+    if key is not None and not 0 < len(key) <= 255:
+        raise HeaderError("Idempotency-Key", "must be 1..255 characters")
+    properties = MessageProperties(
+        label=label,
+        priority=priority,
+        recoverable=delivery == "recoverable",
+        reach_queue_by_ms=_deadline(headers, "Mq-Time-To-Reach-Queue", now_ms),
+        receive_by_ms=_deadline(headers, "Mq-Time-To-Be-Received", now_ms),
+        correlation_id=_text(headers, "Mq-Correlation-Id"),
+        response_queue=_text(headers, "Mq-Response-Queue"),
+        admin_queue=_text(headers, "Mq-Admin-Queue"),
+        ack=ack,
+        journal=journal,
+        app_specific=_int(headers, "Mq-App-Specific", 0, _INT32_MIN, _INT32_MAX),
+        content_type=headers.get("Content-Type", "application/octet-stream"),
+        sent_at_ms=now_ms,
+    )
+    return SendRequest(properties, transaction, key)
+
+
+def _int(headers: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = headers.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise HeaderError(name, f"{raw!r} is not an integer") from None
+    if not low <= value <= high:
+        raise HeaderError(name, f"{value} is out of range {low}..{high}")
+    return value
+
+
+def _deadline(headers: Mapping[str, str], name: str, now_ms: int) -> int:
+    raw = headers.get(name)
+    if raw is None:
+        return 0
+    try:
+        seconds = float(raw.strip())
+    except ValueError:
+        raise HeaderError(name, f"{raw!r} is not a number of seconds") from None
+    if not math.isfinite(seconds) or seconds < 0 or seconds > 10 * 365 * 86400:
+        raise HeaderError(name, f"{raw!r} is out of range (0 .. ten years)")
+    return now_ms + int(seconds * 1000)
+
+
+def _text(headers: Mapping[str, str], name: str) -> str:
+    value = headers.get(name, "")
+    if len(value) > _TEXT_CHARS_MAX:
+        raise HeaderError(name, f"longer than {_TEXT_CHARS_MAX} characters")
+    return value
+
+
+def iso_ms(ms: int) -> str | None:
+    if not ms:
+        return None
+    moment = datetime.fromtimestamp(ms // 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
+
+
+def message_json(*, message_id: str, queue: str, seq: int, properties: MessageProperties,
+                 body: bytes) -> dict[str, object]:
+    p = properties
+    try:
+        class_name = MessageClass(p.message_class).msmq_name
+    except ValueError:
+        class_name = str(p.message_class)
+    return {
+        "id": message_id,
+        "seq": seq,
+        "queue": queue,
+        "label": p.label,
+        "priority": p.priority,
+        "class": class_name,
+        "delivery": "recoverable" if p.recoverable else "express",
+        "correlation_id": p.correlation_id,
+        "response_queue": p.response_queue,
+        "admin_queue": p.admin_queue,
+        "app_specific": p.app_specific,
+        "sent_at": iso_ms(p.sent_at_ms),
+        "arrived_at": iso_ms(p.arrived_at_ms),
+        "content_type": p.content_type,
+        "body_base64": base64.b64encode(body).decode(),
+        "properties": {
+            "transactional": p.transactional,
+            "acknowledge": p.ack,
+            "journal": p.journal,
+            "time_to_reach_queue_deadline": iso_ms(p.reach_queue_by_ms),
+            "time_to_be_received_deadline": iso_ms(p.receive_by_ms),
+            "source_qm": p.source_qm,
+            **p.extra,
+        },
+    }

@@ -1,0 +1,257 @@
+"""The REST API for queues and messages, in-process (pytest-aiohttp) on a real store."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gateway.app import make_app
+from gateway.appkeys import STATE_KEY
+from gateway.settings import Settings
+
+PROBLEM = "application/problem+json"
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> Any:
+    app = make_app(settings_factory())
+    test_client = await aiohttp_client(app)
+    for _ in range(300):
+        if app[STATE_KEY].ready:
+            break
+        await asyncio.sleep(0.01)
+    assert app[STATE_KEY].ready
+    return test_client
+
+
+async def _problem(response: Any, status: int) -> dict[str, Any]:
+    assert response.status == status, await response.text()
+    assert response.headers["Content-Type"] == PROBLEM
+    body: dict[str, Any] = await response.json(content_type=PROBLEM)
+    return body
+
+
+async def test_system_queues_exist_and_cannot_be_deleted(client: Any) -> None:
+    names = {q["path"] for q in (await (await client.get("/v1/queues")).json())["queues"]}
+    assert {"system$;deadletter", "system$;deadxact", "system$;journal",
+            "private$/order_queue$"} <= names
+    for name in ("system$;deadletter", "private$/order_queue$"):
+        problem = await _problem(await client.delete(f"/v1/queues/{name}"), 403)
+        assert "system queue" in problem["detail"]
+
+
+async def test_queue_create_update_show_list_delete(client: Any) -> None:
+    response = await client.put("/v1/queues/private$/Orders",
+                                json={"transactional": False, "quota": "1MiB", "label": "o"})
+    assert response.status == 201
+    body = await response.json()
+    assert body["path"] == "private$/Orders"
+    assert body["quota"] == 1 << 20
+    response = await client.put("/v1/queues/PRIVATE$/orders", json={"label": "renamed"})
+    assert response.status == 200
+    shown = await (await client.get("/v1/queues/private$\\ORDERS")).json()
+    assert shown["label"] == "renamed"
+    assert (shown["messages"], shown["bytes"]) == (0, 0)
+    assert (await client.delete("/v1/queues/private$/orders")).status == 204
+    await _problem(await client.get("/v1/queues/private$/orders"), 404)
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"transactional": "yes"}, "transactional"),
+    ({"quota": "lots"}, "quota"),
+    ({"colour": "red"}, "unknown queue properties"),
+])
+async def test_bad_queue_bodies_are_refused(client: Any, body: dict[str, Any],
+                                            fragment: str) -> None:
+    problem = await _problem(await client.put("/v1/queues/q1", json=body), 400)
+    assert fragment in problem["detail"]
+    await _problem(await client.get("/v1/queues/q1"), 404)
+
+
+@pytest.mark.parametrize("name", ["a b", "x" * 125, "private$/", "a,b", "private$", "a;b"])
+async def test_bad_queue_names_are_refused(client: Any, name: str) -> None:
+    problem = await _problem(await client.put(f"/v1/queues/{name}", json={}), 400)
+    assert problem["type"].endswith("MQ_ERROR_ILLEGAL_QUEUE_PATHNAME")
+
+
+async def test_send_receive_round_trip_with_properties(client: Any) -> None:
+    await client.put("/v1/queues/inbox", json={})
+    response = await client.post("/v1/queues/inbox/messages", data=b"hello", headers={
+        "Mq-Label": "greeting", "Mq-Priority": "5", "Mq-Correlation-Id": "c-1",
+        "Mq-Response-Queue": "private$/replies", "Mq-App-Specific": "42",
+        "Content-Type": "text/plain", "Mq-Acknowledge": "MQMSG_ACKNOWLEDGMENT_FULL_RECEIVE"})
+    assert response.status == 201
+    sent = await response.json()
+    assert sent["queue"] == "inbox" and sent["seq"] == 1
+    assert sent["id"].startswith("{") and "}\\" in sent["id"]
+    got = await (await client.post("/v1/queues/inbox/receive")).json()
+    [message] = got["messages"]
+    assert base64.b64decode(message["body_base64"]) == b"hello"
+    assert (message["id"], message["label"], message["priority"]) == (sent["id"], "greeting", 5)
+    assert message["correlation_id"] == "c-1"
+    assert message["response_queue"] == "private$/replies"
+    assert message["app_specific"] == 42
+    assert message["content_type"] == "text/plain"
+    assert message["class"] == "MQMSG_CLASS_NORMAL"
+    assert message["delivery"] == "recoverable"
+    assert message["properties"]["acknowledge"] == 0x0E
+    assert message["sent_at"].endswith("Z") and message["arrived_at"].endswith("Z")
+    again = await (await client.post("/v1/queues/inbox/receive")).json()
+    assert again == {"messages": []}
+
+
+async def test_priority_then_arrival_order(client: Any) -> None:
+    await client.put("/v1/queues/prio", json={})
+    for body, priority in ((b"low", 1), (b"high-1", 6), (b"mid", 3), (b"high-2", 6)):
+        await client.post("/v1/queues/prio/messages", data=body,
+                          headers={"Mq-Priority": str(priority)})
+    got = await (await client.post("/v1/queues/prio/receive?max=10")).json()
+    assert [base64.b64decode(m["body_base64"]) for m in got["messages"]] == [
+        b"high-1", b"high-2", b"mid", b"low"]
+
+
+async def test_transactional_queue_rules(client: Any) -> None:
+    await client.put("/v1/queues/private$/tx", json={"transactional": True})
+    await client.put("/v1/queues/plain", json={})
+    # Outside an explicit transaction a send to a transactional queue is a single-message one.
+    response = await client.post("/v1/queues/private$/tx/messages", data=b"a",
+                                 headers={"Mq-Priority": "6"})
+    assert response.status == 201
+    problem = await _problem(await client.post("/v1/queues/plain/messages", data=b"b",
+                                               headers={"Mq-Transaction": "single"}), 400)
+    assert problem["class"] == "MQMSG_CLASS_NACK_NOT_TRANSACTIONAL_Q"
+    problem = await _problem(await client.post("/v1/queues/private$/tx/messages", data=b"c",
+                                               headers={"Mq-Transaction": "none"}), 400)
+    assert problem["class"] == "MQMSG_CLASS_NACK_NOT_TRANSACTIONAL_MSG"
+    got = await (await client.post("/v1/queues/private$/tx/receive")).json()
+    assert got["messages"][0]["priority"] == 0, "transactional messages use priority 0"
+    assert got["messages"][0]["properties"]["transactional"] is True
+
+
+@pytest.mark.parametrize("headers, fragment", [
+    ({"Mq-Priority": "9"}, "Mq-Priority"),
+    ({"Mq-Priority": "high"}, "Mq-Priority"),
+    ({"Mq-Label": "x" * 250}, "Mq-Label"),
+    ({"Mq-Delivery": "fast"}, "Mq-Delivery"),
+    ({"Mq-Time-To-Be-Received": "-1"}, "Mq-Time-To-Be-Received"),
+    ({"Mq-Acknowledge": "SOMETIMES"}, "Mq-Acknowledge"),
+    ({"Mq-Journal": "maybe"}, "Mq-Journal"),
+    ({"Mq-App-Specific": "99999999999"}, "Mq-App-Specific"),
+])
+async def test_bad_headers_are_refused_and_store_nothing(client: Any, headers: dict[str, str],
+                                                         fragment: str) -> None:
+    await client.put("/v1/queues/strict", json={})
+    problem = await _problem(await client.post("/v1/queues/strict/messages", data=b"x",
+                                               headers=headers), 400)
+    assert fragment in problem["detail"]
+    assert (await (await client.get("/v1/queues/strict")).json())["messages"] == 0
+
+
+async def test_nobody_sends_to_dead_letter_queues_or_journals(client: Any) -> None:
+    for name in ("system$;deadletter", "system$;deadxact", "system$;journal"):
+        problem = await _problem(await client.post(f"/v1/queues/{name}/messages", data=b"x"),
+                                 403)
+        assert problem["type"].endswith("MQ_ERROR_ACCESS_DENIED")
+
+
+async def test_unknown_queue_and_unknown_transaction(client: Any) -> None:
+    problem = await _problem(await client.post("/v1/queues/nowhere/messages", data=b"x"), 404)
+    assert problem["type"].endswith("MQ_ERROR_QUEUE_NOT_FOUND")
+    await client.put("/v1/queues/q", json={})
+    await _problem(await client.post("/v1/queues/q/messages", data=b"x",
+                                     headers={"Mq-Transaction": "tx-123"}), 404)
+
+
+async def test_browse_get_and_delete_by_id(client: Any) -> None:
+    await client.put("/v1/queues/b", json={})
+    ids = [(await (await client.post("/v1/queues/b/messages", data=b"m%d" % i)).json())["id"]
+           for i in range(5)]
+    page = await (await client.get("/v1/queues/b/messages?after=0&limit=2")).json()
+    assert [m["seq"] for m in page["messages"]] == [1, 2]
+    page = await (await client.get(f"/v1/queues/b/messages?after={page['next']}")).json()
+    assert [m["seq"] for m in page["messages"]] == [3, 4, 5]
+    from urllib.parse import quote
+
+    one = await client.get(f"/v1/queues/b/messages/{quote(ids[2], safe='')}")
+    assert base64.b64decode((await one.json())["body_base64"]) == b"m2"
+    assert (await client.delete(f"/v1/queues/b/messages/{quote(ids[2], safe='')}")).status == 204
+    await _problem(await client.get(f"/v1/queues/b/messages/{quote(ids[2], safe='')}"), 404)
+    got = await (await client.post("/v1/queues/b/receive?max=10")).json()
+    assert [base64.b64decode(m["body_base64"]) for m in got["messages"]] == [
+        b"m0", b"m1", b"m3", b"m4"]
+
+
+async def test_purge_counts_and_empties(client: Any) -> None:
+    await client.put("/v1/queues/p", json={})
+    for i in range(7):
+        await client.post("/v1/queues/p/messages", data=b"x")
+    assert await (await client.post("/v1/queues/p/purge")).json() == {"purged": 7}
+    assert (await (await client.get("/v1/queues/p")).json())["messages"] == 0
+
+
+async def test_receive_waits_for_a_message(client: Any) -> None:
+    await client.put("/v1/queues/w", json={})
+    waiting = asyncio.create_task(client.post("/v1/queues/w/receive?wait=5"))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    await client.post("/v1/queues/w/messages", data=b"late")
+    got = await (await waiting).json()
+    assert base64.b64decode(got["messages"][0]["body_base64"]) == b"late"
+    empty = await client.post("/v1/queues/w/receive?wait=0.2")
+    assert (await empty.json()) == {"messages": []}
+
+
+async def test_concurrent_receivers_never_share_a_message(client: Any) -> None:
+    await client.put("/v1/queues/c", json={})
+    for i in range(50):
+        await client.post("/v1/queues/c/messages", data=b"%d" % i)
+    results = await asyncio.gather(*(client.post("/v1/queues/c/receive?max=3&wait=1")
+                                     for _ in range(30)))
+    bodies = [base64.b64decode(m["body_base64"]) for r in results
+              for m in (await r.json())["messages"]]
+    assert sorted(bodies, key=int) == [b"%d" % i for i in range(50)]
+
+
+async def test_queue_journal_keeps_received_messages(client: Any) -> None:
+    await client.put("/v1/queues/j", json={"journal": True})
+    await client.post("/v1/queues/j/messages", data=b"keep me")
+    await client.post("/v1/queues/j/receive")
+    journal = await (await client.get("/v1/queues/j;journal/messages")).json()
+    assert [base64.b64decode(m["body_base64"]) for m in journal["messages"]] == [b"keep me"]
+
+
+async def test_source_journaling_copies_to_the_machine_journal(client: Any) -> None:
+    await client.put("/v1/queues/s", json={})
+    sent = await (await client.post("/v1/queues/s/messages", data=b"x",
+                                     headers={"Mq-Journal": "journal"})).json()
+    journal = await (await client.get("/v1/queues/system$;journal/messages")).json()
+    assert [m["id"] for m in journal["messages"]] == [sent["id"]]
+
+
+async def test_queue_quota_answers_507_with_retry_after(client: Any) -> None:
+    await client.put("/v1/queues/tiny", json={"quota": 2048})
+    assert (await client.post("/v1/queues/tiny/messages", data=bytes(1000))).status == 201
+    response = await client.post("/v1/queues/tiny/messages", data=bytes(1000))
+    problem = await _problem(response, 507)
+    assert response.headers["Retry-After"]
+    assert problem["class"] == "MQMSG_CLASS_NACK_Q_EXCEED_QUOTA"
+
+
+async def test_methods_not_allowed(client: Any) -> None:
+    await client.put("/v1/queues/m", json={})
+    response = await client.delete("/v1/queues/m/messages")
+    assert response.status == 405
+    assert response.headers["Content-Type"] == PROBLEM
+
+
+async def test_express_messages_are_delivered(client: Any) -> None:
+    await client.put("/v1/queues/e", json={})
+    await client.post("/v1/queues/e/messages", data=b"fast", headers={"Mq-Delivery": "express"})
+    got = await (await client.post("/v1/queues/e/receive")).json()
+    assert got["messages"][0]["delivery"] == "express"
+
+

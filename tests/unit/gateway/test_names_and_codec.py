@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.msmq.classes import AckLevel, parse_ack_level
+from gateway.msmq.message import (
+    MessageFormatError,
+    MessageProperties,
+    compose_id,
+    decode_payload,
+    encode_payload,
+    parse_id,
+)
+from gateway.msmq.names import QueueNameError, journal_of, parse_queue_path
+from gateway.rest_codec import HeaderError, parse_send_headers
+
+GUID = "12345678-1234-1234-1234-123456789abc"
+
+
+@pytest.mark.parametrize("text, canonical, private", [
+    ("orders", "orders", False),
+    ("Private$/Orders", "private$/orders", True),
+    ("private$\\ORDERS", "private$/orders", True),
+    ("SYSTEM$;DEADLETTER", "system$;deadletter", False),
+    ("orders;journal", "orders;journal", False),
+    ("private$/order_queue$", "private$/order_queue$", True),
+])
+def test_queue_paths_normalise(text: str, canonical: str, private: bool) -> None:
+    path = parse_queue_path(text)
+    assert (path.canonical, path.private) == (canonical, private)
+
+
+@pytest.mark.parametrize("text", ["", "private$/", "a b", "a\"b", "a+b", "a,b", "x" * 125,
+                                  "private$/a/b", "a\tb", "private$", "system$"])
+def test_invalid_queue_paths(text: str) -> None:
+    with pytest.raises(QueueNameError):
+        parse_queue_path(text)
+
+
+def test_journal_of_keeps_case() -> None:
+    assert journal_of(parse_queue_path("private$/Orders")).display == "private$/Orders;journal"
+
+
+@given(st.integers(1, 2**20), st.integers(1, 2**39))
+def test_ids_round_trip(queue_id: int, seq: int) -> None:
+    assert parse_id(compose_id(GUID, queue_id, seq), GUID) == (queue_id, seq)
+    assert parse_id(compose_id(GUID, queue_id, seq), "other") is None
+
+
+@given(st.text(max_size=40), st.integers(0, 7), st.binary(max_size=200))
+def test_payload_round_trip(label: str, priority: int, body: bytes) -> None:
+    props = MessageProperties(label=label, priority=priority, extra={"k": "v"})
+    decoded = decode_payload(encode_payload(props, body))
+    assert decoded.properties == props
+    assert decoded.body == body
+
+
+@given(st.binary(max_size=100))
+def test_any_bytes_decode_or_fail_cleanly(data: bytes) -> None:
+    try:
+        decode_payload(data)
+    except MessageFormatError:
+        pass
+
+
+@pytest.mark.parametrize("text, level", [
+    ("MQMSG_ACKNOWLEDGMENT_FULL_RECEIVE", AckLevel.FULL_RECEIVE), ("pos_arrival",
+                                                                   AckLevel.POS_ARRIVAL),
+    ("14", AckLevel.FULL_RECEIVE), ("0x05", AckLevel.FULL_REACH_QUEUE), ("0", AckLevel.NONE)])
+def test_ack_levels(text: str, level: AckLevel) -> None:
+    assert parse_ack_level(text) == level
+
+
+def test_send_headers_deadlines_are_absolute() -> None:
+    request = parse_send_headers({"Mq-Time-To-Be-Received": "2.5",
+                                  "Mq-Time-To-Reach-Queue": "60"}, now_ms=1000)
+    assert request.properties.receive_by_ms == 3500
+    assert request.properties.reach_queue_by_ms == 61000
+
+
+def test_header_error_names_the_header() -> None:
+    with pytest.raises(HeaderError) as info:
+        parse_send_headers({"Mq-Priority": "8"}, now_ms=0)
+    assert info.value.header == "Mq-Priority"
