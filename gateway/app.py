@@ -9,13 +9,14 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway import admin, health, rest
+from gateway import admin, health, rest, rest_tx
 from gateway.errors import GatewayError
 from gateway.appkeys import FILE_OPS_KEY, METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.middlewares import make_middlewares
 from gateway.queue_manager import QueueManager
+from gateway.transactions import Transactions
 from gateway.settings import Settings, StoreSettings
 from gateway.state import GatewayState
 from store.errors import StoreError
@@ -60,6 +61,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     app[FILE_OPS_KEY] = file_ops or RealFileOps()
     app.add_routes(health.routes)
     app.add_routes(admin.routes)
+    app.add_routes(rest_tx.routes)
     app.add_routes(rest.routes)
     app.cleanup_ctx.append(_store_ctx)
     return app
@@ -74,6 +76,9 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     state.stopping = True
     state.ready = False
     app[METRICS_KEY].ready.set(0)
+    for task in state.tasks:
+        task.cancel()
+    await asyncio.gather(*state.tasks, return_exceptions=True)
     if not opener.done():
         # The open runs in a thread and cannot be interrupted; wait for it so the lock is
         # released in order.
@@ -107,7 +112,15 @@ async def _open_store(app: web.Application) -> None:
         state.failure = f"queue manager cannot start: {exc}"
         server_log.critical("%s", state.failure)
         return
+    tx_settings = settings.transactions
+    transactions = Transactions(queue_manager, idle_timeout_s=tx_settings.idle_timeout,
+                                open_max=tx_settings.open_max,
+                                sends_max=tx_settings.messages_max,
+                                bytes_max=tx_settings.bytes_max)
+    transactions.restore_prepared()
+    state.transactions = transactions
     state.queue_manager = queue_manager
+    state.tasks.append(asyncio.create_task(transactions.reap(), name="transaction-reaper"))
     if state.stopping:
         return
     state.ready = True

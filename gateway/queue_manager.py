@@ -10,6 +10,7 @@ HTTP handlers translate requests into calls here and never decide anything thems
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import json
 import time
@@ -174,8 +175,11 @@ class QueueManager:
         return queue
 
     def _index(self, queue: Queue, record: StoredRecord) -> None:
-        lane = 0 if queue.settings.transactional else 7 - record.priority
-        queue.order[lane].append(record.seq)
+        lane = queue.order[0 if queue.settings.transactional else 7 - record.priority]
+        if lane and lane[-1] > record.seq:  # a late commit (two-phase): keep sequence order
+            lane.insert(bisect.bisect_left(lane, record.seq), record.seq)
+        else:
+            lane.append(record.seq)
 
     async def _register(self, path: QueuePath, settings: QueueSettings, *,
                         journal_class: bool = False) -> Queue:
@@ -270,26 +274,36 @@ class QueueManager:
 
     # ---- send ----------------------------------------------------------------------------
 
+    def check_send(self, name: str, *, transactional: bool) -> Queue:
+        """The queue, if a message (transactional or not) may be sent to it.
+
+        Raises:
+            ProblemError: unknown queue; a dead-letter queue or journal (403); a transactional
+                mismatch (400 with MQMSG_CLASS_NACK_NOT_TRANSACTIONAL_Q or _MSG).
+        """
+        queue = self.queue(name)
+        if queue.is_dead_letter or queue.path.journal or queue.path.canonical == MACHINE_JOURNAL:
+            raise ProblemError(403, f"nobody sends to {queue.path.display!r}: only the queue "
+                               "manager puts messages there", type_slug="MQ_ERROR_ACCESS_DENIED")
+        if transactional and not queue.settings.transactional:
+            nack = MessageClass.NACK_NOT_TRANSACTIONAL_Q.msmq_name
+            raise ProblemError(400, f"{queue.path.display!r} is not transactional",
+                               type_slug=nack, extra={"class": nack})
+        if not transactional and queue.settings.transactional:
+            nack = MessageClass.NACK_NOT_TRANSACTIONAL_MSG.msmq_name
+            raise ProblemError(400, f"{queue.path.display!r} is transactional: send in a "
+                               "transaction", type_slug=nack, extra={"class": nack})
+        return queue
+
     async def send(self, name: str, body: bytes, properties: MessageProperties, *,
                    transaction: str | None) -> ReceivedMessage:
         """Store one message in a local queue; returns once it is stored (on disk when
         recoverable). ``transaction``: None (a single-message transaction for a transactional
         queue), "single", or "none" (explicitly outside any transaction)."""
-        queue = self.queue(name)
-        if queue.is_dead_letter or queue.path.journal or queue.path.canonical == MACHINE_JOURNAL:
-            raise ProblemError(403, f"nobody sends to {queue.path.display!r}: only the queue "
-                               "manager puts messages there", type_slug="MQ_ERROR_ACCESS_DENIED")
-        transactional = queue.settings.transactional if transaction is None else (
+        known = self.queue(name)
+        transactional = known.settings.transactional if transaction is None else (
             transaction != "none")
-        if transactional and not queue.settings.transactional:
-            raise ProblemError(400, f"{queue.path.display!r} is not transactional",
-                               type_slug=MessageClass.NACK_NOT_TRANSACTIONAL_Q.msmq_name,
-                               extra={"class": MessageClass.NACK_NOT_TRANSACTIONAL_Q.msmq_name})
-        if not transactional and queue.settings.transactional:
-            raise ProblemError(400, f"{queue.path.display!r} is transactional: send in a "
-                               "transaction", type_slug=MessageClass.NACK_NOT_TRANSACTIONAL_MSG
-                               .msmq_name, extra={"class": MessageClass
-                                                  .NACK_NOT_TRANSACTIONAL_MSG.msmq_name})
+        queue = self.check_send(name, transactional=transactional)
         now_ms = int(time.time() * 1000)
         props = replace(properties, transactional=transactional, arrived_at_ms=now_ms,
                         sent_at_ms=properties.sent_at_ms or now_ms,
@@ -316,6 +330,35 @@ class QueueManager:
         return ReceivedMessage(self.message_id(queue, record, props), queue.path.display,
                                record.seq, props, body)
 
+    async def send_batch(self, items: Sequence[tuple[str, bytes, MessageProperties]]
+                         ) -> list[ReceivedMessage]:
+        """Store messages to several queues atomically (one store transaction): all or none.
+        Messages to transactional queues are transactional; the others are not, but share
+        the batch's atomicity."""
+        if not items:
+            raise ProblemError(400, "a batch needs at least one message", type_slug="bad-request")
+        now_ms = int(time.time() * 1000)
+        specs, targets, stamped = [], [], []
+        for name, body, properties in items:
+            known = self.queue(name)
+            queue = self.check_send(name, transactional=known.settings.transactional)
+            tx = queue.settings.transactional
+            props = replace(properties, transactional=tx, arrived_at_ms=now_ms,
+                            sent_at_ms=properties.sent_at_ms or now_ms,
+                            source_qm=properties.source_qm or self.qm_guid,
+                            priority=0 if tx else properties.priority, recoverable=True)
+            specs.append(SendSpec(queue.queue_id, encode_payload(props, body),
+                                  priority=props.priority, expires_ms=props.receive_by_ms))
+            targets.append(queue)
+            stamped.append((props, body))
+        records = await self._store_call(self.store.commit(specs))
+        made = []
+        for queue, record, (props, body) in zip(targets, records, stamped):
+            self._arrive(queue, record)
+            made.append(ReceivedMessage(self.message_id(queue, record, props),
+                                        queue.path.display, record.seq, props, body))
+        return made
+
     def _copy_spec(self, target: str, props: MessageProperties, body: bytes,
                    original_id: str | None) -> SendSpec:
         queue = self._queues[target]
@@ -338,12 +381,23 @@ class QueueManager:
                       ) -> list[ReceivedMessage]:
         """Take up to ``max_messages`` messages, waiting up to ``wait_s`` for the first."""
         queue = self.queue(name)
+        chosen = await self.wait_and_take(queue, max_messages, wait_s)
+        if not chosen:
+            return []
+        try:
+            return await self._remove_and_journal(queue, chosen)
+        finally:
+            queue.reserved.difference_update(r.seq for r in chosen)
+
+    async def wait_and_take(self, queue: Queue, max_messages: int, wait_s: float
+                            ) -> list[StoredRecord]:
+        """Reserve up to ``max_messages`` deliverable messages, waiting for the first."""
         max_messages = max(1, min(max_messages, RECEIVE_MAX))
         deadline = time.monotonic() + max(0.0, min(wait_s, RECEIVE_WAIT_S_MAX))
         while True:
             chosen = self._take(queue, max_messages)
             if chosen:
-                break
+                return chosen
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
@@ -352,10 +406,45 @@ class QueueManager:
                 await asyncio.wait_for(queue.arrived.wait(), remaining)
             except TimeoutError:
                 return []
+
+    def hold(self, queue: Queue, record: StoredRecord) -> None:
+        """Reserve a message that is not in the delivery order any more (a prepared
+        transaction's receive after a restart)."""
+        lane = queue.order[self._lane(queue, record)]
         try:
-            return await self._remove_and_journal(queue, chosen)
-        finally:
-            queue.reserved.difference_update(r.seq for r in chosen)
+            lane.remove(record.seq)
+        except ValueError:
+            pass
+        queue.reserved.add(record.seq)
+
+    def release(self, queue: Queue, record: StoredRecord, *, removed: bool) -> None:
+        """End a reservation; a message not removed goes back to its original position."""
+        queue.reserved.discard(record.seq)
+        if removed:
+            return
+        lane = queue.order[self._lane(queue, record)]
+        lane.insert(bisect.bisect_left(lane, record.seq), record.seq)
+        queue.arrived.set()
+
+    def _lane(self, queue: Queue, record: StoredRecord) -> int:
+        return 0 if queue.settings.transactional else 7 - record.priority
+
+    def queue_by_id(self, queue_id: int) -> Queue:
+        return self._by_id[queue_id]
+
+    def journal_queue(self, queue: Queue) -> Queue | None:
+        if not queue.settings.journal or queue.path.journal or queue.path.system:
+            return None
+        return self._queues.get(journal_of(queue.path).canonical)
+
+    def decode(self, queue: Queue, record: StoredRecord) -> ReceivedMessage:
+        decoded = decode_payload(self.store.read(record))
+        return ReceivedMessage(self.message_id(queue, record, decoded.properties),
+                               queue.path.display, record.seq, decoded.properties, decoded.body)
+
+    def arrived(self, queue: Queue, record: StoredRecord) -> None:
+        """A record became visible in ``queue`` (after a commit)."""
+        self._arrive(queue, record)
 
     def _take(self, queue: Queue, count: int) -> list[StoredRecord]:
         """Reserve the next ``count`` deliverable messages (highest priority, then oldest)."""
@@ -391,10 +480,10 @@ class QueueManager:
             else:
                 await self._store_call(self.store.remove(records))
         except BaseException:
-            # Not removed: put them back at the head, in their original order.
-            for record in reversed(records):
-                lane = 0 if queue.settings.transactional else 7 - record.priority
-                queue.order[lane].appendleft(record.seq)
+            # Not removed: put them back at their original positions.
+            for record in records:
+                lane = queue.order[self._lane(queue, record)]
+                lane.insert(bisect.bisect_left(lane, record.seq), record.seq)
             queue.arrived.set()
             raise
         return messages
@@ -441,6 +530,10 @@ class QueueManager:
             queue.reserved.discard(record.seq)
 
     # ---- store errors -> answers ---------------------------------------------------------
+
+    async def store_call(self, call: Awaitable[T]) -> T:
+        """Await a store call, turning store errors into the answers clients get."""
+        return await self._store_call(call)
 
     async def _store_call(self, call: Awaitable[T]) -> T:
         try:

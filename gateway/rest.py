@@ -17,6 +17,7 @@ from gateway.appkeys import STATE_KEY
 from gateway.errors import ProblemError
 from gateway.queue_manager import QueueManager, QueueSettings, ReceivedMessage
 from gateway.rest_codec import HeaderError, message_json, parse_send_headers
+from gateway.transactions import Transactions
 from gateway.units import parse_size
 
 __all__ = ["routes"]
@@ -30,6 +31,13 @@ def _qm(request: web.Request) -> QueueManager:
         raise ProblemError(503, state.not_ready_reason() or "not ready", type_slug="not-ready",
                            headers={"Retry-After": "1"})
     return state.queue_manager
+
+
+def _transactions(request: web.Request) -> Transactions:
+    transactions = request.app[STATE_KEY].transactions
+    if transactions is None:
+        raise ProblemError(503, "not ready", type_slug="not-ready", headers={"Retry-After": "1"})
+    return transactions
 
 
 def _split(tail: str) -> tuple[str, list[str]]:
@@ -130,10 +138,14 @@ async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Respon
         send = parse_send_headers(request.headers, now_ms=int(time.time() * 1000))
     except HeaderError as exc:
         raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
-    if send.transaction not in (None, "single", "none"):
-        raise ProblemError(404, f"no open transaction {send.transaction!r}",
-                           type_slug="MQ_ERROR_TRANSACTION_USAGE")
     qm.queue(name)  # an unknown queue is refused before the body is read
+    if send.transaction not in (None, "single", "none"):
+        transactions = _transactions(request)
+        transactions.get(send.transaction)
+        body = await request.read()
+        tx, index = transactions.send(send.transaction, name, body, send.properties)
+        return web.json_response({"transaction": tx.id, "queue": qm.queue(name).path.display,
+                                  "index": index}, status=202)
     body = await request.read()
     message = await qm.send(name, body, send.properties, transaction=send.transaction)
     return web.json_response({"id": message.message_id, "queue": message.queue,
@@ -143,7 +155,12 @@ async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Respon
 async def _receive(request: web.Request, qm: QueueManager, name: str) -> web.Response:
     max_messages = _query_int(request, "max", 1, 1, 1000)
     wait = _query_float(request, "wait", 0.0, 0.0, 60.0)
-    messages = await qm.receive(name, max_messages=max_messages, wait_s=wait)
+    tx_id = request.headers.get("Mq-Transaction")
+    if tx_id is not None and tx_id not in ("none", "single"):
+        messages = await _transactions(request).receive(
+            tx_id, name, max_messages=max_messages, wait_s=wait)
+    else:
+        messages = await qm.receive(name, max_messages=max_messages, wait_s=wait)
     return web.json_response({"messages": [_message(m) for m in messages]})
 
 

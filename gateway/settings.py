@@ -29,6 +29,7 @@ __all__ = [
     "StoreSettings",
     "MappingSettings",
     "LogSettings",
+    "TransactionSettings",
     "parse_settings",
     "load_settings",
     "parse_listen",
@@ -121,6 +122,16 @@ class MappingSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TransactionSettings:
+    """Explicit transactions (REST /v1/transactions)."""
+
+    idle_timeout: float = _duration("60s", low="100ms", high="1d")
+    open_max: int = _int(10_000, low=1, high=1_000_000)
+    messages_max: int = _int(10_000, low=1, high=1_000_000)
+    bytes_max: int = _size("64MiB", low="1KiB", high="4GiB")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LogSettings:
     """Logging: human lines or JSON lines on stderr (journald under systemd)."""
 
@@ -136,6 +147,7 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
     mapping: MappingSettings = field(default_factory=MappingSettings)
+    transactions: TransactionSettings = field(default_factory=TransactionSettings)
     log: LogSettings = field(default_factory=LogSettings)
 
 
@@ -207,6 +219,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "server": ServerSettings,
     "store": StoreSettings,
     "mapping": MappingSettings,
+    "transactions": TransactionSettings,
     "log": LogSettings,
 }
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gateway.queue_manager import QueueManager
+    from gateway.transactions import Transactions
     from store.message_store import MessageStore
 
 __all__ = ["GatewayState"]
@@ -18,9 +20,11 @@ class GatewayState:
 
     store: MessageStore | None = None
     queue_manager: QueueManager | None = None
+    transactions: Transactions | None = None
     ready: bool = False
     failure: str | None = None
     stopping: bool = False
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def not_ready_reason(self) -> str:
         if self.stopping:

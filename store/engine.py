@@ -192,9 +192,6 @@ class Engine:
     def _place(self, job: Job, writes: dict[int, list[tuple[int, bytes]]]) -> None:
         if job.op not in ("append", "commit", "prepare", "express") or not job.sends:
             return
-        if job.op not in ("append", "express") and job.tx_id == 0:
-            job.tx_id = self.next_tx
-            self.next_tx += 1
         too_large = [s for s in job.sends if len(s.payload) > self.payload_max]
         if too_large:
             job.error = MessageTooLarge(
@@ -337,6 +334,12 @@ class Engine:
         another job of the batch removes) and outcomes of unknown prepared transactions."""
         taken: set[Ref] = set()
         for job in jobs:
+            if job.op in ("commit", "prepare"):
+                if job.tx_id == 0:
+                    job.tx_id = self.next_tx
+                    self.next_tx += 1
+                elif job.tx_id >= self.next_tx:  # chosen by MessageStore.reserve_tx_id
+                    self.next_tx = job.tx_id + 1
             if job.op in ("commit_prepared", "abort"):
                 if job.tx_id not in self.prepared:
                     job.error = UnknownRecord(f"no prepared transaction {job.tx_id}")

@@ -71,6 +71,7 @@ class MessageStore:
         # that order), so express messages held in RAM get theirs without a trip to the disk.
         self._seq_lock = threading.Lock()
         self._next_seq: dict[int, int] = dict(engine.next_seq)
+        self._next_tx = engine.next_tx
         engine.seq_floor = self._seq_snapshot
         # Express messages in RAM: key -> body; StoredRecord.segment == 0 marks them.
         self._ram: dict[int, bytes] = {}
@@ -212,19 +213,19 @@ class MessageStore:
         self._queues.setdefault(record.queue_id, {})[record.seq] = record
         return record
 
-    async def commit(self, sends: Sequence[SendSpec],
-                     removes: Sequence[StoredRecord] = ()) -> list[StoredRecord]:
+    async def commit(self, sends: Sequence[SendSpec], removes: Sequence[StoredRecord] = (),
+                     *, tx_id: int = 0) -> list[StoredRecord]:
         """Store ``sends`` and remove ``removes`` atomically: all become durable, or none."""
         job = await self._submit_sends(Job("commit", sends=sends,
                                            removes=[r.ref for r in removes],
-                                           removed_keys=_keys(removes)))
+                                           removed_keys=_keys(removes), tx_id=tx_id))
         return job.records
 
-    async def prepare(self, sends: Sequence[SendSpec],
-                      removes: Sequence[StoredRecord] = ()) -> PreparedTx:
+    async def prepare(self, sends: Sequence[SendSpec], removes: Sequence[StoredRecord] = (),
+                      *, tx_id: int = 0) -> PreparedTx:
         """Phase one of a two-phase commit: durable, invisible until ``commit_prepared``."""
         job = await self._submit_sends(Job("prepare", sends=sends,
-                                           removes=[r.ref for r in removes]))
+                                           removes=[r.ref for r in removes], tx_id=tx_id))
         prepared = PreparedTx(job.tx_id, list(job.records), list(job.removes))
         self.prepared[job.tx_id] = prepared
         self._prepared_keys[job.tx_id] = _keys(removes)
@@ -294,6 +295,14 @@ class MessageStore:
             prepared.append(send)
         return prepared
 
+    def reserve_tx_id(self) -> int:
+        """A transaction id never used before (the engine persists the high-water mark of the
+        ids it is given); the caller passes it to ``commit`` or ``prepare``."""
+        with self._seq_lock:
+            tx_id = self._next_tx
+            self._next_tx += 1
+            return tx_id
+
     def reserve_seq(self, queue_id: int) -> int:
         """Take the queue's next sequence number now (for a send about to be submitted, so
         its id is known before its copies are encoded). Call it right before the send."""
@@ -356,6 +365,11 @@ class MessageStore:
     def records(self, queue_id: int) -> Iterator[StoredRecord]:
         """Live records of a queue in sequence order."""
         return iter(sorted(self._queues.get(queue_id, {}).values(), key=lambda r: r.seq))
+
+    def prepared_receives(self, tx_id: int) -> list[StoredRecord]:
+        """The live messages a prepared transaction receives (they stay until it ends)."""
+        return [r for q, seq in self._prepared_keys.get(tx_id, [])
+                if (r := self.record(q, seq)) is not None]
 
     def record(self, queue_id: int, seq: int) -> StoredRecord | None:
         """The live record at ``seq`` in the queue, if any."""

@@ -110,8 +110,9 @@ def open_engine(ops: FileOps, data_dir: DataDir, options: StoreOptions) -> Opene
     records = [_stored(f) for f in resolution.live]
     engine.occupy_many(records)
     prepared: dict[int, PreparedTx] = {}
-    for tx_id, items in resolution.prepared_records.items():
-        tx_records = [_stored(f) for f in items]
+    # Every prepared transaction survives, also one that only receives (it has no records).
+    for tx_id in set(resolution.prepared_records) | set(resolution.prepared_removes):
+        tx_records = [_stored(f) for f in resolution.prepared_records.get(tx_id, [])]
         for record in tx_records:
             engine._occupy(record)
         prepared[tx_id] = PreparedTx(tx_id, tx_records, resolution.prepared_removes.get(tx_id, []))

@@ -307,3 +307,16 @@ async def test_stream_state_is_kept_in_mqinseqs_ping_pong(tmp_path: Path) -> Non
     store = await open_store(tmp_path)
     assert store.stream_state == b'{"streams": 1}'
     await close_store(store)
+
+
+async def test_commit_and_prepare_with_only_removals(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    records = [await store.append(SendSpec(1, b"%d" % i)) for i in range(3)]
+    await store.commit([], removes=records[:1])
+    prepared = await store.prepare([], removes=records[1:2], tx_id=store.reserve_tx_id())
+    store = await _restart(store)
+    assert store.count(1) == 2
+    assert [r.seq for r in store.prepared_receives(prepared.tx_id)] == [2]
+    await store.commit_prepared(prepared.tx_id)
+    assert [store.read(r) for r in store.records(1)] == [b"2"]
+    await close_store(store)

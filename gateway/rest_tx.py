@@ -1,0 +1,115 @@
+"""REST API for transactions (``/v1/transactions``) and atomic batches (``/v1/batch``)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+
+from aiohttp import web
+
+from gateway.appkeys import STATE_KEY
+from gateway.errors import ProblemError
+from gateway.msmq.message import MessageProperties
+from gateway.queue_manager import QueueManager
+from gateway.rest_codec import HeaderError, parse_send_headers
+from gateway.transactions import Transactions
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+BATCH_MESSAGES_MAX = 10_000
+
+
+def _ready(request: web.Request) -> tuple[QueueManager, Transactions]:
+    state = request.app[STATE_KEY]
+    if state.queue_manager is None or state.transactions is None or not state.ready:
+        raise ProblemError(503, state.not_ready_reason() or "not ready", type_slug="not-ready",
+                           headers={"Retry-After": "1"})
+    return state.queue_manager, state.transactions
+
+
+@routes.post("/v1/transactions")
+async def begin(request: web.Request) -> web.Response:
+    _, transactions = _ready(request)
+    tx = transactions.begin()
+    return web.json_response(tx.summary(), status=201)
+
+
+@routes.get("/v1/transactions")
+async def list_transactions(request: web.Request) -> web.Response:
+    _, transactions = _ready(request)
+    return web.json_response({"transactions": [t.summary() for t in transactions.all()]})
+
+
+@routes.get("/v1/transactions/{id}")
+async def show(request: web.Request) -> web.Response:
+    _, transactions = _ready(request)
+    return web.json_response(transactions.get(request.match_info["id"]).summary())
+
+
+@routes.post("/v1/transactions/{id}/{action}")
+async def act(request: web.Request) -> web.Response:
+    _, transactions = _ready(request)
+    tx_id, action = request.match_info["id"], request.match_info["action"]
+    if action == "prepare":
+        tx = await transactions.prepare(tx_id)
+        return web.json_response(tx.summary())
+    if action == "commit":
+        made = await transactions.commit(tx_id)
+        return web.json_response({"id": tx_id, "state": "committed", "messages": made})
+    if action == "abort":
+        await transactions.abort(tx_id)
+        return web.json_response({"id": tx_id, "state": "aborted"})
+    raise ProblemError(404, f"no action {action!r} (prepare, commit or abort)",
+                       type_slug="not-found")
+
+
+@routes.post("/v1/batch")
+async def batch(request: web.Request) -> web.Response:
+    """``{"messages": [{"queue", "body_base64", "properties"}]}`` stored as one atomic
+    transaction. ``properties`` takes the send headers' names without ``Mq-``
+    (``label``, ``priority``, ``time_to_be_received``, ``correlation_id``, ...)."""
+    qm, _ = _ready(request)
+    try:
+        doc = json.loads(await request.read())
+    except ValueError as exc:
+        raise ProblemError(400, f"body is not JSON: {exc}", type_slug="bad-request") from exc
+    messages = doc.get("messages") if isinstance(doc, dict) else None
+    if not isinstance(messages, list) or not 0 < len(messages) <= BATCH_MESSAGES_MAX:
+        raise ProblemError(400, f"body must be {{\"messages\": [...]}} with 1 to "
+                           f"{BATCH_MESSAGES_MAX} messages", type_slug="bad-request")
+    now_ms = int(time.time() * 1000)
+    items = [_item(index, item, now_ms) for index, item in enumerate(messages)]
+    made = await qm.send_batch(items)
+    return web.json_response({"ids": [m.message_id for m in made],
+                              "messages": [{"id": m.message_id, "queue": m.queue, "seq": m.seq}
+                                           for m in made]}, status=201)
+
+
+def _item(index: int, item: object, now_ms: int) -> tuple[str, bytes, MessageProperties]:
+    where = f"messages[{index}]"
+    if not isinstance(item, dict) or not isinstance(item.get("queue"), str):
+        raise ProblemError(400, f"{where}: needs a \"queue\" string", type_slug="bad-request")
+    try:
+        body = base64.b64decode(item.get("body_base64", ""), validate=True)
+    except (binascii.Error, TypeError, ValueError) as exc:
+        raise ProblemError(400, f"{where}.body_base64: not base64 ({exc})",
+                           type_slug="bad-request") from exc
+    props = item.get("properties", {})
+    if not isinstance(props, dict):
+        raise ProblemError(400, f"{where}.properties: expected an object",
+                           type_slug="bad-request")
+    headers = {_header(k): str(v) for k, v in props.items()}
+    try:
+        request = parse_send_headers(headers, now_ms=now_ms)
+    except HeaderError as exc:
+        raise ProblemError(400, f"{where}.properties: {exc}", type_slug=exc.type_slug) from exc
+    return item["queue"], body, request.properties
+
+
+def _header(key: str) -> str:
+    if key.lower() in ("content_type", "content-type"):
+        return "Content-Type"
+    return "Mq-" + "-".join(part.capitalize() for part in key.replace("-", "_").split("_"))

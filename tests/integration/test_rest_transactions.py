@@ -1,0 +1,191 @@
+"""Transactions and batches over REST (seed 002): all or nothing, in order, put back in place."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gateway.app import make_app
+from gateway.appkeys import STATE_KEY
+from gateway.settings import Settings
+
+PROBLEM = "application/problem+json"
+
+
+async def _client(aiohttp_client: Any, settings: Settings) -> Any:
+    app = make_app(settings)
+    client = await aiohttp_client(app)
+    for _ in range(300):
+        if app[STATE_KEY].ready:
+            break
+        await asyncio.sleep(0.01)
+    assert app[STATE_KEY].ready
+    return client
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> Any:
+    test_client = await _client(aiohttp_client, settings_factory())
+    for name, tx in (("private$/a", True), ("private$/b", True), ("plain", False)):
+        await test_client.put(f"/v1/queues/{name}", json={"transactional": tx})
+    return test_client
+
+
+async def _bodies(client: Any, queue: str) -> list[bytes]:
+    page = await (await client.get(f"/v1/queues/{queue}/messages?limit=1000")).json()
+    return [base64.b64decode(m["body_base64"]) for m in page["messages"]]
+
+
+async def _begin(client: Any) -> str:
+    response = await client.post("/v1/transactions")
+    assert response.status == 201
+    body = await response.json()
+    assert body["expires_at"]
+    return str(body["id"])
+
+
+async def test_sends_become_visible_together_in_order_at_commit(client: Any) -> None:
+    tx = await _begin(client)
+    for queue, body in (("private$/a", b"1"), ("private$/b", b"2"), ("private$/a", b"3")):
+        response = await client.post(f"/v1/queues/{queue}/messages", data=body,
+                                     headers={"Mq-Transaction": tx})
+        assert response.status == 202
+    assert await _bodies(client, "private$/a") == []
+    listed = await (await client.get("/v1/transactions")).json()
+    assert [t["id"] for t in listed["transactions"]] == [tx]
+    committed = await (await client.post(f"/v1/transactions/{tx}/commit")).json()
+    assert [m["queue"] for m in committed["messages"]] == ["private$/a", "private$/b",
+                                                          "private$/a"]
+    assert await _bodies(client, "private$/a") == [b"1", b"3"]
+    assert await _bodies(client, "private$/b") == [b"2"]
+    response = await client.post(f"/v1/transactions/{tx}/commit")
+    assert response.status == 404, "a finished transaction is gone"
+
+
+async def test_abort_leaves_no_trace(client: Any) -> None:
+    tx = await _begin(client)
+    await client.post("/v1/queues/private$/a/messages", data=b"x", headers={"Mq-Transaction": tx})
+    assert (await client.post(f"/v1/transactions/{tx}/abort")).status == 200
+    assert await _bodies(client, "private$/a") == []
+
+
+async def test_abort_after_receive_puts_the_message_back_at_the_head(client: Any) -> None:
+    for body in (b"first", b"second", b"third"):
+        await client.post("/v1/queues/private$/a/messages", data=body)
+    tx = await _begin(client)
+    got = await (await client.post("/v1/queues/private$/a/receive",
+                                   headers={"Mq-Transaction": tx})).json()
+    assert base64.b64decode(got["messages"][0]["body_base64"]) == b"first"
+    other = await (await client.post("/v1/queues/private$/a/receive")).json()
+    assert base64.b64decode(other["messages"][0]["body_base64"]) == b"second"
+    await client.post(f"/v1/transactions/{tx}/abort")
+    after = await (await client.post("/v1/queues/private$/a/receive")).json()
+    assert base64.b64decode(after["messages"][0]["body_base64"]) == b"first"
+
+
+async def test_receive_commits_with_sends_atomically(client: Any) -> None:
+    await client.put("/v1/queues/private$/a", json={"transactional": True, "journal": True})
+    await client.post("/v1/queues/private$/a/messages", data=b"order")
+    tx = await _begin(client)
+    await client.post("/v1/queues/private$/a/receive", headers={"Mq-Transaction": tx})
+    await client.post("/v1/queues/private$/b/messages", data=b"reply",
+                      headers={"Mq-Transaction": tx})
+    await client.post(f"/v1/transactions/{tx}/commit")
+    assert await _bodies(client, "private$/a") == []
+    assert await _bodies(client, "private$/b") == [b"reply"]
+    assert await _bodies(client, "private$/a;journal") == [b"order"]
+
+
+async def test_a_transaction_cannot_receive_what_it_sent(client: Any) -> None:
+    tx = await _begin(client)
+    await client.post("/v1/queues/private$/a/messages", data=b"mine",
+                      headers={"Mq-Transaction": tx})
+    response = await client.post("/v1/queues/private$/a/receive", headers={"Mq-Transaction": tx})
+    assert response.status == 409
+    body = await response.json(content_type=PROBLEM)
+    assert "cannot receive a message it sent" in body["detail"]
+
+
+async def test_transactional_send_to_a_plain_queue_is_refused(client: Any) -> None:
+    tx = await _begin(client)
+    response = await client.post("/v1/queues/plain/messages", data=b"x",
+                                 headers={"Mq-Transaction": tx})
+    assert response.status == 400
+    body = await response.json(content_type=PROBLEM)
+    assert body["class"] == "MQMSG_CLASS_NACK_NOT_TRANSACTIONAL_Q"
+
+
+async def test_unknown_transaction_and_action(client: Any) -> None:
+    response = await client.post("/v1/queues/private$/a/messages", data=b"x",
+                                 headers={"Mq-Transaction": "tx-999999"})
+    assert response.status == 404
+    tx = await _begin(client)
+    assert (await client.post(f"/v1/transactions/{tx}/explode")).status == 404
+
+
+async def test_prepared_transaction_survives_a_restart(aiohttp_client: Any,
+                                                       settings_factory: Callable[..., Settings]
+                                                       ) -> None:
+    settings = settings_factory()
+    first = await _client(aiohttp_client, settings)
+    await first.put("/v1/queues/private$/a", json={"transactional": True})
+    await first.post("/v1/queues/private$/a/messages", data=b"held")
+    tx = await _begin(first)
+    await first.post("/v1/queues/private$/a/receive", headers={"Mq-Transaction": tx})
+    await first.post("/v1/queues/private$/a/messages", data=b"sent",
+                     headers={"Mq-Transaction": tx})
+    prepared = await (await first.post(f"/v1/transactions/{tx}/prepare")).json()
+    assert prepared["state"] == "prepared"
+    response = await first.post("/v1/queues/private$/a/messages", data=b"late",
+                                headers={"Mq-Transaction": tx})
+    assert response.status == 409, "a prepared transaction takes no more sends"
+    await first.close()
+
+    second = await _client(aiohttp_client, settings)
+    listed = await (await second.get("/v1/transactions")).json()
+    assert [(t["id"], t["state"]) for t in listed["transactions"]] == [(tx, "prepared")]
+    assert await _bodies(second, "private$/a") == [b"held"], "browsing sees the held message"
+    nothing = await (await second.post("/v1/queues/private$/a/receive")).json()
+    assert nothing["messages"] == [], "the prepared receive still holds its message"
+    await second.post(f"/v1/transactions/{tx}/commit")
+    assert await _bodies(second, "private$/a") == [b"sent"]
+
+
+async def test_idle_transaction_times_out(aiohttp_client: Any,
+                                          settings_factory: Callable[..., Settings]) -> None:
+    client = await _client(aiohttp_client, settings_factory(transactions__idle_timeout="0.3s"))
+    await client.put("/v1/queues/private$/a", json={"transactional": True})
+    await client.post("/v1/queues/private$/a/messages", data=b"m")
+    tx = await _begin(client)
+    await client.post("/v1/queues/private$/a/receive", headers={"Mq-Transaction": tx})
+    await asyncio.sleep(1.5)
+    assert (await client.get(f"/v1/transactions/{tx}")).status == 404
+    back = await (await client.post("/v1/queues/private$/a/receive")).json()
+    assert base64.b64decode(back["messages"][0]["body_base64"]) == b"m"
+
+
+async def test_batch_is_one_atomic_transaction(client: Any) -> None:
+    good = {"messages": [
+        {"queue": "private$/a", "body_base64": base64.b64encode(b"1").decode()},
+        {"queue": "plain", "body_base64": base64.b64encode(b"2").decode(),
+         "properties": {"label": "l", "priority": 6}},
+    ]}
+    response = await client.post("/v1/batch", json=good)
+    assert response.status == 201
+    assert len((await response.json())["ids"]) == 2
+    plain = await (await client.get("/v1/queues/plain/messages")).json()
+    assert plain["messages"][0]["label"] == "l"
+    bad = {"messages": [
+        {"queue": "private$/a", "body_base64": base64.b64encode(b"3").decode()},
+        {"queue": "nowhere", "body_base64": ""},
+    ]}
+    assert (await client.post("/v1/batch", json=bad)).status == 404
+    assert await _bodies(client, "private$/a") == [b"1"]
+    for broken in ({"messages": []}, {"messages": [{"queue": "plain", "body_base64": "!!"}]},
+                   {"messages": [{"queue": "plain", "properties": {"priority": 99}}]}, []):
+        assert (await client.post("/v1/batch", json=broken)).status == 400
+    assert await _bodies(client, "plain") == [b"2"]
