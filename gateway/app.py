@@ -121,6 +121,7 @@ async def _open_store(app: web.Application) -> None:
     state.transactions = transactions
     state.queue_manager = queue_manager
     state.tasks.append(asyncio.create_task(transactions.reap(), name="transaction-reaper"))
+    state.tasks.append(asyncio.create_task(queue_manager.expiry.run(), name="expiry"))
     if state.stopping:
         return
     state.ready = True

@@ -15,13 +15,15 @@ import collections
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
 
 from gateway.errors import ProblemError
+from gateway.acks import ack_properties, negative, wants_ack
+from gateway.expiry import Expiry
 from gateway.logs import server_log
+from gateway.store_errors import store_call
 from gateway.msmq.classes import JournalLevel, MessageClass
 from gateway.msmq.message import (
     DecodedMessage,
@@ -42,25 +44,13 @@ from gateway.msmq.names import (
     journal_of,
     parse_queue_path,
 )
-from store.errors import (
-    DiskFull,
-    MachineJournalQuotaExceeded,
-    MachineQuotaExceeded,
-    MessageTooLarge,
-    QueueJournalQuotaExceeded,
-    QueueQuotaExceeded,
-    StoreClosed,
-    StoreError,
-    StoreFailed,
-    UnknownRecord,
-)
+from store.errors import StoreError
 from store.lqs import QueueInfo
 from store.message_store import MessageStore
 from store.records import SendSpec, StoredRecord
 
 __all__ = ["QueueManager", "Queue", "ReceivedMessage", "QueueSettings"]
 
-T = TypeVar("T")
 RECEIVE_WAIT_S_MAX = 60.0
 RECEIVE_MAX = 1000
 PRIORITIES = 8
@@ -130,6 +120,7 @@ class QueueManager:
         self._queues: dict[str, Queue] = {}
         self._by_id: dict[int, Queue] = {}
         self._foreign_ids: dict[str, tuple[int, int]] = {}
+        self.expiry = Expiry(self)
 
     # ---- start-up ------------------------------------------------------------------------
 
@@ -175,6 +166,7 @@ class QueueManager:
         return queue
 
     def _index(self, queue: Queue, record: StoredRecord) -> None:
+        self.expiry.track(queue, record)
         lane = queue.order[0 if queue.settings.transactional else 7 - record.priority]
         if lane and lane[-1] > record.seq:  # a late commit (two-phase): keep sequence order
             lane.insert(bisect.bisect_left(lane, record.seq), record.seq)
@@ -248,7 +240,7 @@ class QueueManager:
         if queue.path.system or queue.path.canonical in SYSTEM_QUEUES:
             raise ProblemError(403, f"{queue.path.display!r} is a system queue and cannot be "
                                "deleted", type_slug="MQ_ERROR_ACCESS_DENIED")
-        await self.purge(name)
+        await self.purge(name, reason=MessageClass.NACK_Q_DELETED)
         await self.store.delete_queue(queue.queue_id)
         del self._queues[queue.path.canonical]
         del self._by_id[queue.queue_id]
@@ -259,12 +251,14 @@ class QueueManager:
             del self._queues[journal.path.canonical]
             del self._by_id[journal.queue_id]
 
-    async def purge(self, name: str) -> int:
-        """Remove every message that is not being received right now; return how many."""
+    async def purge(self, name: str, *, reason: MessageClass = MessageClass.NACK_Q_PURGED
+                    ) -> int:
+        """Remove every message that is not being received right now; return how many.
+        Messages whose acknowledgement level asks get a negative acknowledgement."""
         queue = self.queue(name)
         records = [r for r in self.store.records(queue.queue_id) if r.seq not in queue.reserved]
         for start in range(0, len(records), 1000):
-            await self._store_call(self.store.remove(records[start: start + 1000]))
+            await self.finish(queue, records[start: start + 1000], ack=reason)
         gone = {r.seq for r in records}
         for lane in queue.order:
             kept = [seq for seq in lane if seq not in gone]
@@ -311,21 +305,30 @@ class QueueManager:
                         priority=0 if transactional else properties.priority,
                         recoverable=properties.recoverable or transactional)
         payload = encode_payload(props, body)
-        copies = []
+        extra: list[tuple[Queue, SendSpec]] = []
         seq = 0
-        if JournalLevel(props.journal) == JournalLevel.JOURNAL:
+        journal_copy = JournalLevel(props.journal) == JournalLevel.JOURNAL
+        if journal_copy or wants_ack(props, MessageClass.ACK_REACH_QUEUE):
+            # The copies name the original's id, so its sequence number is taken first.
             seq = self.store.reserve_seq(queue.queue_id)
             original_id = props.message_id or compose_id(self.qm_guid, queue.queue_id, seq)
-            copies.append(self._copy_spec(MACHINE_JOURNAL, props, body, original_id))
+            original = ReceivedMessage(original_id, queue.path.display, seq, props, body)
+            if journal_copy:
+                target = self._queues[MACHINE_JOURNAL]
+                extra.append((target, self._copy_spec(MACHINE_JOURNAL, props, body,
+                                                      original_id)))
+            extra.extend(self._ack_specs(queue, original, MessageClass.ACK_REACH_QUEUE,
+                                         now_ms))
         spec = SendSpec(queue.queue_id, payload, priority=props.priority,
                         expires_ms=props.receive_by_ms, express=not props.recoverable, seq=seq)
-        if transactional or copies:
-            records = await self._store_call(self.store.commit([spec, *copies]))
+        if transactional or extra:
+            records = await store_call(
+                self.store.commit([spec, *(s for _, s in extra)]))
             record = records[0]
+            for (target, _), extra_record in zip(extra, records[1:]):
+                self._arrive(target, extra_record)
         else:
-            record = await self._store_call(self.store.append(spec))
-        for extra_record in (records[1:] if (transactional or copies) else []):
-            self._arrive(self._by_id[extra_record.queue_id], extra_record)
+            record = await store_call(self.store.append(spec))
         self._arrive(queue, record)
         return ReceivedMessage(self.message_id(queue, record, props), queue.path.display,
                                record.seq, props, body)
@@ -351,7 +354,7 @@ class QueueManager:
                                   priority=props.priority, expires_ms=props.receive_by_ms))
             targets.append(queue)
             stamped.append((props, body))
-        records = await self._store_call(self.store.commit(specs))
+        records = await store_call(self.store.commit(specs))
         made = []
         for queue, record, (props, body) in zip(targets, records, stamped):
             self._arrive(queue, record)
@@ -432,6 +435,9 @@ class QueueManager:
     def queue_by_id(self, queue_id: int) -> Queue:
         return self._by_id[queue_id]
 
+    def queue_by_id_or_none(self, queue_id: int) -> Queue | None:
+        return self._by_id.get(queue_id)
+
     def journal_queue(self, queue: Queue) -> Queue | None:
         if not queue.settings.journal or queue.path.journal or queue.path.system:
             return None
@@ -463,22 +469,9 @@ class QueueManager:
 
     async def _remove_and_journal(self, queue: Queue, records: list[StoredRecord]
                                   ) -> list[ReceivedMessage]:
-        decoded = [decode_payload(self.store.read(r)) for r in records]
-        messages = [ReceivedMessage(self.message_id(queue, r, d.properties), queue.path.display,
-                                    r.seq, d.properties, d.body)
-                    for r, d in zip(records, decoded)]
-        journal = self._queues.get(journal_of(queue.path).canonical) if (
-            queue.settings.journal and not queue.path.journal and not queue.path.system) else None
         try:
-            if journal is not None:
-                copies = [self._copy_spec(journal.path.canonical, d.properties, d.body,
-                                          m.message_id)
-                          for d, m in zip(decoded, messages)]
-                made = await self._store_call(self.store.commit(copies, removes=records))
-                for record in made:
-                    self._arrive(journal, record)
-            else:
-                await self._store_call(self.store.remove(records))
+            return await self.finish(queue, records, ack=MessageClass.ACK_RECEIVE,
+                                      journal=True)
         except BaseException:
             # Not removed: put them back at their original positions.
             for record in records:
@@ -486,7 +479,66 @@ class QueueManager:
                 lane.insert(bisect.bisect_left(lane, record.seq), record.seq)
             queue.arrived.set()
             raise
+
+    async def finish(self, queue: Queue, records: Sequence[StoredRecord], *,
+                      ack: MessageClass, journal: bool = False,
+                      dead_letter: MessageClass | None = None) -> list[ReceivedMessage]:
+        """Remove ``records`` from ``queue`` in one atomic store commit together with what
+        their removal causes: queue-journal copies, dead-letter copies (when the message's
+        journal level asks), acknowledgements to admin queues (when its level asks)."""
+        messages = [self.decode(queue, r) for r in records]
+        now_ms = int(time.time() * 1000)
+        journal_queue = self.journal_queue(queue) if journal else None
+        extra: list[tuple[Queue, SendSpec]] = []
+        for message in messages:
+            props = message.properties
+            if journal_queue is not None:
+                copy = replace(props, message_id=message.message_id)
+                extra.append((journal_queue, SendSpec(journal_queue.queue_id,
+                                                      encode_payload(copy, message.body))))
+            if dead_letter is not None and props.journal == JournalLevel.DEADLETTER.value:
+                extra.append(self._dead_letter_spec(queue, message, dead_letter, now_ms))
+            extra.extend(self._ack_specs(queue, message, ack, now_ms))
+        if extra:
+            made = await store_call(self.store.commit([spec for _, spec in extra],
+                                                            removes=list(records)))
+            for (target, _), record in zip(extra, made):
+                self._arrive(target, record)
+        else:
+            await store_call(self.store.remove(list(records)))
         return messages
+
+    def _dead_letter_spec(self, queue: Queue, message: ReceivedMessage, reason: MessageClass,
+                          now_ms: int) -> tuple[Queue, SendSpec]:
+        target = self._queues[DEADXACT if message.properties.transactional else DEADLETTER]
+        props = replace(message.properties, message_class=int(reason),
+                        message_id=message.message_id,
+                        extra={**message.properties.extra, "dead_letter_class": reason.msmq_name,
+                               "source_queue": queue.path.display,
+                               "dead_lettered_at_ms": str(now_ms)})
+        return target, SendSpec(target.queue_id, encode_payload(props, message.body),
+                                priority=props.priority)
+
+    def _ack_specs(self, queue: Queue, message: ReceivedMessage, message_class: MessageClass,
+                   now_ms: int) -> list[tuple[Queue, SendSpec]]:
+        props = message.properties
+        if not wants_ack(props, message_class):
+            return []
+        try:
+            admin = self._queues.get(parse_queue_path(props.admin_queue).canonical)
+        except QueueNameError:
+            admin = None
+        if admin is None or admin.settings.transactional:
+            # Remote admin queues are reached through links; a transactional one cannot
+            # take acknowledgements (MSMQ rule).
+            server_log.debug("acknowledgement %s for %s not deliverable to %r",
+                             message_class.msmq_name, message.message_id, props.admin_queue)
+            return []
+        ack_props = ack_properties(replace(props, extra={"queue": queue.path.display}),
+                                   message.message_id, message_class, now_ms=now_ms,
+                                   qm_guid=self.qm_guid)
+        body = message.body if negative(message_class) else b""
+        return [(admin, SendSpec(admin.queue_id, encode_payload(ack_props, body)))]
 
     def browse(self, name: str, *, after: int, limit: int) -> tuple[list[ReceivedMessage], int]:
         queue = self.queue(name)
@@ -525,35 +577,6 @@ class QueueManager:
                                type_slug="message-busy")
         queue.reserved.add(record.seq)
         try:
-            await self._store_call(self.store.remove([record]))
+            await store_call(self.store.remove([record]))
         finally:
             queue.reserved.discard(record.seq)
-
-    # ---- store errors -> answers ---------------------------------------------------------
-
-    async def store_call(self, call: Awaitable[T]) -> T:
-        """Await a store call, turning store errors into the answers clients get."""
-        return await self._store_call(call)
-
-    async def _store_call(self, call: Awaitable[T]) -> T:
-        try:
-            return await call
-        except (MachineQuotaExceeded, MachineJournalQuotaExceeded) as exc:
-            raise ProblemError(503, str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES",
-                               headers={"Retry-After": "5"}) from exc
-        except (QueueQuotaExceeded, QueueJournalQuotaExceeded) as exc:
-            raise ProblemError(507, str(exc), type_slug="MQMSG_CLASS_NACK_Q_EXCEED_QUOTA",
-                               headers={"Retry-After": "5"},
-                               extra={"class": "MQMSG_CLASS_NACK_Q_EXCEED_QUOTA"}) from exc
-        except DiskFull as exc:
-            raise ProblemError(507, str(exc), type_slug="MQ_ERROR_MESSAGE_STORAGE_FAILED",
-                               headers={"Retry-After": "10"}) from exc
-        except MessageTooLarge as exc:
-            raise ProblemError(413, str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES"
-                               ) from exc
-        except (StoreFailed, StoreClosed) as exc:
-            raise ProblemError(503, f"the store takes no writes: {exc}",
-                               type_slug="MQ_ERROR_SERVICE_NOT_AVAILABLE",
-                               headers={"Retry-After": "5"}) from exc
-        except UnknownRecord as exc:
-            raise ProblemError(409, str(exc), type_slug="message-gone") from exc

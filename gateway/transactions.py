@@ -21,6 +21,7 @@ from gateway.errors import ProblemError
 from gateway.logs import server_log
 from gateway.msmq.message import MessageProperties, compose_id, encode_payload
 from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
+from gateway.store_errors import store_call
 from store.records import SendSpec, StoredRecord
 
 __all__ = ["Transactions", "Transaction", "TxState"]
@@ -153,7 +154,7 @@ class Transactions:
         tx = self._active(tx_id)
         async with tx.lock:
             specs, _ = self._specs(tx)
-            await self.qm.store_call(self.qm.store.prepare(
+            await store_call(self.qm.store.prepare(
                 specs, [r for _, r in tx.receives], tx_id=tx.tx_id))
             tx.state = TxState.PREPARED
         return tx
@@ -163,10 +164,10 @@ class Transactions:
         async with tx.lock:
             removes = [r for _, r in tx.receives]
             if tx.state is TxState.PREPARED:
-                records = await self.qm.store_call(self.qm.store.commit_prepared(tx.tx_id))
+                records = await store_call(self.qm.store.commit_prepared(tx.tx_id))
             else:
                 specs, _ = self._specs(tx)
-                records = await self.qm.store_call(self.qm.store.commit(specs, removes,
+                records = await store_call(self.qm.store.commit(specs, removes,
                                                                         tx_id=tx.tx_id))
             del self._open[tx.id]
         for queue, record in tx.receives:
@@ -184,7 +185,7 @@ class Transactions:
         tx = self.get(tx_id)
         async with tx.lock:
             if tx.state is TxState.PREPARED:
-                await self.qm.store_call(self.qm.store.abort_prepared(tx.tx_id))
+                await store_call(self.qm.store.abort_prepared(tx.tx_id))
             self._open.pop(tx.id, None)
         for queue, record in tx.receives:
             self.qm.release(queue, record, removed=False)

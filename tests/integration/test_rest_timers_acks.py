@@ -1,0 +1,125 @@
+"""Time-to-be-received expiry into the dead-letter queues, and acknowledgement messages."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway.app import make_app
+from gateway.appkeys import STATE_KEY
+from gateway.settings import Settings
+
+
+async def _client(aiohttp_client: Any, settings: Settings) -> Any:
+    app = make_app(settings)
+    client = await aiohttp_client(app)
+    for _ in range(300):
+        if app[STATE_KEY].ready:
+            break
+        await asyncio.sleep(0.01)
+    assert app[STATE_KEY].ready
+    return client
+
+
+async def _messages(client: Any, queue: str) -> list[dict[str, Any]]:
+    page = await (await client.get(f"/v1/queues/{queue}/messages?limit=1000")).json()
+    result: list[dict[str, Any]] = page["messages"]
+    return result
+
+
+async def _wait_for(client: Any, queue: str, count: int, timeout: float = 5.0
+                    ) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = await _messages(client, queue)
+        if len(found) >= count:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{queue} never held {count} messages")
+
+
+async def test_receive_timeout_lands_in_the_right_dead_letter_queue_on_time(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    client = await _client(aiohttp_client, settings_factory())
+    await client.put("/v1/queues/plain", json={})
+    await client.put("/v1/queues/private$/tx", json={"transactional": True})
+    sent_at = time.time()
+    plain = await (await client.post("/v1/queues/plain/messages", data=b"p", headers={
+        "Mq-Time-To-Be-Received": "0.5", "Mq-Journal": "deadletter"})).json()
+    tx = await (await client.post("/v1/queues/private$/tx/messages", data=b"t", headers={
+        "Mq-Time-To-Be-Received": "0.5", "Mq-Journal": "deadletter"})).json()
+    await client.post("/v1/queues/plain/messages", data=b"gone", headers={
+        "Mq-Time-To-Be-Received": "0.5"})
+    [dead] = await _wait_for(client, "system$;deadletter", 1)
+    late = time.time() - sent_at - 0.5
+    assert late < 1.0, f"dead-lettered {late:.2f}s after the deadline"
+    assert dead["id"] == plain["id"]
+    assert dead["class"] == "MQMSG_CLASS_NACK_RECEIVE_TIMEOUT"
+    assert dead["properties"]["source_queue"] == "plain"
+    assert base64.b64decode(dead["body_base64"]) == b"p"
+    [dead_tx] = await _wait_for(client, "system$;deadxact", 1)
+    assert dead_tx["id"] == tx["id"]
+    assert await _messages(client, "plain") == []
+    assert await _messages(client, "private$/tx") == []
+    assert len(await _messages(client, "system$;deadletter")) == 1, "no deadletter asked: gone"
+
+
+async def test_timers_survive_a_restart(aiohttp_client: Any,
+                                        settings_factory: Callable[..., Settings]) -> None:
+    settings = settings_factory()
+    first = await _client(aiohttp_client, settings)
+    await first.put("/v1/queues/q", json={})
+    await first.post("/v1/queues/q/messages", data=b"x", headers={
+        "Mq-Time-To-Be-Received": "1.5", "Mq-Journal": "deadletter"})
+    await first.close()
+    second = await _client(aiohttp_client, settings)
+    assert len(await _messages(second, "q")) == 1
+    [dead] = await _wait_for(second, "system$;deadletter", 1, timeout=4)
+    assert dead["class"] == "MQMSG_CLASS_NACK_RECEIVE_TIMEOUT"
+    assert await _messages(second, "q") == []
+
+
+async def test_acknowledgements_reach_the_admin_queue(aiohttp_client: Any,
+                                                      settings_factory: Callable[..., Settings]
+                                                      ) -> None:
+    client = await _client(aiohttp_client, settings_factory())
+    await client.put("/v1/queues/acks", json={})
+    await client.put("/v1/queues/work", json={})
+    headers = {"Mq-Admin-Queue": "acks", "Mq-Label": "job",
+               "Mq-Acknowledge": str(0x01 | 0x02 | 0x08)}
+    first = await (await client.post("/v1/queues/work/messages", data=b"1",
+                                     headers=headers)).json()
+    second = await (await client.post("/v1/queues/work/messages", data=b"2",
+                                      headers=headers)).json()
+    await client.post("/v1/queues/work/receive")
+    await client.post("/v1/queues/work/purge")
+    acks = await _wait_for(client, "acks", 4)
+    seen = [(a["class"], a["correlation_id"]) for a in acks]
+    assert seen == [("MQMSG_CLASS_ACK_REACH_QUEUE", first["id"]),
+                    ("MQMSG_CLASS_ACK_REACH_QUEUE", second["id"]),
+                    ("MQMSG_CLASS_ACK_RECEIVE", first["id"]),
+                    ("MQMSG_CLASS_NACK_Q_PURGED", second["id"])]
+    assert base64.b64decode(acks[1]["body_base64"]) == b""
+    assert base64.b64decode(acks[3]["body_base64"]) == b"2", "negative acks carry the body"
+    assert all(a["label"] == "job" for a in acks)
+
+
+async def test_queue_deletion_and_expiry_send_negative_acks(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    client = await _client(aiohttp_client, settings_factory())
+    await client.put("/v1/queues/acks", json={})
+    await client.put("/v1/queues/doomed", json={})
+    headers = {"Mq-Admin-Queue": "acks", "Mq-Acknowledge": "MQMSG_ACKNOWLEDGMENT_NACK_RECEIVE"}
+    deleted = await (await client.post("/v1/queues/doomed/messages", data=b"d",
+                                       headers=headers)).json()
+    await client.delete("/v1/queues/doomed")
+    await client.put("/v1/queues/slow", json={})
+    expired = await (await client.post("/v1/queues/slow/messages", data=b"e", headers={
+        **headers, "Mq-Time-To-Be-Received": "0.3"})).json()
+    acks = await _wait_for(client, "acks", 2)
+    assert [(a["class"], a["correlation_id"]) for a in acks] == [
+        ("MQMSG_CLASS_NACK_Q_DELETED", deleted["id"]),
+        ("MQMSG_CLASS_NACK_RECEIVE_TIMEOUT", expired["id"])]
