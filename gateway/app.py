@@ -16,6 +16,7 @@ from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.middlewares import make_middlewares
 from gateway.queue_manager import QueueManager
+from gateway.redrive import Redrive
 from gateway.transactions import Transactions
 from gateway.settings import Settings, StoreSettings
 from gateway.state import GatewayState
@@ -119,6 +120,7 @@ async def _open_store(app: web.Application) -> None:
                                 bytes_max=tx_settings.bytes_max)
     transactions.restore_prepared()
     state.transactions = transactions
+    state.redrive = Redrive(queue_manager)
     state.queue_manager = queue_manager
     state.tasks.append(asyncio.create_task(transactions.reap(), name="transaction-reaper"))
     state.tasks.append(asyncio.create_task(queue_manager.expiry.run(), name="expiry"))

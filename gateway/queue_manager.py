@@ -119,7 +119,9 @@ class QueueManager:
         self.qm_guid = qm_guid
         self._queues: dict[str, Queue] = {}
         self._by_id: dict[int, Queue] = {}
-        self._foreign_ids: dict[str, tuple[int, int]] = {}
+        # Ids that do not lead to their record by themselves (copies, ids from SRMP senders):
+        # (queue number, id) -> sequence, filled as they are seen.
+        self._foreign_ids: dict[tuple[int, str], int] = {}
         self.expiry = Expiry(self)
 
     # ---- start-up ------------------------------------------------------------------------
@@ -374,7 +376,7 @@ class QueueManager:
 
     def message_id(self, queue: Queue, record: StoredRecord, props: MessageProperties) -> str:
         if props.message_id:
-            self._foreign_ids.setdefault(props.message_id, (queue.queue_id, record.seq))
+            self._foreign_ids[(queue.queue_id, props.message_id)] = record.seq
             return props.message_id
         return compose_id(self.qm_guid, queue.queue_id, record.seq)
 
@@ -552,11 +554,23 @@ class QueueManager:
                                             decoded.properties, decoded.body))
         return messages, (records[-1].seq if records else after)
 
-    def _find(self, queue: Queue, message_id: str) -> StoredRecord:
-        key = parse_id(message_id, self.qm_guid) or self._foreign_ids.get(message_id)
+    def find(self, queue: Queue, message_id: str) -> StoredRecord:
+        """The record of ``message_id`` in ``queue``: straight from a composed id, else from
+        the ids seen so far, else by reading the queue once (copies keep foreign ids)."""
         record = None
+        key = parse_id(message_id, self.qm_guid)
         if key is not None and key[0] == queue.queue_id:
             record = self.store.record(queue.queue_id, key[1])
+        if record is None and (queue.queue_id, message_id) in self._foreign_ids:
+            record = self.store.record(queue.queue_id,
+                                       self._foreign_ids[(queue.queue_id, message_id)])
+        holds_copies = (queue.is_dead_letter or queue.path.journal
+                        or queue.path.canonical == MACHINE_JOURNAL)
+        if record is None and (key is None or holds_copies):
+            for candidate in self.store.records(queue.queue_id):
+                if self.decode(queue, candidate).message_id == message_id:
+                    record = candidate
+                    break
         if record is None:
             raise ProblemError(404, f"no message {message_id!r} in {queue.path.display!r}",
                                type_slug="MQ_ERROR_MESSAGE_NOT_FOUND")
@@ -564,14 +578,14 @@ class QueueManager:
 
     def get(self, name: str, message_id: str) -> ReceivedMessage:
         queue = self.queue(name)
-        record = self._find(queue, message_id)
+        record = self.find(queue, message_id)
         decoded: DecodedMessage = decode_payload(self.store.read(record))
         return ReceivedMessage(message_id, queue.path.display, record.seq, decoded.properties,
                                decoded.body)
 
     async def delete(self, name: str, message_id: str) -> None:
         queue = self.queue(name)
-        record = self._find(queue, message_id)
+        record = self.find(queue, message_id)
         if record.seq in queue.reserved:
             raise ProblemError(409, f"message {message_id!r} is being received",
                                type_slug="message-busy")

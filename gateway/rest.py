@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -17,6 +18,7 @@ from gateway.appkeys import STATE_KEY
 from gateway.errors import ProblemError
 from gateway.queue_manager import QueueManager, QueueSettings, ReceivedMessage
 from gateway.rest_codec import HeaderError, message_json, parse_send_headers
+from gateway.redrive import Redrive, RedriveFilter
 from gateway.transactions import Transactions
 from gateway.units import parse_size
 
@@ -83,6 +85,14 @@ async def queue_tree(request: web.Request) -> web.StreamResponse:
         return await _dispatch(method, {"POST": _receive}, request, qm, name)
     if rest == ["purge"]:
         return await _dispatch(method, {"POST": _purge}, request, qm, name)
+    if rest == ["requeue"]:
+        return await _dispatch(method, {"POST": _requeue_bulk}, request, qm, name)
+    if len(rest) == 3 and rest[0] == "messages" and rest[2] == "requeue":
+        if method != "POST":
+            raise web.HTTPMethodNotAllowed(method, ["POST"])
+        body = await _json_body(request, allow_empty=True)
+        moved = await _redrive(request).one(name, unquote(rest[1]), _target(body))
+        return web.json_response({"id": moved.message_id, "queue": moved.queue})
     if len(rest) == 2 and rest[0] == "messages":
         message_id = unquote(rest[1])
         if method == "GET":
@@ -169,6 +179,58 @@ async def _browse(request: web.Request, qm: QueueManager, name: str) -> web.Resp
     limit = _query_int(request, "limit", 100, 1, 1000)
     messages, last = qm.browse(name, after=after, limit=limit)
     return web.json_response({"messages": [_message(m) for m in messages], "next": last})
+
+
+def _redrive(request: web.Request) -> Redrive:
+    redrive = request.app[STATE_KEY].redrive
+    if redrive is None:
+        raise ProblemError(503, "not ready", type_slug="not-ready", headers={"Retry-After": "1"})
+    return redrive
+
+
+def _target(body: dict[str, object]) -> str | None:
+    target = body.get("queue")
+    if target is not None and not isinstance(target, str):
+        raise ProblemError(400, "queue: expected a queue path", type_slug="bad-request")
+    return target
+
+
+async def _requeue_bulk(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    """Body: optional ``queue`` (target), ``class``, ``source_queue``, ``after`` and ``before``
+    (ISO 8601 times of dead-lettering), ``limit`` (<= 10000)."""
+    body = await _json_body(request, allow_empty=True)
+    unknown = set(body) - {"queue", "class", "source_queue", "after", "before", "limit"}
+    if unknown:
+        raise ProblemError(400, f"unknown filter fields: {', '.join(sorted(unknown))}",
+                           type_slug="bad-request")
+    limit = body.get("limit", 1000)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise ProblemError(400, "limit: expected an integer 1..10000", type_slug="bad-request")
+    cls, source = body.get("class"), body.get("source_queue")
+    if cls is not None and not isinstance(cls, str) or source is not None and not isinstance(
+            source, str):
+        raise ProblemError(400, "class and source_queue must be strings",
+                           type_slug="bad-request")
+    flt = RedriveFilter(message_class=cls, source_queue=source, limit=limit,
+                        after_ms=_time_ms(body, "after"), before_ms=_time_ms(body, "before"))
+    moved = await _redrive(request).bulk(name, flt, _target(body))
+    return web.json_response({"requeued": moved})
+
+
+def _time_ms(body: dict[str, object], key: str) -> int:
+    value = body.get(key)
+    if value is None:
+        return 0
+    try:
+        if not isinstance(value, str):
+            raise ValueError("not a string")
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ProblemError(400, f"{key}: expected an ISO 8601 time ({exc})",
+                           type_slug="bad-request") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
 
 
 async def _json_body(request: web.Request, *, allow_empty: bool) -> dict[str, object]:

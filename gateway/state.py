@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gateway.queue_manager import QueueManager
+    from gateway.redrive import Redrive
     from gateway.transactions import Transactions
     from store.message_store import MessageStore
 
@@ -21,6 +22,7 @@ class GatewayState:
     store: MessageStore | None = None
     queue_manager: QueueManager | None = None
     transactions: Transactions | None = None
+    redrive: Redrive | None = None
     ready: bool = False
     failure: str | None = None
     stopping: bool = False

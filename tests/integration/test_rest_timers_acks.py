@@ -123,3 +123,38 @@ async def test_queue_deletion_and_expiry_send_negative_acks(
     assert [(a["class"], a["correlation_id"]) for a in acks] == [
         ("MQMSG_CLASS_NACK_Q_DELETED", deleted["id"]),
         ("MQMSG_CLASS_NACK_RECEIVE_TIMEOUT", expired["id"])]
+
+
+async def test_dead_letters_are_requeued_by_id_and_by_filter(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    from urllib.parse import quote
+
+    client = await _client(aiohttp_client, settings_factory())
+    await client.put("/v1/queues/src", json={})
+    await client.put("/v1/queues/other", json={})
+    sent = [await (await client.post("/v1/queues/src/messages", data=b"%d" % i, headers={
+        "Mq-Time-To-Be-Received": "0.2", "Mq-Journal": "deadletter"})).json() for i in range(4)]
+    dead = await _wait_for(client, "system$;deadletter", 4)
+    response = await client.post(
+        f"/v1/queues/system$;deadletter/messages/{quote(dead[0]['id'], safe='')}/requeue",
+        json={})
+    assert response.status == 200
+    assert (await response.json())["queue"] == "src"
+    [back] = await _messages(client, "src")
+    assert back["id"] == sent[0]["id"] and back["class"] == "MQMSG_CLASS_NORMAL"
+    assert "dead_letter_class" not in back["properties"]
+    await asyncio.sleep(0.5)
+    assert len(await _messages(client, "src")) == 1, "a requeued message has no old deadline"
+    response = await client.post("/v1/queues/system$;deadletter/requeue", json={
+        "class": "MQMSG_CLASS_NACK_RECEIVE_TIMEOUT", "source_queue": "src", "queue": "other",
+        "limit": 2})
+    assert (await response.json()) == {"requeued": 2}
+    assert len(await _messages(client, "other")) == 2
+    assert len(await _messages(client, "system$;deadletter")) == 1
+    none = await client.post("/v1/queues/system$;deadletter/requeue",
+                             json={"class": "MQMSG_CLASS_NACK_Q_PURGED"})
+    assert (await none.json()) == {"requeued": 0}
+    refused = await client.post("/v1/queues/src/requeue", json={})
+    assert refused.status == 400
+    bad = await client.post("/v1/queues/system$;deadletter/requeue", json={"after": "yesterday"})
+    assert bad.status == 400
