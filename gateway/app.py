@@ -15,6 +15,7 @@ from gateway.appkeys import FILE_OPS_KEY, METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.middlewares import make_middlewares
+from gateway.identity import load_guid
 from gateway.queue_manager import QueueManager
 from gateway.redrive import Redrive
 from gateway.transactions import Transactions
@@ -105,7 +106,7 @@ async def _open_store(app: web.Application) -> None:
     store.start(loop)
     state.store = store
     try:
-        guid = await loop.run_in_executor(None, QueueManager.load_guid,
+        guid = await loop.run_in_executor(None, load_guid,
                                           Path(settings.store.data_dir))
         queue_manager = QueueManager(store, guid)
         await queue_manager.open()
@@ -124,6 +125,8 @@ async def _open_store(app: web.Application) -> None:
     state.queue_manager = queue_manager
     state.tasks.append(asyncio.create_task(transactions.reap(), name="transaction-reaper"))
     state.tasks.append(asyncio.create_task(queue_manager.expiry.run(), name="expiry"))
+    assert queue_manager.dedup is not None
+    state.tasks.append(asyncio.create_task(queue_manager.dedup.run(), name="dedup-trim"))
     if state.stopping:
         return
     state.ready = True

@@ -12,15 +12,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
-import json
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from gateway.errors import ProblemError
 from gateway.acks import ack_properties, negative, wants_ack
+from gateway.dedup import DEDUP_QUEUE, DedupWindow
 from gateway.expiry import Expiry
 from gateway.logs import server_log
 from gateway.store_errors import store_call
@@ -123,20 +121,9 @@ class QueueManager:
         # (queue number, id) -> sequence, filled as they are seen.
         self._foreign_ids: dict[tuple[int, str], int] = {}
         self.expiry = Expiry(self)
+        self.dedup: DedupWindow | None = None
 
     # ---- start-up ------------------------------------------------------------------------
-
-    @staticmethod
-    def load_guid(data_dir: Path) -> str:
-        """The queue manager's GUID, made once per data directory (``qm.json``). Blocking."""
-        path = data_dir / "qm.json"
-        if path.exists():
-            return str(json.loads(path.read_text())["guid"])
-        guid = str(uuid.uuid4())
-        building = path.with_name("qm.json.tmp")
-        building.write_text(json.dumps({"guid": guid}))
-        building.replace(path)
-        return guid
 
     async def open(self, declared: Sequence[tuple[str, QueueSettings]] = ()) -> None:
         """Index the store's queues; create the system queues and declared ones if missing."""
@@ -153,6 +140,9 @@ class QueueManager:
                 tx = name == DEADXACT
                 await self._register(parse_queue_path(name), QueueSettings(transactional=tx),
                                      journal_class=name != ORDER_QUEUE)
+        if DEDUP_QUEUE not in self._queues:
+            await self._register(parse_queue_path(DEDUP_QUEUE), QueueSettings())
+        self.dedup = DedupWindow(self.store, self._queues[DEDUP_QUEUE].queue_id)
         for name, settings in declared:
             path = self._parse(name)
             if path.canonical not in self._queues:
@@ -199,13 +189,14 @@ class QueueManager:
     def queue(self, name: str) -> Queue:
         path = self._parse(name)
         queue = self._queues.get(path.canonical)
-        if queue is None:
+        if queue is None or path.canonical == DEDUP_QUEUE:
             raise ProblemError(404, f"no queue {path.display!r}",
                                type_slug="MQ_ERROR_QUEUE_NOT_FOUND")
         return queue
 
     def queues(self) -> list[Queue]:
-        return sorted(self._queues.values(), key=lambda q: q.path.canonical)
+        return sorted((q for q in self._queues.values() if q.path.canonical != DEDUP_QUEUE),
+                      key=lambda q: q.path.canonical)
 
     async def create_queue(self, name: str, settings: QueueSettings) -> tuple[Queue, bool]:
         """Create the queue, or update it when it exists; True when it was created."""
@@ -292,14 +283,35 @@ class QueueManager:
         return queue
 
     async def send(self, name: str, body: bytes, properties: MessageProperties, *,
-                   transaction: str | None) -> ReceivedMessage:
+                   transaction: str | None, dedup_key: str | None = None) -> ReceivedMessage:
         """Store one message in a local queue; returns once it is stored (on disk when
         recoverable). ``transaction``: None (a single-message transaction for a transactional
-        queue), "single", or "none" (explicitly outside any transaction)."""
+        queue), "single", or "none" (explicitly outside any transaction). With a
+        ``dedup_key`` seen in the window for the same body, the first answer comes back and
+        nothing is stored."""
         known = self.queue(name)
         transactional = known.settings.transactional if transaction is None else (
             transaction != "none")
         queue = self.check_send(name, transactional=transactional)
+        assert self.dedup is not None
+        digest = ""
+        if dedup_key is not None:
+            digest = self.dedup.digest(body, queue.path.canonical)
+            prior = await self.dedup.seen(dedup_key, digest)
+            if prior:
+                return ReceivedMessage(str(prior["id"]), str(prior["queue"]), int(str(
+                    prior["seq"])), properties, body)
+            self.dedup.begin(dedup_key)
+        try:
+            return await self._send(queue, body, properties, transactional, dedup_key, digest)
+        finally:
+            if dedup_key is not None:
+                self.dedup.failed(dedup_key)  # no-op when it succeeded
+
+    async def _send(self, queue: Queue, body: bytes, properties: MessageProperties,
+                    transactional: bool, dedup_key: str | None, digest: str
+                    ) -> ReceivedMessage:
+        assert self.dedup is not None
         now_ms = int(time.time() * 1000)
         props = replace(properties, transactional=transactional, arrived_at_ms=now_ms,
                         sent_at_ms=properties.sent_at_ms or now_ms,
@@ -310,7 +322,8 @@ class QueueManager:
         extra: list[tuple[Queue, SendSpec]] = []
         seq = 0
         journal_copy = JournalLevel(props.journal) == JournalLevel.JOURNAL
-        if journal_copy or wants_ack(props, MessageClass.ACK_REACH_QUEUE):
+        answer: dict[str, object] = {}
+        if journal_copy or wants_ack(props, MessageClass.ACK_REACH_QUEUE) or dedup_key:
             # The copies name the original's id, so its sequence number is taken first.
             seq = self.store.reserve_seq(queue.queue_id)
             original_id = props.message_id or compose_id(self.qm_guid, queue.queue_id, seq)
@@ -321,6 +334,10 @@ class QueueManager:
                                                       original_id)))
             extra.extend(self._ack_specs(queue, original, MessageClass.ACK_REACH_QUEUE,
                                          now_ms))
+            if dedup_key is not None:
+                answer = {"id": original_id, "queue": queue.path.display, "seq": seq}
+                extra.append((self._queues[DEDUP_QUEUE],
+                               self.dedup.spec(dedup_key, digest, answer)))
         spec = SendSpec(queue.queue_id, payload, priority=props.priority,
                         expires_ms=props.receive_by_ms, express=not props.recoverable, seq=seq)
         if transactional or extra:
@@ -328,41 +345,15 @@ class QueueManager:
                 self.store.commit([spec, *(s for _, s in extra)]))
             record = records[0]
             for (target, _), extra_record in zip(extra, records[1:]):
-                self._arrive(target, extra_record)
+                if target.path.canonical == DEDUP_QUEUE and dedup_key is not None:
+                    self.dedup.done(dedup_key, digest, answer, extra_record)
+                else:
+                    self._arrive(target, extra_record)
         else:
             record = await store_call(self.store.append(spec))
         self._arrive(queue, record)
         return ReceivedMessage(self.message_id(queue, record, props), queue.path.display,
                                record.seq, props, body)
-
-    async def send_batch(self, items: Sequence[tuple[str, bytes, MessageProperties]]
-                         ) -> list[ReceivedMessage]:
-        """Store messages to several queues atomically (one store transaction): all or none.
-        Messages to transactional queues are transactional; the others are not, but share
-        the batch's atomicity."""
-        if not items:
-            raise ProblemError(400, "a batch needs at least one message", type_slug="bad-request")
-        now_ms = int(time.time() * 1000)
-        specs, targets, stamped = [], [], []
-        for name, body, properties in items:
-            known = self.queue(name)
-            queue = self.check_send(name, transactional=known.settings.transactional)
-            tx = queue.settings.transactional
-            props = replace(properties, transactional=tx, arrived_at_ms=now_ms,
-                            sent_at_ms=properties.sent_at_ms or now_ms,
-                            source_qm=properties.source_qm or self.qm_guid,
-                            priority=0 if tx else properties.priority, recoverable=True)
-            specs.append(SendSpec(queue.queue_id, encode_payload(props, body),
-                                  priority=props.priority, expires_ms=props.receive_by_ms))
-            targets.append(queue)
-            stamped.append((props, body))
-        records = await store_call(self.store.commit(specs))
-        made = []
-        for queue, record, (props, body) in zip(targets, records, stamped):
-            self._arrive(queue, record)
-            made.append(ReceivedMessage(self.message_id(queue, record, props),
-                                        queue.path.display, record.seq, props, body))
-        return made
 
     def _copy_spec(self, target: str, props: MessageProperties, body: bytes,
                    original_id: str | None) -> SendSpec:

@@ -157,7 +157,8 @@ async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Respon
         return web.json_response({"transaction": tx.id, "queue": qm.queue(name).path.display,
                                   "index": index}, status=202)
     body = await request.read()
-    message = await qm.send(name, body, send.properties, transaction=send.transaction)
+    message = await qm.send(name, body, send.properties, transaction=send.transaction,
+                            dedup_key=send.idempotency_key)
     return web.json_response({"id": message.message_id, "queue": message.queue,
                               "seq": message.seq}, status=201)
 

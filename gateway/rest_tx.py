@@ -10,6 +10,7 @@ import time
 from aiohttp import web
 
 from gateway.appkeys import STATE_KEY
+from gateway.batch import send_batch
 from gateway.errors import ProblemError
 from gateway.msmq.message import MessageProperties
 from gateway.queue_manager import QueueManager
@@ -82,7 +83,7 @@ async def batch(request: web.Request) -> web.Response:
                            f"{BATCH_MESSAGES_MAX} messages", type_slug="bad-request")
     now_ms = int(time.time() * 1000)
     items = [_item(index, item, now_ms) for index, item in enumerate(messages)]
-    made = await qm.send_batch(items)
+    made = await send_batch(qm, items)
     return web.json_response({"ids": [m.message_id for m in made],
                               "messages": [{"id": m.message_id, "queue": m.queue, "seq": m.seq}
                                            for m in made]}, status=201)

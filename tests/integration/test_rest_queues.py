@@ -255,3 +255,61 @@ async def test_express_messages_are_delivered(client: Any) -> None:
     assert got["messages"][0]["delivery"] == "express"
 
 
+
+
+async def test_idempotency_key_stores_once_and_returns_the_first_answer(client: Any) -> None:
+    await client.put("/v1/queues/idem", json={})
+    headers = {"Idempotency-Key": "order-17"}
+    first = await client.post("/v1/queues/idem/messages", data=b"same", headers=headers)
+    again = await client.post("/v1/queues/idem/messages", data=b"same", headers=headers)
+    assert first.status == again.status == 201
+    assert await first.json() == await again.json()
+    assert (await (await client.get("/v1/queues/idem")).json())["messages"] == 1
+    problem = await _problem(await client.post("/v1/queues/idem/messages", data=b"other",
+                                               headers=headers), 422)
+    assert "order-17" in problem["detail"]
+    assert (await (await client.get("/v1/queues/idem")).json())["messages"] == 1
+    other = await client.post("/v1/queues/idem/messages", data=b"same",
+                              headers={"Idempotency-Key": "order-18"})
+    assert other.status == 201
+    assert (await (await client.get("/v1/queues/idem")).json())["messages"] == 2
+
+
+async def test_concurrent_duplicates_are_stored_once(client: Any) -> None:
+    await client.put("/v1/queues/race", json={})
+    responses = await asyncio.gather(*(client.post(
+        "/v1/queues/race/messages", data=b"x", headers={"Idempotency-Key": "k"})
+        for _ in range(10)))
+    answers = [await r.json() for r in responses]
+    assert all(r.status == 201 for r in responses)
+    assert all(a == answers[0] for a in answers)
+    assert (await (await client.get("/v1/queues/race")).json())["messages"] == 1
+
+
+async def test_the_duplicate_window_survives_a_restart(aiohttp_client: Any,
+                                                       settings_factory: Callable[..., Settings]
+                                                       ) -> None:
+    settings = settings_factory()
+    app = make_app(settings)
+    first = await aiohttp_client(app)
+    for _ in range(300):
+        if app[STATE_KEY].ready:
+            break
+        await asyncio.sleep(0.01)
+    await first.put("/v1/queues/q", json={})
+    answer = await (await first.post("/v1/queues/q/messages", data=b"m",
+                                     headers={"Idempotency-Key": "once"})).json()
+    await first.post("/v1/queues/q/receive")
+    await first.close()
+    app = make_app(settings)
+    second = await aiohttp_client(app)
+    for _ in range(300):
+        if app[STATE_KEY].ready:
+            break
+        await asyncio.sleep(0.01)
+    replay = await second.post("/v1/queues/q/messages", data=b"m",
+                               headers={"Idempotency-Key": "once"})
+    assert await replay.json() == answer
+    assert (await (await second.get("/v1/queues/q")).json())["messages"] == 0
+    names = [q["path"] for q in (await (await second.get("/v1/queues")).json())["queues"]]
+    assert not any("dedup" in n for n in names), "the window's queue is internal"

@@ -1,0 +1,27 @@
+"""The duplicate window's limits, on a real store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gateway.dedup import DedupWindow
+from tests.store.conftest import close_store, open_store
+
+
+async def test_window_forgets_beyond_its_count_and_age(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    info = await store.create_queue("private$/entrepot_dedup$", {})
+    window = DedupWindow(store, info.queue_id, entries_max=3, window_s=3600)
+    for index in range(5):
+        key = f"k{index}"
+        window.begin(key)
+        [record] = await store.commit([window.spec(key, "d", {"n": index})])
+        window.done(key, "d", {"n": index}, record)
+    assert await window.seen("k4", "d") == {"n": 4}
+    assert await window.trim() == 2
+    assert await window.seen("k0", "d") is None
+    assert store.count(info.queue_id) == 3
+    window.window_s = 0.0
+    assert await window.trim() == 3
+    assert store.count(info.queue_id) == 0
+    await close_store(store)
