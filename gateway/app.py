@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway import admin, health, rest, rest_tx
+from gateway import admin, health, openapi, rest, rest_tx
 from gateway.errors import GatewayError
 from gateway.appkeys import FILE_OPS_KEY, METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.logs import server_log
@@ -63,6 +63,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     app[FILE_OPS_KEY] = file_ops or RealFileOps()
     app.add_routes(health.routes)
     app.add_routes(admin.routes)
+    app.add_routes(openapi.routes)
     app.add_routes(rest_tx.routes)
     app.add_routes(rest.routes)
     app.cleanup_ctx.append(_store_ctx)

@@ -1,0 +1,111 @@
+"""The OpenAPI 3.1 document of the HTTP API, served at ``GET /v1/openapi.json``.
+
+Written out by hand (it is documentation); ``tests/integration/test_openapi.py`` calls every
+operation it lists against the real application, so a route that is renamed or removed
+makes the suite fail.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["routes", "document"]
+
+routes = web.RouteTableDef()
+
+_PATH = {"name": "path", "in": "path", "required": True, "schema": {"type": "string"},
+         "description": "Queue path name: `name` or `private$/name` (case-insensitive)."}
+_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"},
+       "description": "Message id `{QM GUID}\\\\counter`, URL-encoded."}
+_TX = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+_PROBLEM = {"description": "Error (application/problem+json, RFC 9457)",
+            "content": {"application/problem+json": {"schema": {"type": "object"}}}}
+_MQ_HEADERS = [
+    {"name": name, "in": "header", "required": False, "schema": {"type": "string"},
+     "description": text}
+    for name, text in (
+        ("Mq-Label", "Label, at most 249 characters."),
+        ("Mq-Priority", "0-7 (default 3; transactional messages use 0)."),
+        ("Mq-Delivery", "express or recoverable (default)."),
+        ("Mq-Time-To-Reach-Queue", "Seconds."),
+        ("Mq-Time-To-Be-Received", "Seconds."),
+        ("Mq-Correlation-Id", ""), ("Mq-Response-Queue", ""), ("Mq-Admin-Queue", ""),
+        ("Mq-Acknowledge", "MQMSG_ACKNOWLEDGMENT_* name or number."),
+        ("Mq-Journal", "none, journal or deadletter."),
+        ("Mq-App-Specific", "32-bit integer."),
+        ("Mq-Transaction", "A transaction id, single, or none."),
+        ("Idempotency-Key", "Same key and body within the window: stored once."),
+    )
+]
+
+
+def _op(summary: str, *, status: str = "200", params: list[dict[str, Any]] | None = None,
+        body: bool = False) -> dict[str, Any]:
+    operation: dict[str, Any] = {"summary": summary, "parameters": params or [],
+                                 "responses": {status: {"description": "OK"},
+                                               "default": _PROBLEM}}
+    if body:
+        operation["requestBody"] = {"required": False, "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+    return operation
+
+
+def document() -> dict[str, Any]:
+    q = [_PATH]
+    paths: dict[str, dict[str, Any]] = {
+        "/healthz": {"get": _op("Alive while the process serves HTTP.")},
+        "/readyz": {"get": _op("Ready once the store is open and recovered.")},
+        "/metrics": {"get": _op("Prometheus metrics.")},
+        "/v1/openapi.json": {"get": _op("This document.")},
+        "/v1/queues": {"get": _op("List queues.")},
+        "/v1/queues/{path}": {
+            "get": _op("Show a queue with its message count and bytes.", params=q),
+            "put": _op("Create (201) or update (200) a queue.", params=q, body=True),
+            "delete": _op("Delete a queue (negative acknowledgements as asked).",
+                          status="204", params=q),
+        },
+        "/v1/queues/{path}/messages": {
+            "get": _op("Browse without removing (?after=SEQ&limit=N).", params=q),
+            "post": _op("Send; the body is the message body.", status="201",
+                        params=q + _MQ_HEADERS, body=True),
+        },
+        "/v1/queues/{path}/messages/{id}": {
+            "get": _op("Read one message by id.", params=[_PATH, _ID]),
+            "delete": _op("Delete one message by id.", status="204", params=[_PATH, _ID]),
+        },
+        "/v1/queues/{path}/messages/{id}/requeue": {
+            "post": _op("Requeue a dead letter to its source or {queue}.",
+                        params=[_PATH, _ID], body=True),
+        },
+        "/v1/queues/{path}/receive": {
+            "post": _op("Receive (?max=N&wait=S), optionally in a transaction.", params=q),
+        },
+        "/v1/queues/{path}/purge": {"post": _op("Purge a queue.", params=q)},
+        "/v1/queues/{path}/requeue": {
+            "post": _op("Requeue dead letters matching a filter.", params=q, body=True),
+        },
+        "/v1/transactions": {
+            "get": _op("List open and prepared transactions."),
+            "post": _op("Begin a transaction.", status="201"),
+        },
+        "/v1/transactions/{id}": {"get": _op("Show a transaction.", params=[_TX])},
+        "/v1/transactions/{id}/prepare": {"post": _op("Prepare (two-phase).", params=[_TX])},
+        "/v1/transactions/{id}/commit": {"post": _op("Commit.", params=[_TX])},
+        "/v1/transactions/{id}/abort": {"post": _op("Abort.", params=[_TX])},
+        "/v1/batch": {"post": _op("Store several messages atomically.", status="201",
+                                  body=True)},
+        "/v1/admin/backup": {"post": _op("Back up the running store into {dest}.",
+                                         body=True)},
+    }
+    return {"openapi": "3.1.0",
+            "info": {"title": "entrepot", "version": "1",
+                     "description": "HTTP store-and-forward gateway: REST API."},
+            "paths": paths}
+
+
+@routes.get("/v1/openapi.json")
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(document())

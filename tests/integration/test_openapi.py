@@ -1,0 +1,51 @@
+"""The OpenAPI document stays true: every operation it lists exists, and every route of the
+router is documented."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from gateway.app import make_app
+from gateway.appkeys import STATE_KEY
+from gateway.openapi import document
+from gateway.settings import Settings
+
+_VALUES = {"{path}": "system$;deadletter", "{id}": "%7Bnone%7D%5C1"}
+
+
+async def test_every_documented_operation_is_routed(aiohttp_client: Any,
+                                                    settings_factory: Callable[..., Settings]
+                                                    ) -> None:
+    app = make_app(settings_factory())
+    client = await aiohttp_client(app)
+    for _ in range(300):
+        if app[STATE_KEY].ready:
+            break
+        await asyncio.sleep(0.01)
+    served = await (await client.get("/v1/openapi.json")).json()
+    assert served == document()
+    for path, operations in document()["paths"].items():
+        url = path.replace("/v1/transactions/{id}", "/v1/transactions/tx-0")
+        for placeholder, value in _VALUES.items():
+            url = url.replace(placeholder, value)
+        for method in operations:
+            response = await client.request(method.upper(), url, json={}
+                                            if method in ("post", "put") else None)
+            text = await response.text()
+            assert response.status != 405, f"{method.upper()} {path}: not allowed"
+            assert "no resource" not in text, f"{method.upper()} {path}: not routed"
+            if response.status == 404:
+                assert "MQ_ERROR" in text, f"{method.upper()} {path}: {text}"
+
+
+def test_every_route_is_documented() -> None:
+    from aiohttp import web
+
+    app: web.Application = make_app(Settings())
+    documented = {path.split("{")[0] for path in document()["paths"]}
+    for resource in app.router.resources():
+        canonical = resource.canonical
+        prefix = canonical.split("{")[0]
+        assert any(d.startswith(prefix) or prefix.startswith(d) for d in documented), canonical
