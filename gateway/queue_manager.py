@@ -445,6 +445,16 @@ class QueueManager:
         """A record became visible in ``queue`` (after a commit)."""
         self._arrive(queue, record)
 
+    def peek(self, name: str) -> ReceivedMessage | None:
+        """The message a receive would take next, without taking it (MSMQ's Peek)."""
+        queue = self.queue(name)
+        for lane in queue.order:
+            for seq in lane:
+                record = self.store.record(queue.queue_id, seq)
+                if record is not None and seq not in queue.reserved:
+                    return self.decode(queue, record)
+        return None
+
     def _take(self, queue: Queue, count: int) -> list[StoredRecord]:
         """Reserve the next ``count`` deliverable messages (highest priority, then oldest)."""
         chosen: list[StoredRecord] = []
