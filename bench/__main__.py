@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import tempfile
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench.scenarios import SCENARIOS, Scenario
+from bench.scenarios import RECEIVE_PREFILL, SCENARIOS, Scenario
 
 # Scenarios measured inside one process (no HTTP), each a module printing JSON records.
 IN_PROCESS = {"store-commit": "bench.store_commit", "recovery": "bench.store_recovery"}
@@ -30,6 +31,10 @@ def _loadgen(url: str, scenario: Scenario, concurrency: int, requests: int) -> d
             "--body-size", str(scenario.body_size)]
     for name, value in scenario.headers.items():
         args += ["--header", f"{name}: {value}"]
+    if scenario.body is not None:
+        body_file = Path(tempfile.mkdtemp()) / "body"
+        body_file.write_bytes(scenario.body)
+        args += ["--body-file", str(body_file)]
     out = subprocess.run(args, check=True, capture_output=True, text=True, timeout=600)
     result: dict[str, object] = json.loads(out.stdout)
     return result
@@ -48,6 +53,7 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,16,64")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
+    RECEIVE_PREFILL["count"] = sum(_requests_for(c, args.quick) + 500 for c in levels) + 1000
     unknown = set(args.only) - {s.name for s in SCENARIOS} - set(IN_PROCESS) - {"memory"}
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
@@ -67,7 +73,7 @@ def main() -> int:
                     ceilings[(scenario.ceiling_of, concurrency)] = result
                 reference = ceilings[(scenario.compare_to, concurrency)]
                 ceiling_rate = float(reference["msgs_per_s"])  # type: ignore[arg-type]
-                rate = float(result["msgs_per_s"])  # type: ignore[arg-type]
+                rate = float(result["msgs_per_s"]) * scenario.messages_per_request  # type: ignore[arg-type]
                 record = {
                     "scenario": scenario.name,
                     "concurrency": concurrency,

@@ -30,7 +30,11 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
-    body = os.urandom(args.body_size) if args.body_size else b""
+    if args.body_file:
+        with open(args.body_file, "rb") as handle:
+            body = handle.read()
+    else:
+        body = os.urandom(args.body_size) if args.body_size else b""
     headers = dict(h.split(":", 1) for h in args.header)
     headers = {k.strip(): v.strip() for k, v in headers.items()}
     connector = aiohttp.TCPConnector(limit=args.concurrency, force_close=False)
@@ -92,6 +96,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--body-size", type=int, default=1024)
     parser.add_argument("--header", action="append", default=[], help="NAME: VALUE")
+    parser.add_argument("--body-file", help="send this file's bytes as every body")
     args = parser.parse_args()
     result = uvloop.run(run(args))
     json.dump(result, sys.stdout)
