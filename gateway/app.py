@@ -16,7 +16,7 @@ from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.middlewares import make_middlewares
 from gateway.identity import load_guid
-from gateway.queue_manager import QueueManager
+from gateway.queue_manager import QueueManager, QueueSettings
 from gateway.redrive import Redrive
 from gateway.transactions import Transactions
 from gateway.settings import Settings, StoreSettings
@@ -110,7 +110,11 @@ async def _open_store(app: web.Application) -> None:
         guid = await loop.run_in_executor(None, load_guid,
                                           Path(settings.store.data_dir))
         queue_manager = QueueManager(store, guid)
-        await queue_manager.open()
+        await queue_manager.open([
+            (q.path, QueueSettings(transactional=q.transactional, quota=q.quota,
+                                   journal=q.journal, journal_quota=q.journal_quota,
+                                   label=q.label, anonymous=q.anonymous))
+            for q in settings.queues])
     except (OSError, ValueError, KeyError, StoreError, GatewayError) as exc:
         state.failure = f"queue manager cannot start: {exc}"
         server_log.critical("%s", state.failure)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gateway.errors import ConfigError
+from gateway.msmq.names import QueueNameError, parse_queue_path
 from gateway.units import format_duration, format_size, parse_duration, parse_size
 
 __all__ = [
@@ -30,12 +31,13 @@ __all__ = [
     "MappingSettings",
     "LogSettings",
     "TransactionSettings",
+    "QueueDeclaration",
     "parse_settings",
     "load_settings",
     "parse_listen",
 ]
 
-Kind = Literal["size", "duration", "int", "bool", "str", "choice", "listen"]
+Kind = Literal["size", "duration", "int", "bool", "str", "choice", "listen", "label"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +143,19 @@ class LogSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class QueueDeclaration:
+    """A ``[[queues]]`` table: a queue created at start when it does not exist yet."""
+
+    path: str = _str("")
+    transactional: bool = _bool(False)
+    quota: int = _size("0B", low="0B", high="64TiB")
+    journal: bool = _bool(False)
+    journal_quota: int = _size("0B", low="0B", high="64TiB")
+    label: str = field(default="", metadata={"spec": _Spec("label")})
+    anonymous: bool = _bool(False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """The whole configuration, one section per table of the TOML file."""
 
@@ -149,6 +164,7 @@ class Settings:
     mapping: MappingSettings = field(default_factory=MappingSettings)
     transactions: TransactionSettings = field(default_factory=TransactionSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    queues: tuple[QueueDeclaration, ...] = ()
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -181,7 +197,11 @@ def parse_settings(
             with the full key path.
     """
     merged: dict[str, dict[str, object]] = {}
+    queues: tuple[QueueDeclaration, ...] = ()
     for section_name, table in doc.items():
+        if section_name == "queues":
+            queues = _parse_queues(table)
+            continue
         if section_name not in _SECTIONS:
             raise ConfigError(f"{section_name}: unknown section (known: {', '.join(_SECTIONS)})")
         if not isinstance(table, Mapping):
@@ -193,7 +213,7 @@ def parse_settings(
     sections: dict[str, Any] = {
         name: _parse_section(name, merged.get(name, {})) for name in _SECTIONS
     }
-    settings = Settings(**sections)
+    settings = Settings(**sections, queues=queues)
     _check_relations(settings)
     return settings
 
@@ -225,15 +245,43 @@ _SECTIONS: dict[str, type[Any]] = {
 
 
 def _parse_section(name: str, table: Mapping[str, object]) -> object:
-    cls = _SECTIONS[name]
+    return _parse_table(name, _SECTIONS[name], table)
+
+
+def _parse_table(prefix: str, cls: type[Any], table: Mapping[str, object]) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, object] = {}
     for key, raw in table.items():
-        path = f"{name}.{key}"
+        path = f"{prefix}.{key}"
         if key not in fields:
-            raise ConfigError(f"{path}: unknown key (known in [{name}]: {', '.join(fields)})")
+            raise ConfigError(f"{path}: unknown key (known in [{prefix}]: {', '.join(fields)})")
         values[key] = _convert(path, fields[key].metadata["spec"], raw)
     return cls(**values)
+
+
+def _parse_queues(raw: object) -> tuple[QueueDeclaration, ...]:
+    """``[[queues]]`` tables: queues created at start when missing."""
+    if not isinstance(raw, list):
+        raise ConfigError(f"queues: expected an array of tables ([[queues]]), "
+                          f"got {_kind_of(raw)}")
+    declared: list[QueueDeclaration] = []
+    seen: set[str] = set()
+    for index, table in enumerate(raw):
+        prefix = f"queues[{index}]"
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{prefix}: expected a table, got {_kind_of(table)}")
+        if "path" not in table:
+            raise ConfigError(f"{prefix}.path: missing (every declared queue needs a path)")
+        declaration = _parse_table(prefix, QueueDeclaration, table)
+        try:
+            canonical = parse_queue_path(declaration.path).canonical
+        except QueueNameError as exc:
+            raise ConfigError(f"{prefix}.path: {exc}") from exc
+        if canonical in seen:
+            raise ConfigError(f"{prefix}.path: {declaration.path!r} is declared twice")
+        seen.add(canonical)
+        declared.append(declaration)
+    return tuple(declared)
 
 
 def _convert(path: str, spec: _Spec, raw: object) -> object:
@@ -274,6 +322,8 @@ def _convert_kind(spec: _Spec, raw: object) -> object:
         parse_listen(raw)
     if spec.kind == "str" and not raw:
         raise ValueError("must not be empty")
+    if spec.kind == "label" and len(raw) > 124:
+        raise ValueError("at most 124 characters")
     return raw
 
 

@@ -313,3 +313,20 @@ async def test_the_duplicate_window_survives_a_restart(aiohttp_client: Any,
     assert (await (await second.get("/v1/queues/q")).json())["messages"] == 0
     names = [q["path"] for q in (await (await second.get("/v1/queues")).json())["queues"]]
     assert not any("dedup" in n for n in names), "the window's queue is internal"
+
+
+async def test_queues_declared_in_the_config_are_created(aiohttp_client: Any,
+                                                         tmp_path: Any) -> None:
+    from gateway.settings import parse_settings
+
+    settings = parse_settings({"queues": [{"path": "private$/declared", "transactional": True,
+                                           "label": "from config"}]},
+                              {"store.data_dir": str(tmp_path / "d")})
+    app = make_app(settings)
+    test_client = await aiohttp_client(app)
+    for _ in range(300):
+        if app[STATE_KEY].ready:
+            break
+        await asyncio.sleep(0.01)
+    shown = await (await test_client.get("/v1/queues/private$/declared")).json()
+    assert (shown["transactional"], shown["label"]) == (True, "from config")

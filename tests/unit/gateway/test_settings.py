@@ -108,3 +108,23 @@ def test_settings_are_frozen() -> None:
     settings = Settings()
     with pytest.raises(AttributeError):
         settings.server.listen = "x"  # type: ignore[misc]
+
+
+def test_declared_queues_are_parsed_and_checked() -> None:
+    settings = parse_settings({"queues": [
+        {"path": "private$/orders", "transactional": True, "quota": "1GiB"},
+        {"path": "events"},
+    ]})
+    assert [q.path for q in settings.queues] == ["private$/orders", "events"]
+    assert settings.queues[0].quota == 1 << 30
+    for doc, fragment in (
+        ({"queues": {"path": "x"}}, "queues: expected an array"),
+        ({"queues": [{"transactional": True}]}, "queues[0].path: missing"),
+        ({"queues": [{"path": "a b"}]}, "queues[0].path"),
+        ({"queues": [{"path": "q"}, {"path": "Q"}]}, "queues[1].path: 'Q' is declared twice"),
+        ({"queues": [{"path": "q", "colour": "red"}]}, "queues[0].colour: unknown key"),
+        ({"queues": [{"path": "q", "quota": "lots"}]}, "queues[0].quota"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            parse_settings(doc)
+        assert fragment in str(info.value)
