@@ -31,7 +31,7 @@ from gateway.msmq.message import (
     encode_payload,
     parse_id,
 )
-from gateway.msmq.names import (
+from mapping.names import (
     DEADLETTER,
     DEADXACT,
     MACHINE_JOURNAL,

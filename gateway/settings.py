@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gateway.errors import ConfigError
-from gateway.msmq.names import QueueNameError, parse_queue_path
+from mapping.names import QueueNameError, parse_queue_path
 from gateway.units import format_duration, format_size, parse_duration, parse_size
 
 __all__ = [

@@ -13,7 +13,8 @@ from tests.helpers import REPO_ROOT
 PURE_MODULES = [
     "gateway/units.py",
     "gateway/settings.py",
-    "gateway/msmq/names.py",
+    "mapping/names.py",
+    "mapping/formatnames.py",
     "gateway/msmq/classes.py",
     "gateway/msmq/message.py",
     "gateway/rest_codec.py",

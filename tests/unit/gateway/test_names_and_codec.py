@@ -13,7 +13,7 @@ from gateway.msmq.message import (
     encode_payload,
     parse_id,
 )
-from gateway.msmq.names import QueueNameError, journal_of, parse_queue_path
+from mapping.names import QueueNameError, journal_of, parse_queue_path
 from gateway.rest_codec import HeaderError, parse_send_headers
 
 GUID = "12345678-1234-1234-1234-123456789abc"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mapping.errors import QueueNameError
+
 __all__ = [
     "QueueNameError",
     "QueuePath",
@@ -32,10 +34,6 @@ MACHINE_JOURNAL = "system$;journal"
 ORDER_QUEUE = "private$/order_queue$"
 SYSTEM_QUEUES = (DEADLETTER, DEADXACT, MACHINE_JOURNAL, ORDER_QUEUE)
 _JOURNAL_SUFFIX = ";journal"
-
-
-class QueueNameError(ValueError):
-    """Not a valid queue path name; the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
