@@ -2,10 +2,12 @@
 folder generates an audit entry).
 
 Every file operation of the store goes through ``AuditingFileOps``, which remembers the paths
-the store itself touched. A pass lists ``storage/`` (recursively), compares each file's inode,
-size and modification time with the previous pass, and writes a JSON line to
-``<data dir>/audit.log`` for every difference the store did not cause. Touches are kept for
-two passes, so a write landing between a listing and the next one is never blamed on others.
+the store itself touched, and which it is touching right now. A pass lists ``storage/``
+(recursively), then takes those paths, compares each file's inode, size and modification time
+with the previous pass, and writes a JSON line to ``<data dir>/audit.log`` for every
+difference the store did not cause. Touches are kept for two passes and operations in flight
+always count, so a write landing between two listings, or stalled across passes, is never
+blamed on others.
 
 Between runs the listing is kept in ``<data dir>/audit.state``. At start the files are compared
 with it: after a clean stop every difference is reported; after a crash (the state may be up to
@@ -14,12 +16,14 @@ one pass old) only files that vanished or were replaced are.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,32 +38,42 @@ Listing = dict[str, tuple[int, int, int]]  # relative path -> (inode, size, mtim
 
 
 class AuditingFileOps:
-    """``FileOps`` that remembers which files the store changed."""
+    """``FileOps`` that remembers which files the store changed, and which it is changing."""
 
     def __init__(self, inner: FileOps) -> None:
         self._inner = inner
         self._lock = threading.Lock()
         self._fd_paths: dict[int, Path] = {}
         self.touched: set[Path] = set()
+        self._inflight: Counter[Path] = Counter()
 
-    def _touch(self, path: Path) -> None:
+    @contextlib.contextmanager
+    def _touching(self, *paths: Path | None) -> Iterator[None]:
+        """Mark ``paths`` touched for the whole operation (a write stalled across audit
+        passes still counts as the store's)."""
+        real = [p for p in paths if p is not None]
         with self._lock:
-            self.touched.add(path)
-
-    def _touch_fd(self, fd: int) -> None:
-        path = self._fd_paths.get(fd)
-        if path is not None:
-            self._touch(path)
+            self.touched.update(real)
+            self._inflight.update(real)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.touched.update(real)
+                self._inflight.subtract(real)
+                for path in real:
+                    if self._inflight[path] <= 0:
+                        del self._inflight[path]
 
     def take_touched(self) -> set[Path]:
+        """Everything touched since the last call, plus what is being written right now."""
         with self._lock:
             touched, self.touched = self.touched, set()
-            return touched
+            return touched | set(self._inflight)
 
     def open(self, path: Path, *, create: bool = False, exclusive: bool = False) -> int:
-        if create:
-            self._touch(path)
-        fd = self._inner.open(path, create=create, exclusive=exclusive)
+        with self._touching(path if create else None):
+            fd = self._inner.open(path, create=create, exclusive=exclusive)
         self._fd_paths[fd] = path
         return fd
 
@@ -68,23 +82,23 @@ class AuditingFileOps:
         self._inner.close(fd)
 
     def allocate(self, fd: int, length: int) -> None:
-        self._touch_fd(fd)
-        self._inner.allocate(fd, length)
+        with self._touching(self._fd_paths.get(fd)):
+            self._inner.allocate(fd, length)
 
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> None:
-        self._touch_fd(fd)
-        self._inner.pwrite(fd, data, offset)
+        with self._touching(self._fd_paths.get(fd)):
+            self._inner.pwrite(fd, data, offset)
 
     def pwritev(self, fd: int, buffers: Sequence[bytes], offset: int) -> None:
-        self._touch_fd(fd)
-        self._inner.pwritev(fd, buffers, offset)
+        with self._touching(self._fd_paths.get(fd)):
+            self._inner.pwritev(fd, buffers, offset)
 
     def pread(self, fd: int, length: int, offset: int) -> bytes:
         return self._inner.pread(fd, length, offset)
 
     def fdatasync(self, fd: int) -> None:
-        self._touch_fd(fd)  # metadata (mtime) may reach the disk only now
-        self._inner.fdatasync(fd)
+        with self._touching(self._fd_paths.get(fd)):
+            self._inner.fdatasync(fd)
 
     def fsync_dir(self, path: Path) -> None:
         self._inner.fsync_dir(path)
@@ -93,20 +107,19 @@ class AuditingFileOps:
         return self._inner.size(fd)
 
     def truncate(self, fd: int, length: int) -> None:
-        self._touch_fd(fd)
-        self._inner.truncate(fd, length)
+        with self._touching(self._fd_paths.get(fd)):
+            self._inner.truncate(fd, length)
 
     def map_readonly(self, fd: int, length: int) -> mmap.mmap:
         return self._inner.map_readonly(fd, length)
 
     def unlink(self, path: Path) -> None:
-        self._touch(path)
-        self._inner.unlink(path)
+        with self._touching(path):
+            self._inner.unlink(path)
 
     def rename(self, source: Path, target: Path) -> None:
-        self._touch(source)
-        self._touch(target)
-        self._inner.rename(source, target)
+        with self._touching(source, target):
+            self._inner.rename(source, target)
         for fd, path in list(self._fd_paths.items()):
             if path == source:
                 self._fd_paths[fd] = target
@@ -147,12 +160,14 @@ class Auditor:
 
     def baseline(self) -> None:
         """Take the listing the next pass compares with (after the store's own start-up)."""
-        self._recent = self._ops.take_touched()
         self._listing = self._list()
+        self._recent = self._ops.take_touched()
 
     def run_pass(self) -> list[AuditEvent]:
-        touched = self._ops.take_touched()
+        # List first, then take what the store touched: a write that starts during the
+        # listing is then counted as the store's in this pass.
         listing = self._list()
+        touched = self._ops.take_touched()
         blamed = touched | self._recent
         root = self._data_dir.storage
         events = _diff(self._listing, listing, lambda name: root / name in blamed)
