@@ -83,16 +83,18 @@ async def test_unknown_route_is_problem_json(aiohttp_client: Any, settings_facto
 
 async def test_concurrency_cap_answers_503(aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
     gate = asyncio.Event()
+    entered = asyncio.Event()
     app = make_app(settings_factory(server__concurrent_requests_max=1))
 
     async def slow(request: web.Request) -> web.Response:
+        entered.set()
         await gate.wait()
         return web.Response(text="done")
 
     app.router.add_get("/slow", slow)
     client = await aiohttp_client(app)
     first = asyncio.create_task(client.get("/slow"))
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(entered.wait(), 10)  # the one slot is taken
     second = await client.get("/healthz")
     assert second.status == 503
     assert second.headers["Retry-After"] == "1"
