@@ -9,7 +9,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway import admin, health, openapi, rest, rest_tx
+from gateway import admin, health, openapi, rest, rest_messages, rest_tx
+from gateway.destinations import local_host_names
 from gateway.errors import GatewayError
 from gateway.appkeys import FILE_OPS_KEY, METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.logs import server_log
@@ -59,12 +60,14 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     )
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
-    app[STATE_KEY] = GatewayState()
+    app[STATE_KEY] = GatewayState(
+        local_hosts=local_host_names(settings.server.names, settings.server.host))
     app[FILE_OPS_KEY] = file_ops or RealFileOps()
     app.add_routes(health.routes)
     app.add_routes(admin.routes)
     app.add_routes(openapi.routes)
     app.add_routes(rest_tx.routes)
+    app.add_routes(rest_messages.routes)
     app.add_routes(rest.routes)
     app.cleanup_ctx.append(_store_ctx)
     return app

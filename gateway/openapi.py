@@ -95,6 +95,9 @@ def document() -> dict[str, Any]:
         "/v1/transactions/{id}/prepare": {"post": _op("Prepare (two-phase).", params=[_TX])},
         "/v1/transactions/{id}/commit": {"post": _op("Commit.", params=[_TX])},
         "/v1/transactions/{id}/abort": {"post": _op("Abort.", params=[_TX])},
+        "/v1/messages": {"post": _op("Send to a format name (Mq-Destination); several "
+                                     "destinations in one atomic commit.", status="201",
+                                     params=_MQ_HEADERS, body=True)},
         "/v1/batch": {"post": _op("Store several messages atomically.", status="201",
                                   body=True)},
         "/v1/admin/backup": {"post": _op("Back up the running store into {dest}.",

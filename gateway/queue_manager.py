@@ -332,7 +332,7 @@ class QueueManager:
                 target = self._queues[MACHINE_JOURNAL]
                 extra.append((target, self._copy_spec(MACHINE_JOURNAL, props, body,
                                                       original_id)))
-            extra.extend(self._ack_specs(queue, original, MessageClass.ACK_REACH_QUEUE,
+            extra.extend(self.ack_specs(queue, original, MessageClass.ACK_REACH_QUEUE,
                                          now_ms))
             if dedup_key is not None:
                 answer = {"id": original_id, "queue": queue.path.display, "seq": seq}
@@ -500,8 +500,8 @@ class QueueManager:
                 extra.append((journal_queue, SendSpec(journal_queue.queue_id,
                                                       encode_payload(copy, message.body))))
             if dead_letter is not None and props.journal == JournalLevel.DEADLETTER.value:
-                extra.append(self._dead_letter_spec(queue, message, dead_letter, now_ms))
-            extra.extend(self._ack_specs(queue, message, ack, now_ms))
+                extra.append(self.dead_letter_spec(queue, message, dead_letter, now_ms))
+            extra.extend(self.ack_specs(queue, message, ack, now_ms))
         if extra:
             made = await store_call(self.store.commit([spec for _, spec in extra],
                                                             removes=list(records)))
@@ -511,7 +511,7 @@ class QueueManager:
             await store_call(self.store.remove(list(records)))
         return messages
 
-    def _dead_letter_spec(self, queue: Queue, message: ReceivedMessage, reason: MessageClass,
+    def dead_letter_spec(self, queue: Queue, message: ReceivedMessage, reason: MessageClass,
                           now_ms: int) -> tuple[Queue, SendSpec]:
         target = self._queues[DEADXACT if message.properties.transactional else DEADLETTER]
         props = replace(message.properties, message_class=int(reason),
@@ -522,7 +522,7 @@ class QueueManager:
         return target, SendSpec(target.queue_id, encode_payload(props, message.body),
                                 priority=props.priority)
 
-    def _ack_specs(self, queue: Queue, message: ReceivedMessage, message_class: MessageClass,
+    def ack_specs(self, queue: Queue, message: ReceivedMessage, message_class: MessageClass,
                    now_ms: int) -> list[tuple[Queue, SendSpec]]:
         props = message.properties
         if not wants_ack(props, message_class):

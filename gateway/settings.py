@@ -37,7 +37,7 @@ __all__ = [
     "parse_listen",
 ]
 
-Kind = Literal["size", "duration", "int", "bool", "str", "choice", "listen", "label"]
+Kind = Literal["size", "duration", "int", "bool", "str", "choice", "listen", "label", "names"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +75,10 @@ def _choice(default: str, *choices: str) -> Any:
     return field(default=default, metadata={"spec": _Spec("choice", choices=choices)})
 
 
+def _names() -> Any:
+    return field(default=(), metadata={"spec": _Spec("names")})
+
+
 def _listen(default: str) -> Any:
     return field(default=default, metadata={"spec": _Spec("listen")})
 
@@ -88,6 +92,9 @@ class ServerSettings:
     request_body_max: int = _size("5MiB", low="1KiB", high="1GiB")
     concurrent_requests_max: int = _int(1024, low=1, high=100_000)
     keepalive_timeout: float = _duration("75s", low="1s", high="1h")
+    # Host names (and addresses) senders use to reach this gateway; with localhost, the
+    # machine's own names and the listen address they make a format name local.
+    names: tuple[str, ...] = _names()
 
     @property
     def host(self) -> str:
@@ -310,6 +317,10 @@ def _convert_kind(spec: _Spec, raw: object) -> object:
         if isinstance(raw, bool) or not isinstance(raw, int):
             raise TypeError(f"expected an integer, got {_kind_of(raw)}")
         return raw
+    if spec.kind == "names":
+        if not isinstance(raw, list) or not all(isinstance(n, str) and n for n in raw):
+            raise TypeError("expected an array of non-empty strings")
+        return tuple(n.lower() for n in raw)
     if spec.kind == "bool":
         if not isinstance(raw, bool):
             raise TypeError(f"expected true or false, got {_kind_of(raw)}")

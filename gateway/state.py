@@ -27,6 +27,7 @@ class GatewayState:
     failure: str | None = None
     stopping: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    local_hosts: frozenset[str] = frozenset()
 
     def not_ready_reason(self) -> str:
         if self.stopping:

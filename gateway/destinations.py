@@ -1,0 +1,101 @@
+"""Sends addressed by format name (``POST /v1/messages`` with ``Mq-Destination``).
+
+A format name is local when it names this gateway (one of its host names) or the local
+machine (``DIRECT=OS:.``). Remote destinations are forwarded by links; with no link for them
+the send is refused (422) and nothing is stored. A multiple-element format name sends a copy to
+each destination, all in one atomic store commit. In a transaction, a destination that is not
+transactional gets no copy: the copy goes to ``system$;deadxact`` with class
+NACK_NOT_TRANSACTIONAL_Q and a negative acknowledgement goes to the admin queue (seed 002).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+
+from gateway.errors import ProblemError
+from gateway.msmq.classes import MessageClass
+from gateway.msmq.message import MessageProperties, compose_id, encode_payload
+from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
+from gateway.store_errors import store_call
+from mapping.errors import FormatNameError
+from mapping.formatnames import (
+    DirectFormatName,
+    MultipleFormatName,
+    SingleFormatName,
+    parse_format_name,
+)
+from store.records import SendSpec
+
+__all__ = ["local_host_names", "resolve_local", "send_to_destinations"]
+
+
+def local_host_names(configured: Iterable[str], listen_host: str) -> frozenset[str]:
+    """The names that make a format name local. Reads the machine's names (call once)."""
+    names = {"localhost", "127.0.0.1", "::1", "[::1]", ".", listen_host.lower(),
+             socket.gethostname().lower(), socket.getfqdn().lower(),
+             *(n.lower() for n in configured)}
+    return frozenset(n for n in names if n)
+
+
+def resolve_local(text: str, local_hosts: frozenset[str]) -> list[str]:
+    """The local queue path of each element of the format name ``text``.
+
+    Raises:
+        ProblemError: 400 for a bad format name; 422 when an element is not local.
+    """
+    try:
+        parsed = parse_format_name(text)
+    except FormatNameError as exc:
+        raise ProblemError(400, str(exc), type_slug=exc.code) from exc
+    elements: tuple[SingleFormatName, ...] = (
+        parsed.elements if isinstance(parsed, MultipleFormatName) else (parsed,))
+    paths = []
+    for element in elements:
+        if not isinstance(element, DirectFormatName) or element.host not in local_hosts:
+            raise ProblemError(422, f"{element.format_name()} is not on this gateway and no "
+                               "outgoing link is configured for it", type_slug="no-route")
+        paths.append(element.display_queue or element.queue)
+    return paths
+
+
+async def send_to_destinations(qm: QueueManager, paths: list[str], body: bytes,
+                               properties: MessageProperties, *, transactional: bool
+                               ) -> tuple[list[ReceivedMessage], list[dict[str, str]]]:
+    """One copy per destination in one atomic commit; returns the stored copies and the
+    destinations whose copy was dead-lettered."""
+    now_ms = int(time.time() * 1000)
+    specs: list[tuple[Queue, SendSpec]] = []
+    stored: list[tuple[Queue, ReceivedMessage]] = []
+    dead: list[dict[str, str]] = []
+    for path in paths:
+        queue = qm.queue(path)
+        props = replace(properties, transactional=transactional, arrived_at_ms=now_ms,
+                        sent_at_ms=properties.sent_at_ms or now_ms,
+                        source_qm=properties.source_qm or qm.qm_guid,
+                        priority=0 if transactional else properties.priority,
+                        recoverable=True)
+        if transactional and not queue.settings.transactional:
+            nack = MessageClass.NACK_NOT_TRANSACTIONAL_Q
+            message = ReceivedMessage(props.message_id or "", queue.path.display, 0, props, body)
+            specs.append(qm.dead_letter_spec(queue, message, nack, now_ms))
+            specs.extend(qm.ack_specs(queue, message, nack, now_ms))
+            dead.append({"queue": queue.path.display, "class": nack.msmq_name})
+            continue
+        queue = qm.check_send(path, transactional=transactional)
+        seq = qm.store.reserve_seq(queue.queue_id)
+        message = ReceivedMessage(props.message_id or compose_id(qm.qm_guid, queue.queue_id,
+                                                                  seq),
+                                  queue.path.display, seq, props, body)
+        specs.append((queue, SendSpec(queue.queue_id, encode_payload(props, body),
+                                      priority=props.priority,
+                                      expires_ms=props.receive_by_ms, seq=seq)))
+        stored.append((queue, message))
+    if not specs:
+        raise ProblemError(400, "no destination", type_slug="bad-request")
+    made = await store_call(qm.store.commit([spec for _, spec in specs]))
+    for (queue, _), record in zip(specs, made):
+        qm.arrived(queue, record)
+    return [m for _, m in stored], dead

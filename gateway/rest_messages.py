@@ -1,0 +1,54 @@
+"""``POST /v1/messages``: a send addressed by MSMQ format name (``Mq-Destination``)."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from gateway.appkeys import STATE_KEY
+from gateway.destinations import resolve_local, send_to_destinations
+from gateway.errors import ProblemError
+from gateway.rest_codec import HeaderError, parse_send_headers
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+
+@routes.post("/v1/messages")
+async def send_by_format_name(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    qm, transactions = state.queue_manager, state.transactions
+    if qm is None or transactions is None or not state.ready:
+        raise ProblemError(503, state.not_ready_reason() or "not ready", type_slug="not-ready",
+                           headers={"Retry-After": "1"})
+    destination = request.headers.get("Mq-Destination")
+    if not destination:
+        raise ProblemError(400, "Mq-Destination: a format name is required",
+                           type_slug="MQ_ERROR_ILLEGAL_FORMATNAME")
+    try:
+        send = parse_send_headers(request.headers, now_ms=int(time.time() * 1000))
+    except HeaderError as exc:
+        raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
+    paths = resolve_local(destination, state.local_hosts)
+    queues = [qm.queue(path) for path in paths]  # unknown queues refused before the body
+    body = await request.read()
+    tx = send.transaction
+    if tx not in (None, "single", "none"):
+        transactions.get(tx)
+        held = [transactions.send(tx, path, body, send.properties)[1] for path in paths]
+        return web.json_response({"transaction": tx, "queues": [q.path.display for q in queues],
+                                  "index": held}, status=202)
+    if len(paths) == 1:
+        message = await qm.send(paths[0], body, send.properties, transaction=tx,
+                                dedup_key=send.idempotency_key)
+        return web.json_response({"id": message.message_id, "queue": message.queue,
+                                  "seq": message.seq}, status=201)
+    transactional = tx == "single" or (tx is None and any(q.settings.transactional
+                                                          for q in queues))
+    stored, dead = await send_to_destinations(qm, paths, body, send.properties,
+                                              transactional=transactional)
+    return web.json_response({"messages": [{"id": m.message_id, "queue": m.queue,
+                                            "seq": m.seq} for m in stored],
+                              "dead_lettered": dead}, status=201)

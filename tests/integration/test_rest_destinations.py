@@ -1,0 +1,91 @@
+"""Sends addressed by format name: local resolution, several destinations, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gateway.app import make_app
+from gateway.appkeys import STATE_KEY
+from gateway.settings import Settings
+
+PROBLEM = "application/problem+json"
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> Any:
+    app = make_app(settings_factory(server__names=["gw.example.com"]))
+    test_client = await aiohttp_client(app)
+    for _ in range(300):
+        if app[STATE_KEY].ready:
+            break
+        await asyncio.sleep(0.01)
+    for name, tx in (("private$/a", True), ("private$/b", True), ("plain", False),
+                     ("acks", False)):
+        await test_client.put(f"/v1/queues/{name}", json={"transactional": tx})
+    return test_client
+
+
+async def _count(client: Any, queue: str) -> int:
+    return int((await (await client.get(f"/v1/queues/{queue}")).json())["messages"])
+
+
+@pytest.mark.parametrize("destination", [
+    "DIRECT=HTTP://gw.example.com/msmq/plain",
+    "DIRECT=HTTPS://GW.EXAMPLE.COM:8443/MSMQ\\PLAIN",
+    "DIRECT=OS:.\\plain",
+    "DIRECT=HTTP://localhost/msmq/plain",
+])
+async def test_local_format_names_reach_the_queue(client: Any, destination: str) -> None:
+    response = await client.post("/v1/messages", data=b"x",
+                                 headers={"Mq-Destination": destination})
+    assert response.status == 201, await response.text()
+    assert (await response.json())["queue"] == "plain"
+    assert await _count(client, "plain") == 1
+
+
+async def test_several_destinations_in_one_transaction(client: Any) -> None:
+    destination = ("DIRECT=OS:.\\private$\\a,DIRECT=HTTP://gw.example.com/msmq/private$/b,"
+                   "DIRECT=OS:.\\plain")
+    response = await client.post("/v1/messages", data=b"x", headers={
+        "Mq-Destination": destination, "Mq-Admin-Queue": "acks",
+        "Mq-Acknowledge": "MQMSG_ACKNOWLEDGMENT_FULL_REACH_QUEUE"})
+    assert response.status == 201
+    body = await response.json()
+    assert [m["queue"] for m in body["messages"]] == ["private$/a", "private$/b"]
+    assert body["dead_lettered"] == [{"queue": "plain",
+                                      "class": "MQMSG_CLASS_NACK_NOT_TRANSACTIONAL_Q"}]
+    assert await _count(client, "plain") == 0
+    dead = await (await client.get("/v1/queues/system$;deadxact/messages")).json()
+    assert [m["class"] for m in dead["messages"]] == ["MQMSG_CLASS_NACK_NOT_TRANSACTIONAL_Q"]
+    acks = await (await client.get("/v1/queues/acks/messages")).json()
+    assert [m["class"] for m in acks["messages"]] == ["MQMSG_CLASS_NACK_NOT_TRANSACTIONAL_Q"]
+
+
+async def test_format_name_sends_inside_an_explicit_transaction(client: Any) -> None:
+    tx = (await (await client.post("/v1/transactions")).json())["id"]
+    response = await client.post("/v1/messages", data=b"x", headers={
+        "Mq-Destination": "DIRECT=OS:.\\private$\\a,DIRECT=OS:.\\private$\\b",
+        "Mq-Transaction": tx})
+    assert response.status == 202
+    assert await _count(client, "private$/a") == 0
+    await client.post(f"/v1/transactions/{tx}/commit")
+    assert (await _count(client, "private$/a"), await _count(client, "private$/b")) == (1, 1)
+
+
+@pytest.mark.parametrize("headers, status, fragment", [
+    ({}, 400, "Mq-Destination"),
+    ({"Mq-Destination": "orders"}, 400, "expected DIRECT="),
+    ({"Mq-Destination": "DIRECT=HTTP://elsewhere.example/msmq/plain"}, 422, "not on this"),
+    ({"Mq-Destination": "DIRECT=OS:.\\nowhere"}, 404, "no queue"),
+])
+async def test_refusals_store_nothing(client: Any, headers: dict[str, str], status: int,
+                                      fragment: str) -> None:
+    response = await client.post("/v1/messages", data=b"x", headers=headers)
+    assert response.status == status
+    assert response.headers["Content-Type"] == PROBLEM
+    assert fragment in (await response.json(content_type=PROBLEM))["detail"]
+    assert await _count(client, "plain") == 0
