@@ -9,6 +9,7 @@ and with a negative acknowledgement when its level asks (``QueueManager.finish``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import time
 from typing import TYPE_CHECKING
@@ -69,10 +70,9 @@ class Expiry:
             wait_s = _WAIT_S_MAX
             if self._deadlines:
                 wait_s = min(wait_s, max(0.0, (self._deadlines[0][0] - now_ms) / 1000))
-            try:
+            # Wake at the next deadline, or earlier when an earlier one arrives.
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), wait_s)
-            except TimeoutError:
-                pass
 
     async def _expire(self, queue_id: int, records: list[StoredRecord], now_ms: int) -> None:
         queue = self._qm.queue_by_id(queue_id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -407,10 +408,8 @@ class QueueManager:
         """Reserve a message that is not in the delivery order any more (a prepared
         transaction's receive after a restart)."""
         lane = queue.order[self._lane(queue, record)]
-        try:
+        with contextlib.suppress(ValueError):  # already out of the order (taken before)
             lane.remove(record.seq)
-        except ValueError:
-            pass
         queue.reserved.add(record.seq)
 
     def release(self, queue: Queue, record: StoredRecord, *, removed: bool) -> None:

@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from typing import Any
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -78,3 +79,19 @@ class GatewayProcess:
         if not self._log.closed:
             self._log.flush()
         return self.log_path.read_text(errors="replace")
+
+
+async def ready_client(aiohttp_client: Any, settings: Any) -> Any:
+    """An in-process test client of ``make_app(settings)``, once the store is ready."""
+    import asyncio
+
+    from gateway.app import make_app
+    from gateway.appkeys import STATE_KEY
+
+    app = make_app(settings)
+    client = await aiohttp_client(app)
+    for _ in range(500):
+        if app[STATE_KEY].ready:
+            return client
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"gateway not ready: {app[STATE_KEY].not_ready_reason()}")

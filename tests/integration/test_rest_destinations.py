@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from gateway.app import make_app
-from gateway.appkeys import STATE_KEY
 from gateway.settings import Settings
+from tests.helpers import ready_client
 
 PROBLEM = "application/problem+json"
 
 
 @pytest.fixture
 async def client(aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> Any:
-    app = make_app(settings_factory(server__names=["gw.example.com"]))
-    test_client = await aiohttp_client(app)
-    for _ in range(300):
-        if app[STATE_KEY].ready:
-            break
-        await asyncio.sleep(0.01)
+    test_client = await ready_client(aiohttp_client,
+                                     settings_factory(server__names=["gw.example.com"]))
     for name, tx in (("private$/a", True), ("private$/b", True), ("plain", False),
                      ("acks", False)):
         await test_client.put(f"/v1/queues/{name}", json={"transactional": tx})

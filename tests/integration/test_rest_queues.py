@@ -9,23 +9,15 @@ from typing import Any
 
 import pytest
 
-from gateway.app import make_app
-from gateway.appkeys import STATE_KEY
 from gateway.settings import Settings
+from tests.helpers import ready_client
 
 PROBLEM = "application/problem+json"
 
 
 @pytest.fixture
 async def client(aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> Any:
-    app = make_app(settings_factory())
-    test_client = await aiohttp_client(app)
-    for _ in range(300):
-        if app[STATE_KEY].ready:
-            break
-        await asyncio.sleep(0.01)
-    assert app[STATE_KEY].ready
-    return test_client
+    return await ready_client(aiohttp_client, settings_factory())
 
 
 async def _problem(response: Any, status: int) -> dict[str, Any]:
@@ -290,23 +282,13 @@ async def test_the_duplicate_window_survives_a_restart(aiohttp_client: Any,
                                                        settings_factory: Callable[..., Settings]
                                                        ) -> None:
     settings = settings_factory()
-    app = make_app(settings)
-    first = await aiohttp_client(app)
-    for _ in range(300):
-        if app[STATE_KEY].ready:
-            break
-        await asyncio.sleep(0.01)
+    first = await ready_client(aiohttp_client, settings)
     await first.put("/v1/queues/q", json={})
     answer = await (await first.post("/v1/queues/q/messages", data=b"m",
                                      headers={"Idempotency-Key": "once"})).json()
     await first.post("/v1/queues/q/receive")
     await first.close()
-    app = make_app(settings)
-    second = await aiohttp_client(app)
-    for _ in range(300):
-        if app[STATE_KEY].ready:
-            break
-        await asyncio.sleep(0.01)
+    second = await ready_client(aiohttp_client, settings)
     replay = await second.post("/v1/queues/q/messages", data=b"m",
                                headers={"Idempotency-Key": "once"})
     assert await replay.json() == answer
@@ -322,11 +304,6 @@ async def test_queues_declared_in_the_config_are_created(aiohttp_client: Any,
     settings = parse_settings({"queues": [{"path": "private$/declared", "transactional": True,
                                            "label": "from config"}]},
                               {"store.data_dir": str(tmp_path / "d")})
-    app = make_app(settings)
-    test_client = await aiohttp_client(app)
-    for _ in range(300):
-        if app[STATE_KEY].ready:
-            break
-        await asyncio.sleep(0.01)
+    test_client = await ready_client(aiohttp_client, settings)
     shown = await (await test_client.get("/v1/queues/private$/declared")).json()
     assert (shown["transactional"], shown["label"]) == (True, "from config")

@@ -8,20 +8,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway.app import make_app
-from gateway.appkeys import STATE_KEY
 from gateway.settings import Settings
+from tests.helpers import ready_client
 
 
 async def _client(aiohttp_client: Any, settings: Settings) -> Any:
-    app = make_app(settings)
-    client = await aiohttp_client(app)
-    for _ in range(300):
-        if app[STATE_KEY].ready:
-            break
-        await asyncio.sleep(0.01)
-    assert app[STATE_KEY].ready
-    return client
+    return await ready_client(aiohttp_client, settings)
 
 
 async def _messages(client: Any, queue: str) -> list[dict[str, Any]]:

@@ -9,22 +9,14 @@ from typing import Any
 
 import pytest
 
-from gateway.app import make_app
-from gateway.appkeys import STATE_KEY
 from gateway.settings import Settings
+from tests.helpers import ready_client
 
 PROBLEM = "application/problem+json"
 
 
 async def _client(aiohttp_client: Any, settings: Settings) -> Any:
-    app = make_app(settings)
-    client = await aiohttp_client(app)
-    for _ in range(300):
-        if app[STATE_KEY].ready:
-            break
-        await asyncio.sleep(0.01)
-    assert app[STATE_KEY].ready
-    return client
+    return await ready_client(aiohttp_client, settings)
 
 
 @pytest.fixture
