@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     restore.add_argument("src", type=Path, metavar="SRC")
     restore.add_argument("data_dir", type=Path, metavar="DATA_DIR")
     restore.set_defaults(handler=_cmd_restore)
+
+    from gateway.mapping_cli import add_commands
+
+    add_commands(commands, DEFAULT_CONFIG)
     return parser
 
 

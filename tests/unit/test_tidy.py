@@ -18,6 +18,7 @@ PURE_MODULES = [
     "mapping/rules.py",
     "mapping/parse.py",
     "mapping/engine.py",
+    "mapping/errors.py",
     "gateway/msmq/classes.py",
     "gateway/msmq/message.py",
     "gateway/rest_codec.py",
