@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
@@ -20,6 +21,7 @@ from gateway.identity import load_guid
 from gateway.queue_manager import QueueManager, QueueSettings
 from gateway.redrive import Redrive
 from gateway.transactions import Transactions
+from mapping.loader import MappingLoader
 from gateway.settings import Settings, StoreSettings
 from gateway.state import GatewayState
 from store.errors import StoreError
@@ -70,6 +72,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     app.add_routes(rest_messages.routes)
     app.add_routes(rest.routes)
     app.cleanup_ctx.append(_store_ctx)
+    app.cleanup_ctx.append(_mapping_ctx)
     return app
 
 
@@ -93,6 +96,41 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
         store, state.store = state.store, None
         await asyncio.get_running_loop().run_in_executor(None, store.close)
         server_log.info("store closed data_dir=%s", settings.store.data_dir)
+
+
+async def _mapping_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Load the mapping files, then reload them on change and on SIGHUP (SIGHUP sets
+    ``state.reload_mapping``); each reload replaces the rule set in one assignment."""
+    state = app[STATE_KEY]
+    settings = app[SETTINGS_KEY]
+    loader = MappingLoader(Path(settings.mapping.dir))
+    state.mapping = loader
+    loop = asyncio.get_running_loop()
+
+    async def reload() -> None:
+        await loop.run_in_executor(None, loader.load)
+        app[METRICS_KEY].mapping_reloads.set(loader.reloads)
+        app[METRICS_KEY].mapping_rejected.set(loader.rejected_total)
+
+    async def watch() -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(state.reload_mapping.wait(),
+                                       settings.mapping.reload_interval)
+            asked = state.reload_mapping.is_set()
+            state.reload_mapping.clear()
+            if asked or await loop.run_in_executor(None, loader.changed):
+                await reload()
+                server_log.info("mapping reloaded dir=%s files=%d rejected=%d",
+                                settings.mapping.dir, len(loader.rules.files),
+                                loader.rejected_total)
+
+    await reload()
+    watcher = asyncio.create_task(watch(), name="mapping-watch")
+    yield
+    watcher.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watcher
 
 
 async def _open_store(app: web.Application) -> None:

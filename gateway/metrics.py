@@ -46,6 +46,16 @@ class Metrics:
             "Requests being handled now.",
             registry=self.registry,
         )
+        self.mapping_reloads = Gauge(
+            "entrepot_mapping_reloads",
+            "Times the mapping files were (re)loaded since start.",
+            registry=self.registry,
+        )
+        self.mapping_rejected = Gauge(
+            "entrepot_mapping_rejected_files",
+            "Mapping files rejected (malformed, DTD, unreadable) since start.",
+            registry=self.registry,
+        )
         self.ready = Gauge(
             "entrepot_ready",
             "1 when the store is open and recovered and the gateway accepts messages.",

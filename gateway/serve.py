@@ -19,6 +19,7 @@ import uvloop
 from aiohttp import web
 
 from gateway.app import make_app
+from gateway.appkeys import STATE_KEY
 from gateway.errors import StartupError
 from gateway.logs import access_log, server_log
 from gateway.settings import Settings
@@ -66,6 +67,7 @@ async def _serve(settings: Settings, sock: socket.socket, *, config_source: str)
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     app = make_app(settings)
+    loop.add_signal_handler(signal.SIGHUP, app[STATE_KEY].reload_mapping.set)
     runner = web.AppRunner(
         app,
         handle_signals=False,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from mapping.loader import MappingLoader
     from gateway.queue_manager import QueueManager
     from gateway.redrive import Redrive
     from gateway.transactions import Transactions
@@ -28,6 +29,8 @@ class GatewayState:
     stopping: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     local_hosts: frozenset[str] = frozenset()
+    mapping: MappingLoader | None = None
+    reload_mapping: asyncio.Event = field(default_factory=asyncio.Event)
 
     def not_ready_reason(self) -> str:
         if self.stopping:

@@ -70,3 +70,58 @@ def test_mapping_explain_says_which_rule_applies(tmp_path: Path) -> None:
     missing = _cli("check", str(tmp_path / "nope"))
     assert missing.returncode == 2
     assert "no such mapping directory" in missing.stderr
+
+
+async def test_the_gateway_reloads_mapping_on_change(aiohttp_client: object,
+                                                     settings_factory: object,
+                                                     tmp_path: Path) -> None:
+    import asyncio
+
+    from gateway.appkeys import STATE_KEY
+    from tests.helpers import ready_client
+
+    directory = tmp_path / "mapping"
+    directory.mkdir()
+    (directory / "a.xml").write_text(_redirection("http://gw/msmq/a", "private$/a1"))
+    settings = settings_factory(mapping__dir=str(directory),  # type: ignore[operator]
+                                mapping__reload_interval="100ms")
+    client = await ready_client(aiohttp_client, settings)
+    state = client.app[STATE_KEY]
+    assert route_inbound(state.mapping.rules, "http://gw/msmq/a").target == "private$/a1"
+    (directory / "a.xml").write_text(_redirection("http://gw/msmq/a", "private$/a2"))
+    for _ in range(100):
+        found = route_inbound(state.mapping.rules, "http://gw/msmq/a")
+        if found is not None and found.target == "private$/a2":
+            break
+        await asyncio.sleep(0.05)
+    assert route_inbound(state.mapping.rules, "http://gw/msmq/a").target == "private$/a2"
+    text = await (await client.get("/metrics")).text()
+    assert "entrepot_mapping_reloads 2.0" in text
+
+
+def test_sighup_reloads_the_mapping_of_a_running_gateway(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from tests.helpers import GatewayProcess, http_get
+
+    directory = tmp_path / "mapping"
+    directory.mkdir()
+    config = tmp_path / "entrepot.toml"
+    config.write_text(f'[mapping]\ndir = "{directory}"\nreload_interval = "1h"\n')
+    gateway = GatewayProcess(tmp_path / "data", extra_args=["--config", str(config)])
+    try:
+        gateway.wait_ready()
+        (directory / "bad.xml").write_text("<redirections")
+        gateway.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        text = ""
+        while time.monotonic() < deadline:
+            text = http_get(gateway.url + "/metrics")[2].decode()
+            if "entrepot_mapping_rejected_files 1.0" in text:
+                break
+            time.sleep(0.05)
+        assert "entrepot_mapping_rejected_files 1.0" in text
+        assert "entrepot_mapping_reloads 2.0" in text
+    finally:
+        assert gateway.stop() == 0
