@@ -20,6 +20,7 @@ from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties, compose_id, encode_payload
 from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
 from gateway.store_errors import store_call
+from mapping.engine import route_inbound
 from mapping.errors import FormatNameError
 from mapping.formatnames import (
     DirectFormatName,
@@ -27,9 +28,10 @@ from mapping.formatnames import (
     SingleFormatName,
     parse_format_name,
 )
+from mapping.rules import RuleSet
 from store.records import SendSpec
 
-__all__ = ["local_host_names", "resolve_local", "send_to_destinations"]
+__all__ = ["local_host_names", "redirect_inbound", "resolve_local", "send_to_destinations"]
 
 
 def local_host_names(configured: Iterable[str], listen_host: str) -> frozenset[str]:
@@ -38,6 +40,32 @@ def local_host_names(configured: Iterable[str], listen_host: str) -> frozenset[s
              socket.gethostname().lower(), socket.getfqdn().lower(),
              *(n.lower() for n in configured)}
     return frozenset(n for n in names if n)
+
+
+def redirect_inbound(text: str, rules: RuleSet | None) -> str:
+    """Apply the inbound redirections (mapping files) to each element of a format name, before
+    any queue lookup: a logical address becomes the physical one the rules name (a URL, or a
+    local queue path). A name that does not parse is returned as it is (resolve_local says
+    what is wrong with it)."""
+    if rules is None or not rules.redirections:
+        return text
+    try:
+        parsed = parse_format_name(text)
+    except FormatNameError:
+        return text
+    elements = parsed.elements if isinstance(parsed, MultipleFormatName) else (parsed,)
+    out = []
+    for element in elements:
+        found = None
+        if isinstance(element, DirectFormatName) and element.protocol in ("http", "https"):
+            found = route_inbound(rules, element.url())
+        if found is None:
+            out.append(element.format_name())
+        elif "://" in found.target:
+            out.append("DIRECT=" + found.target)
+        else:
+            out.append("DIRECT=OS:.\\" + found.target.replace("/", "\\"))
+    return ",".join(out)
 
 
 def resolve_local(text: str, local_hosts: frozenset[str]) -> list[str]:

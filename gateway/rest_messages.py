@@ -7,7 +7,7 @@ import time
 from aiohttp import web
 
 from gateway.appkeys import STATE_KEY
-from gateway.destinations import resolve_local, send_to_destinations
+from gateway.destinations import redirect_inbound, resolve_local, send_to_destinations
 from gateway.errors import ProblemError
 from gateway.rest_codec import HeaderError, parse_send_headers
 
@@ -31,7 +31,8 @@ async def send_by_format_name(request: web.Request) -> web.Response:
         send = parse_send_headers(request.headers, now_ms=int(time.time() * 1000))
     except HeaderError as exc:
         raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
-    paths = resolve_local(destination, state.local_hosts)
+    rules = state.mapping.rules if state.mapping is not None else None
+    paths = resolve_local(redirect_inbound(destination, rules), state.local_hosts)
     queues = [qm.queue(path) for path in paths]  # unknown queues refused before the body
     body = await request.read()
     tx = send.transaction

@@ -83,3 +83,29 @@ async def test_refusals_store_nothing(client: Any, headers: dict[str, str], stat
     assert response.headers["Content-Type"] == PROBLEM
     assert fragment in (await response.json(content_type=PROBLEM))["detail"]
     assert await _count(client, "plain") == 0
+
+
+async def test_inbound_redirection_maps_a_logical_address_to_the_physical_queue(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], tmp_path: Any) -> None:
+    """M01-style: partners address a logical URL; the message lands in the internal queue."""
+    mapping = tmp_path / "mapping"
+    mapping.mkdir()
+    (mapping / "in.xml").write_text(
+        '<redirections xmlns="msmq-queue-redirections.xml">'
+        "<redirection><from>https://www.northwindtraders.com/msmq/orderq</from>"
+        "<to>private$/internal_orders</to></redirection>"
+        "<redirection><from>https://www.northwindtraders.com/msmq/other*</from>"
+        "<to>https://localhost/msmq/plain</to></redirection></redirections>")
+    client = await ready_client(aiohttp_client, settings_factory(mapping__dir=str(mapping)))
+    await client.put("/v1/queues/private$/internal_orders", json={})
+    await client.put("/v1/queues/plain", json={})
+    response = await client.post("/v1/messages", data=b"o", headers={
+        "Mq-Destination": "DIRECT=HTTPS://www.northwindtraders.com/msmq/OrderQ"})
+    assert response.status == 201, await response.text()
+    assert (await response.json())["queue"] == "private$/internal_orders"
+    response = await client.post("/v1/messages", data=b"p", headers={
+        "Mq-Destination": "DIRECT=HTTPS://www.northwindtraders.com/msmq/other_things"})
+    assert (await response.json())["queue"] == "plain"
+    unmapped = await client.post("/v1/messages", data=b"x", headers={
+        "Mq-Destination": "DIRECT=HTTPS://www.northwindtraders.com/msmq/unknown"})
+    assert unmapped.status == 422
