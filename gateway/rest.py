@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from urllib.parse import unquote
 
@@ -274,29 +275,24 @@ def _label(body: dict[str, object]) -> str:
 
 
 def _query_int(request: web.Request, key: str, default: int, low: int, high: int) -> int:
-    raw = request.query.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ProblemError(400, f"query {key}={raw!r} is not an integer",
-                           type_slug="bad-request") from None
-    if not low <= value <= high:
-        raise ProblemError(400, f"query {key}={value} is out of range {low}..{high}",
-                           type_slug="bad-request")
-    return value
+    return int(_query_number(request, key, default, low, high, int, "an integer"))
 
 
 def _query_float(request: web.Request, key: str, default: float, low: float,
                  high: float) -> float:
+    return _query_number(request, key, default, low, high, float, "a number")
+
+
+def _query_number(request: web.Request, key: str, default: float, low: float, high: float,
+                  parse: Callable[[str], float], what: str) -> float:
+    """A query parameter in ``[low, high]``; a bad one is 400 naming it and its value."""
     raw = request.query.get(key)
     if raw is None:
         return default
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError:
-        raise ProblemError(400, f"query {key}={raw!r} is not a number",
+        raise ProblemError(400, f"query {key}={raw!r} is not {what}",
                            type_slug="bad-request") from None
     if not low <= value <= high:
         raise ProblemError(400, f"query {key}={value} is out of range {low}..{high}",

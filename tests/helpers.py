@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -55,12 +56,9 @@ class GatewayProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"gateway exited {self.proc.returncode}: {self.log()}")
-            try:
-                status, _, _ = http_get(self.url + "/readyz", timeout=1.0)
-                if status == 200:
+            with contextlib.suppress(OSError):  # not listening yet
+                if http_get(self.url + "/readyz", timeout=1.0)[0] == 200:
                     return
-            except OSError:
-                pass
             time.sleep(0.05)
         raise AssertionError(f"gateway not ready in {timeout}s: {self.log()}")
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -59,10 +61,8 @@ def test_payload_round_trip(label: str, priority: int, body: bytes) -> None:
 
 @given(st.binary(max_size=100))
 def test_any_bytes_decode_or_fail_cleanly(data: bytes) -> None:
-    try:
+    with contextlib.suppress(MessageFormatError):  # the one error it may raise; anything else fails
         decode_payload(data)
-    except MessageFormatError:
-        pass
 
 
 @pytest.mark.parametrize("text, level", [
