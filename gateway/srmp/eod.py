@@ -1,0 +1,188 @@
+"""Exactly-once in-order delivery, receiver side (pure; time is an argument). srmp.md §2.3-§2.8.
+
+State is kept per (stream id, destination queue), so several senders and queues coexist and an
+old stream's late retransmissions are still recognised after a new stream started.
+
+Accept a stream message iff:
+  (a) no state for its key yet, it carries ``<start>`` and ``current`` is 1;
+  (b) ``current`` is the last accepted number + 1;
+  (c) ``current`` is above the last accepted number and ``previous`` is at or below it (the
+      sender skipped expired messages).
+Anything else is a duplicate (``current`` at or below the last accepted) or out of order (a
+gap not bridged by ``previous``): ignored, and the sender is told again how far it got (§2.8:
+the SRMP text would leave a sender whose receipt was lost resending for ever).
+
+Every accepted message is linked to the previous accepted one, so the run to acknowledge is
+always "everything accepted": a stream receipt names the last accepted number. Receipts are
+coalesced: due 500 ms after the latest accepted message, but never later than 10 s after the
+oldest one not yet acknowledged.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from gateway.srmp.model import Stream
+
+__all__ = ["Verdict", "InStream", "StreamTable", "ReceiptDue", "StreamKey",
+           "COALESCE_S", "COALESCE_MAX_S"]
+
+COALESCE_S = 0.5
+COALESCE_MAX_S = 10.0
+
+StreamKey = tuple[str, str]  # (stream id, canonical destination queue)
+
+
+class Verdict(enum.Enum):
+    ACCEPT = "accept"
+    DUPLICATE = "duplicate"
+    OUT_OF_ORDER = "out-of-order"
+
+
+@dataclass(slots=True)
+class InStream:
+    stream_id: str
+    queue: str
+    incoming_seq: int
+    send_receipts_to: str
+    queue_url: str  # the receipt's <rev><via>
+    last_acknowledged: int = 0
+    oldest_unacked_at: float | None = None
+    receipt_due_at: float | None = None
+    last_active: float = 0.0
+    rejected: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptDue:
+    stream_id: str
+    last_ordinal: int
+    send_to: str
+    queue_url: str
+
+
+class StreamTable:
+    """The incoming streams, least recently active first (pruned beyond ``streams_max``)."""
+
+    def __init__(self, *, streams_max: int = 100_000) -> None:
+        self.streams_max = streams_max
+        self._streams: OrderedDict[StreamKey, InStream] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def get(self, key: StreamKey) -> InStream | None:
+        return self._streams.get(key)
+
+    def decide(self, key: StreamKey, stream: Stream) -> Verdict:
+        state = self._streams.get(key)
+        if state is None:
+            if stream.current == 1 and stream.send_receipts_to:
+                return Verdict.ACCEPT
+            return Verdict.OUT_OF_ORDER
+        last = state.incoming_seq
+        if stream.current == last + 1:
+            return Verdict.ACCEPT
+        if stream.current > last and stream.previous is not None and stream.previous <= last:
+            return Verdict.ACCEPT
+        return Verdict.DUPLICATE if stream.current <= last else Verdict.OUT_OF_ORDER
+
+    def accepted(self, key: StreamKey, stream: Stream, *, queue_url: str, now: float
+                 ) -> InStream:
+        """Record an accepted message (after it is stored) and schedule its receipt."""
+        state = self._streams.get(key)
+        if state is None:
+            assert stream.send_receipts_to
+            state = InStream(stream.stream_id, key[1], 0, stream.send_receipts_to, queue_url)
+            self._streams[key] = state
+        state.incoming_seq = stream.current
+        state.last_active = now
+        if state.oldest_unacked_at is None:
+            state.oldest_unacked_at = now
+        state.receipt_due_at = min(now + COALESCE_S, state.oldest_unacked_at + COALESCE_MAX_S)
+        self._streams.move_to_end(key)
+        self._prune()
+        return state
+
+    def rejected(self, key: StreamKey, *, now: float) -> None:
+        """A duplicate or out-of-order message: count it and re-acknowledge what we have."""
+        state = self._streams.get(key)
+        if state is None:
+            return
+        state.rejected += 1
+        state.last_active = now
+        if state.incoming_seq and state.receipt_due_at is None:
+            state.receipt_due_at = now + COALESCE_S
+
+    def due(self, now: float) -> list[ReceiptDue]:
+        """The receipts to send now; their streams count as acknowledged from here on."""
+        out = []
+        for state in self._streams.values():
+            if state.receipt_due_at is None or state.receipt_due_at > now:
+                continue
+            state.receipt_due_at = None
+            state.oldest_unacked_at = None
+            state.last_acknowledged = state.incoming_seq
+            out.append(ReceiptDue(state.stream_id, state.incoming_seq, state.send_receipts_to,
+                                  state.queue_url))
+        return out
+
+    def next_due(self) -> float | None:
+        times = [s.receipt_due_at for s in self._streams.values()
+                 if s.receipt_due_at is not None]
+        return min(times) if times else None
+
+    def states(self) -> list[InStream]:
+        return list(self._streams.values())
+
+    def _prune(self) -> None:
+        """Beyond the limit, forget the least recently active fully acknowledged streams."""
+        if len(self._streams) <= self.streams_max:
+            return
+        for key, state in list(self._streams.items()):
+            if len(self._streams) <= self.streams_max:
+                break
+            if state.receipt_due_at is None and state.last_acknowledged == state.incoming_seq:
+                del self._streams[key]
+
+    # ---- persistence (MQInSeqs and position records) -------------------------------------
+
+    @staticmethod
+    def position(state: InStream) -> bytes:
+        """One stream's position, written in the same store commit as the message that moves
+        it, so a crash can never keep the message and lose the position (or the reverse)."""
+        return json.dumps({"id": state.stream_id, "queue": state.queue,
+                           "seq": state.incoming_seq, "to": state.send_receipts_to,
+                           "via": state.queue_url, "ack": state.last_acknowledged},
+                          separators=(",", ":")).encode()
+
+    def snapshot(self) -> bytes:
+        return json.dumps({"version": 1, "streams": [json.loads(self.position(s))
+                                                     for s in self._streams.values()]},
+                          separators=(",", ":")).encode()
+
+    def restore(self, snapshot: bytes | None, positions: list[bytes], *, now: float) -> None:
+        """Load the checkpoint, then the newer positions (the higher number wins). Streams
+        with messages not yet acknowledged get a receipt soon after the start.
+
+        Raises:
+            ValueError: a snapshot or position that is not ours.
+        """
+        docs = json.loads(snapshot)["streams"] if snapshot else []
+        docs += [json.loads(raw) for raw in positions]
+        for doc in docs:
+            key = (str(doc["id"]), str(doc["queue"]))
+            state = self._streams.get(key)
+            if state is None:
+                state = InStream(key[0], key[1], 0, str(doc["to"]), str(doc["via"]))
+                self._streams[key] = state
+            state.incoming_seq = max(state.incoming_seq, int(doc["seq"]))
+            state.last_acknowledged = max(state.last_acknowledged, int(doc["ack"]))
+            state.last_active = now
+        for state in self._streams.values():
+            if state.incoming_seq > state.last_acknowledged:
+                state.oldest_unacked_at = now
+                state.receipt_due_at = now + COALESCE_S

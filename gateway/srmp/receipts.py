@@ -1,0 +1,69 @@
+"""Receipts this gateway sends (pure): stream receipts, delivery and commitment receipts.
+srmp.md §1.9, §2.4, §2.6, §2.7; vectors V05, V07 (the shape Windows sends).
+"""
+
+from __future__ import annotations
+
+from gateway.srmp.model import (
+    INFINITE_TEXT,
+    CommitmentReceipt,
+    DeliveryReceipt,
+    Envelope,
+    MsmqHeader,
+    Path,
+    StreamReceipt,
+    format_message_id,
+    format_srmp_time,
+)
+
+__all__ = ["stream_receipt", "delivery_receipt", "commitment_receipt", "ORDER_ACK_ACTION",
+           "TTRQ_S"]
+
+ORDER_ACK_ACTION = "MSMQ:QM Ordering Ack"
+TTRQ_S = 4 * 86400  # Windows' default time-to-reach-queue (LongLiveTime)
+
+
+def _msmq(qm_guid: str, message_class: int, priority: int, now_s: int,
+          correlation: str | None = None) -> MsmqHeader:
+    return MsmqHeader(message_class=message_class, priority=priority, correlation=correlation,
+                      app=0 if correlation is not None else None, body_type=0,
+                      hash_algorithm=0, source_qm=qm_guid,
+                      ttrq=format_srmp_time(now_s + TTRQ_S))
+
+
+def stream_receipt(*, stream_id: str, last_ordinal: int, send_to: str, queue_url: str,
+                   qm_guid: str, ordinal: int, now_s: int,
+                   final: CommitmentReceipt | None = None) -> Envelope:
+    """An order acknowledgement (class 255), or with ``final`` a final stream receipt."""
+    return Envelope(
+        path=Path(action=ORDER_ACK_ACTION, to=send_to, id=format_message_id(ordinal, qm_guid),
+                  rev_via=queue_url),
+        expires_at=INFINITE_TEXT, sent_at=format_srmp_time(now_s),
+        commitment_receipt=final,
+        stream_receipt=StreamReceipt(stream_id, last_ordinal),
+        msmq=_msmq(qm_guid, 255, 0, now_s))
+
+
+def delivery_receipt(*, original_id: str, label: str, send_to: str, queue_url: str,
+                     received_at_s: int, qm_guid: str, ordinal: int, now_s: int,
+                     correlation: str) -> Envelope:
+    """MQMSG_CLASS_ACK_REACH_QUEUE (2) for ``original_id`` (V05)."""
+    return Envelope(
+        path=Path(action="MSMQ:" + label, to=send_to, id=format_message_id(ordinal, qm_guid),
+                  rev_via=queue_url),
+        expires_at=INFINITE_TEXT, sent_at=format_srmp_time(now_s),
+        delivery_receipt=DeliveryReceipt(format_srmp_time(received_at_s), original_id),
+        msmq=_msmq(qm_guid, 2, 3, now_s, correlation))
+
+
+def commitment_receipt(*, original_id: str, label: str, send_to: str, queue_url: str,
+                       message_class: int, qm_guid: str, ordinal: int, now_s: int,
+                       correlation: str) -> Envelope:
+    """ACK_RECEIVE (positive) or one of the negative receive classes (V07)."""
+    decision = "negative" if message_class & 0x8000 else "positive"
+    return Envelope(
+        path=Path(action="MSMQ:" + label, to=send_to, id=format_message_id(ordinal, qm_guid),
+                  rev_via=queue_url),
+        expires_at=INFINITE_TEXT, sent_at=format_srmp_time(now_s),
+        commitment_receipt=CommitmentReceipt(format_srmp_time(now_s), decision, original_id),
+        msmq=_msmq(qm_guid, message_class, 3, now_s, correlation))

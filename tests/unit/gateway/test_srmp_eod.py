@@ -1,0 +1,117 @@
+"""The EOD receiver rule (srmp.md §2.3) and stream receipts, as a state machine with time as
+an argument: new stream, in order, gap via <previous>, duplicate, out of order, restart."""
+
+from __future__ import annotations
+
+from gateway.srmp.build import envelope_bytes
+from gateway.srmp.envelope import parse_envelope
+from gateway.srmp.eod import COALESCE_MAX_S, COALESCE_S, StreamTable, Verdict
+from gateway.srmp.model import Kind, Stream
+from gateway.srmp.receipts import ORDER_ACK_ACTION, stream_receipt
+
+SID = "uid:4a85b192-3ccd-4ba2-a0ac-7f0a11be1b08\\4839986701558349830"
+KEY = (SID, "private$/orders")
+URL = "http://gw/msmq/private$/orders"
+
+
+def _s(current: int, previous: int | None = None, start: bool = False) -> Stream:
+    return Stream(SID, current, previous, "http://sender/msmq/private$/order_queue$"
+                  if start else None)
+
+
+def _feed(table: StreamTable, stream: Stream, now: float) -> Verdict:
+    verdict = table.decide(KEY, stream)
+    if verdict is Verdict.ACCEPT:
+        table.accepted(KEY, stream, queue_url=URL, now=now)
+    else:
+        table.rejected(KEY, now=now)
+    return verdict
+
+
+def test_new_stream_needs_start_and_current_1() -> None:
+    table = StreamTable()
+    assert table.decide(KEY, _s(1)) is Verdict.OUT_OF_ORDER  # no <start>
+    assert table.decide(KEY, _s(2, start=True)) is Verdict.OUT_OF_ORDER
+    assert _feed(table, _s(1, start=True), 0.0) is Verdict.ACCEPT
+    assert _feed(table, _s(1, start=True), 0.1) is Verdict.DUPLICATE
+
+
+def test_in_order_gap_duplicate_out_of_order() -> None:
+    table = StreamTable()
+    _feed(table, _s(1, start=True), 0.0)
+    assert _feed(table, _s(2), 0.1) is Verdict.ACCEPT
+    assert _feed(table, _s(4), 0.2) is Verdict.OUT_OF_ORDER  # 3 missing, no <previous>
+    assert _feed(table, _s(5, previous=3), 0.3) is Verdict.OUT_OF_ORDER  # 3 never arrived
+    assert _feed(table, _s(5, previous=2), 0.4) is Verdict.ACCEPT  # 3 and 4 expired
+    assert _feed(table, _s(5, previous=2), 0.5) is Verdict.DUPLICATE
+    assert _feed(table, _s(2), 0.6) is Verdict.DUPLICATE
+    state = table.get(KEY)
+    assert state is not None and state.incoming_seq == 5 and state.rejected == 4
+
+
+def test_receipts_coalesce_500ms_and_at_most_10s_after_oldest() -> None:
+    table = StreamTable()
+    _feed(table, _s(1, start=True), 0.0)
+    assert table.due(COALESCE_S - 0.01) == []
+    now = 0.0
+    for n in range(2, 100):  # a steady trickle keeps pushing the 500 ms timer out
+        now += 0.4
+        _feed(table, _s(n), now)
+        due = table.due(now)
+        if due:
+            break
+    assert due and now >= COALESCE_MAX_S and due[0].last_ordinal == n
+    assert due[0].send_to == "http://sender/msmq/private$/order_queue$"
+    assert due[0].queue_url == URL
+    assert table.due(now + 100) == []  # nothing new
+
+
+def test_duplicate_re_acknowledges_what_was_accepted() -> None:
+    """A lost receipt must not leave the sender resending for ever (srmp.md §2.8)."""
+    table = StreamTable()
+    _feed(table, _s(1, start=True), 0.0)
+    _feed(table, _s(2), 0.0)
+    assert [d.last_ordinal for d in table.due(1.0)] == [2]
+    _feed(table, _s(2), 50.0)
+    assert table.due(50.0) == []
+    assert [d.last_ordinal for d in table.due(50.0 + COALESCE_S)] == [2]
+
+
+def test_restart_in_the_middle_keeps_the_position() -> None:
+    table = StreamTable()
+    _feed(table, _s(1, start=True), 0.0)
+    _feed(table, _s(2), 0.0)
+    table.due(1.0)
+    snapshot = table.snapshot()
+    _feed(table, _s(3), 2.0)
+    newer = [StreamTable.position(s) for s in table.states()]
+    again = StreamTable()
+    again.restore(snapshot, newer, now=100.0)
+    assert again.decide(KEY, _s(3)) is Verdict.DUPLICATE
+    assert again.decide(KEY, _s(4)) is Verdict.ACCEPT
+    # 3 was accepted but never acknowledged: a receipt goes out soon after the start.
+    assert [d.last_ordinal for d in again.due(100.0 + COALESCE_S)] == [3]
+    older_only = StreamTable()
+    older_only.restore(snapshot, [], now=0.0)
+    assert older_only.decide(KEY, _s(3)) is Verdict.ACCEPT
+
+
+def test_streams_are_keyed_by_stream_and_queue_and_pruned_when_acknowledged() -> None:
+    table = StreamTable(streams_max=2)
+    for i in range(4):
+        key = (f"uid:4a85b192-3ccd-4ba2-a0ac-7f0a11be1b08\\{i}", "q")
+        stream = Stream(key[0], 1, None, "http://s/msmq/r")
+        assert table.decide(key, stream) is Verdict.ACCEPT
+        table.accepted(key, stream, queue_url=URL, now=float(i))
+        table.due(float(i) + 1)
+    assert len(table) == 2  # the least recently active acknowledged streams went
+
+
+def test_stream_receipt_envelope_round_trips() -> None:
+    env = stream_receipt(stream_id=SID, last_ordinal=3, send_to="http://s/msmq/r",
+                         queue_url=URL, qm_guid="11111111-2222-3333-4444-555555555555",
+                         ordinal=9, now_s=1_700_000_000)
+    parsed = parse_envelope(envelope_bytes(env))
+    assert parsed == env and parsed.kind == Kind.STREAM_RECEIPT
+    assert parsed.path.action == ORDER_ACK_ACTION and parsed.msmq is not None
+    assert parsed.msmq.message_class == 255 and parsed.msmq.priority == 0
