@@ -19,7 +19,10 @@ from gateway.metrics import Metrics
 from gateway.middlewares import make_middlewares
 from gateway.identity import load_guid
 from gateway.queue_manager import QueueManager, QueueSettings
+from gateway.receipt_sender import ReceiptSender
 from gateway.redrive import Redrive
+from gateway.srmp_http import add_srmp_routes
+from gateway.srmp_streams import IncomingStreams
 from gateway.transactions import Transactions
 from mapping.loader import MappingLoader
 from gateway.settings import Settings, StoreSettings
@@ -71,6 +74,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     app.add_routes(rest_tx.routes)
     app.add_routes(rest_messages.routes)
     app.add_routes(rest.routes)
+    add_srmp_routes(app, settings.srmp.virtual_dirs)
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_mapping_ctx)
     return app
@@ -88,6 +92,7 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     for task in state.tasks:
         task.cancel()
     await asyncio.gather(*state.tasks, return_exceptions=True)
+    await _stop_srmp(state)
     if not opener.done():
         # The open runs in a thread and cannot be interrupted; wait for it so the lock is
         # released in order.
@@ -133,6 +138,17 @@ async def _mapping_ctx(app: web.Application) -> AsyncIterator[None]:
         await watcher
 
 
+async def _stop_srmp(state: GatewayState) -> None:
+    """Checkpoint the incoming streams (a faster next start) and stop sending receipts."""
+    if state.streams is not None and state.store is not None and state.store.failed is None:
+        try:
+            await state.streams.checkpoint()
+        except (StoreError, OSError) as exc:
+            server_log.warning("incoming streams not checkpointed at stop: %s", exc)
+    if state.receipts is not None:
+        await state.receipts.close()
+
+
 async def _open_store(app: web.Application) -> None:
     state = app[STATE_KEY]
     settings = app[SETTINGS_KEY]
@@ -169,6 +185,16 @@ async def _open_store(app: web.Application) -> None:
     state.transactions = transactions
     state.redrive = Redrive(queue_manager)
     state.queue_manager = queue_manager
+    srmp = settings.srmp
+    state.receipts = ReceiptSender(app[METRICS_KEY], timeout_s=srmp.receipt_timeout,
+                                   attempts=srmp.receipt_attempts,
+                                   pending_max=srmp.receipts_pending_max)
+    state.streams = IncomingStreams(queue_manager, state.receipts, app[METRICS_KEY],
+                                    streams_max=srmp.streams_max,
+                                    checkpoint_interval_s=srmp.stream_checkpoint_interval)
+    state.tasks.append(asyncio.create_task(state.streams.run_receipts(), name="srmp-receipts"))
+    state.tasks.append(asyncio.create_task(state.streams.run_checkpoints(),
+                                           name="srmp-checkpoints"))
     state.tasks.append(asyncio.create_task(transactions.reap(), name="transaction-reaper"))
     state.tasks.append(asyncio.create_task(queue_manager.expiry.run(), name="expiry"))
     assert queue_manager.dedup is not None

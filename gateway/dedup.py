@@ -20,12 +20,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from gateway.errors import ProblemError
+from gateway.internal_queues import DEDUP_QUEUE
 from store.message_store import MessageStore
 from store.records import SendSpec, StoredRecord
 
 __all__ = ["DedupWindow", "DEDUP_QUEUE"]
-
-DEDUP_QUEUE = "private$/entrepot_dedup$"
 
 
 @dataclass(slots=True)

@@ -56,6 +56,24 @@ class Metrics:
             "Mapping files rejected (malformed, DTD, unreadable) since start.",
             registry=self.registry,
         )
+        self.srmp_messages = Counter(
+            "entrepot_srmp_messages",
+            "SRMP messages received, by kind (user or receipt type) and outcome (stored, "
+            "duplicate, out_of_order, quota_dropped, rejected).",
+            ["kind", "outcome"],
+            registry=self.registry,
+        )
+        self.srmp_receipts = Counter(
+            "entrepot_srmp_receipts_sent",
+            "Receipts posted to senders, by kind and result (sent, failed, dropped).",
+            ["kind", "result"],
+            registry=self.registry,
+        )
+        self.srmp_streams = Gauge(
+            "entrepot_srmp_incoming_streams",
+            "Incoming exactly-once streams remembered.",
+            registry=self.registry,
+        )
         self.ready = Gauge(
             "entrepot_ready",
             "1 when the store is open and recovered and the gateway accepts messages.",

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 
 from gateway.errors import ProblemError
 from gateway.acks import ack_properties, negative, wants_ack
-from gateway.dedup import DEDUP_QUEUE, DedupWindow
+from gateway.dedup import DedupWindow
+from gateway.internal_queues import DEDUP_QUEUE, INTERNAL_QUEUES
 from gateway.expiry import Expiry
 from gateway.logs import server_log
 from gateway.store_errors import store_call
@@ -141,8 +142,8 @@ class QueueManager:
                 tx = name == DEADXACT
                 await self._register(parse_queue_path(name), QueueSettings(transactional=tx),
                                      journal_class=name != ORDER_QUEUE)
-        if DEDUP_QUEUE not in self._queues:
-            await self._register(parse_queue_path(DEDUP_QUEUE), QueueSettings())
+        for name in (n for n in INTERNAL_QUEUES if n not in self._queues):
+            await self._register(parse_queue_path(name), QueueSettings())
         self.dedup = DedupWindow(self.store, self._queues[DEDUP_QUEUE].queue_id)
         for name, settings in declared:
             path = self._parse(name)
@@ -190,13 +191,14 @@ class QueueManager:
     def queue(self, name: str) -> Queue:
         path = self._parse(name)
         queue = self._queues.get(path.canonical)
-        if queue is None or path.canonical == DEDUP_QUEUE:
+        if queue is None or path.canonical in INTERNAL_QUEUES:
             raise ProblemError(404, f"no queue {path.display!r}",
                                type_slug="MQ_ERROR_QUEUE_NOT_FOUND")
         return queue
 
     def queues(self) -> list[Queue]:
-        return sorted((q for q in self._queues.values() if q.path.canonical != DEDUP_QUEUE),
+        return sorted((q for q in self._queues.values()
+                       if q.path.canonical not in INTERNAL_QUEUES),
                       key=lambda q: q.path.canonical)
 
     async def create_queue(self, name: str, settings: QueueSettings) -> tuple[Queue, bool]:
@@ -349,10 +351,10 @@ class QueueManager:
                 if target.path.canonical == DEDUP_QUEUE and dedup_key is not None:
                     self.dedup.done(dedup_key, digest, answer, extra_record)
                 else:
-                    self._arrive(target, extra_record)
+                    self.arrived(target, extra_record)
         else:
             record = await store_call(self.store.append(spec))
-        self._arrive(queue, record)
+        self.arrived(queue, record)
         return ReceivedMessage(self.message_id(queue, record, props), queue.path.display,
                                record.seq, props, body)
 
@@ -362,7 +364,8 @@ class QueueManager:
         copy = replace(props, message_id=original_id or props.message_id)
         return SendSpec(queue.queue_id, encode_payload(copy, body), priority=props.priority)
 
-    def _arrive(self, queue: Queue, record: StoredRecord) -> None:
+    def arrived(self, queue: Queue, record: StoredRecord) -> None:
+        """A record became visible in ``queue`` (after a commit)."""
         self._index(queue, record)
         queue.arrived.set()
 
@@ -424,6 +427,9 @@ class QueueManager:
     def _lane(self, queue: Queue, record: StoredRecord) -> int:
         return 0 if queue.settings.transactional else 7 - record.priority
 
+    def internal(self, name: str) -> Queue:
+        return self._queues[name]
+
     def queue_by_id(self, queue_id: int) -> Queue:
         return self._by_id[queue_id]
 
@@ -439,10 +445,6 @@ class QueueManager:
         decoded = decode_payload(self.store.read(record))
         return ReceivedMessage(self.message_id(queue, record, decoded.properties),
                                queue.path.display, record.seq, decoded.properties, decoded.body)
-
-    def arrived(self, queue: Queue, record: StoredRecord) -> None:
-        """A record became visible in ``queue`` (after a commit)."""
-        self._arrive(queue, record)
 
     def peek(self, name: str) -> ReceivedMessage | None:
         """The message a receive would take next, without taking it (MSMQ's Peek)."""
@@ -505,7 +507,7 @@ class QueueManager:
             made = await store_call(self.store.commit([spec for _, spec in extra],
                                                             removes=list(records)))
             for (target, _), record in zip(extra, made):
-                self._arrive(target, record)
+                self.arrived(target, record)
         else:
             await store_call(self.store.remove(list(records)))
         return messages

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gateway.msmq.classes import MessageClass, parse_ack_level, parse_journal_level
+from gateway.srmp.properties import envelope_text
 from gateway.msmq.message import LABEL_CHARS_MAX, MessageProperties
 
 __all__ = ["HeaderError", "SendRequest", "parse_send_headers", "message_json", "iso_ms"]
@@ -155,6 +156,15 @@ def message_json(*, message_id: str, queue: str, seq: int, properties: MessagePr
             "time_to_reach_queue_deadline": iso_ms(p.reach_queue_by_ms),
             "time_to_be_received_deadline": iso_ms(p.receive_by_ms),
             "source_qm": p.source_qm,
-            **p.extra,
+            **_srmp_extra(p),
         },
     }
+
+
+def _srmp_extra(p: MessageProperties) -> dict[str, str]:
+    """Extra properties, with the SRMP envelope as text rather than offsets into the head."""
+    if "srmp_envelope_span" not in p.extra:
+        return p.extra
+    extra = {k: v for k, v in p.extra.items() if k != "srmp_envelope_span"}
+    extra["srmp_envelope"] = envelope_text(p) or ""
+    return extra

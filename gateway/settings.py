@@ -14,6 +14,7 @@ Theory of operation:
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ __all__ = [
     "ServerSettings",
     "StoreSettings",
     "MappingSettings",
+    "SrmpSettings",
     "LogSettings",
     "TransactionSettings",
     "QueueDeclaration",
@@ -37,7 +39,8 @@ __all__ = [
     "parse_listen",
 ]
 
-Kind = Literal["size", "duration", "int", "bool", "str", "choice", "listen", "label", "names"]
+Kind = Literal["size", "duration", "int", "bool", "str", "choice", "listen", "label", "names",
+               "networks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,10 @@ def _choice(default: str, *choices: str) -> Any:
 
 def _names() -> Any:
     return field(default=(), metadata={"spec": _Spec("names")})
+
+
+def _networks(*default: str) -> Any:
+    return field(default=default, metadata={"spec": _Spec("networks")})
 
 
 def _listen(default: str) -> Any:
@@ -131,6 +138,22 @@ class MappingSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SrmpSettings:
+    """The SRMP front door (MSMQ over HTTP)."""
+
+    # Request-URI prefixes (IIS virtual directories) SRMP is accepted under, case-insensitive.
+    virtual_dirs: tuple[str, ...] = field(default=("msmq",),
+                                          metadata={"spec": _Spec("names")})
+    # Senders from these networks may send to any queue; others only to anonymous queues.
+    allow_networks: tuple[str, ...] = _networks("127.0.0.0/8", "::1/128")
+    streams_max: int = _int(100_000, low=1, high=10_000_000)
+    stream_checkpoint_interval: float = _duration("5s", low="100ms", high="1h")
+    receipt_timeout: float = _duration("20s", low="100ms", high="10m")
+    receipt_attempts: int = _int(8, low=1, high=1000)
+    receipts_pending_max: int = _int(10_000, low=1, high=1_000_000)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TransactionSettings:
     """Explicit transactions (REST /v1/transactions)."""
 
@@ -169,6 +192,7 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
     mapping: MappingSettings = field(default_factory=MappingSettings)
+    srmp: SrmpSettings = field(default_factory=SrmpSettings)
     transactions: TransactionSettings = field(default_factory=TransactionSettings)
     log: LogSettings = field(default_factory=LogSettings)
     queues: tuple[QueueDeclaration, ...] = ()
@@ -246,6 +270,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "server": ServerSettings,
     "store": StoreSettings,
     "mapping": MappingSettings,
+    "srmp": SrmpSettings,
     "transactions": TransactionSettings,
     "log": LogSettings,
 }
@@ -321,6 +346,10 @@ def _convert_kind(spec: _Spec, raw: object) -> object:
         if not isinstance(raw, list) or not all(isinstance(n, str) and n for n in raw):
             raise TypeError("expected an array of non-empty strings")
         return tuple(n.lower() for n in raw)
+    if spec.kind == "networks":
+        if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
+            raise TypeError("expected an array of networks such as \"10.0.0.0/8\"")
+        return tuple(str(ipaddress.ip_network(n, strict=False)) for n in raw)
     if spec.kind == "bool":
         if not isinstance(raw, bool):
             raise TypeError(f"expected true or false, got {_kind_of(raw)}")

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from mapping.loader import MappingLoader
     from gateway.queue_manager import QueueManager
+    from gateway.receipt_sender import ReceiptSender
     from gateway.redrive import Redrive
+    from gateway.srmp_streams import IncomingStreams
     from gateway.transactions import Transactions
     from store.message_store import MessageStore
 
@@ -24,6 +26,8 @@ class GatewayState:
     queue_manager: QueueManager | None = None
     transactions: Transactions | None = None
     redrive: Redrive | None = None
+    streams: IncomingStreams | None = None
+    receipts: ReceiptSender | None = None
     ready: bool = False
     failure: str | None = None
     stopping: bool = False

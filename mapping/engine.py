@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
+from mapping.names import ORDER_QUEUE
 from mapping.parse import MappingFile
 from mapping.rules import (
     OutboundRedirection,
@@ -53,9 +54,22 @@ def _best(rules: Sequence[R], patterns: Sequence[Pattern], address: str) -> R | 
 
 
 def route_inbound(rules: RuleSet, address: str) -> Redirection | None:
-    """The inbound redirection for a message addressed to ``address`` (SRMP ``<to>``)."""
-    return _best(rules.redirections, [r.source for r in rules.redirections],
-                 normalise_address(address))
+    """The inbound redirection for a message addressed to ``address`` (SRMP ``<to>``).
+
+    Without an explicit redirection, an address that a stream-receipt setup publishes as its
+    ``StreamReceiptURL`` (or the ``<default>`` URL) leads to the local order queue: that is
+    where order acknowledgements from beyond the boundary arrive (srmp.md §2.5)."""
+    normal = normalise_address(address)
+    found = _best(rules.redirections, [r.source for r in rules.redirections], normal)
+    if found is not None:
+        return found
+    receipt_urls = [(r.receipt_url, r.origin) for r in rules.stream_receipts]
+    if rules.default_receipt_url:
+        receipt_urls.append((rules.default_receipt_url, "<default>"))
+    for url, origin in receipt_urls:
+        if normalise_address(url) == normal:
+            return Redirection(Pattern(normal, False), ORDER_QUEUE, origin)
+    return None
 
 
 def route_outbound(rules: RuleSet, destination: str, *, local_name: bool = False

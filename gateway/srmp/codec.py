@@ -31,13 +31,16 @@ class SrmpMessage:
     # tail gives back the whole MIME message without storing the body twice.
     body_start: int
     body_end: int
+    envelope_start: int = 0
+    envelope_end: int = 0
 
 
 def parse_request(content_type: str, raw: bytes) -> SrmpMessage:
     """Raises: SrmpError (MimeError, EnvelopeError) naming the problem."""
     media, params = parse_content_type(content_type)
     if media in _XML_TYPES:
-        return SrmpMessage(parse_envelope(raw), raw, b"", "", None, len(raw), len(raw))
+        return SrmpMessage(parse_envelope(raw), raw, b"", "", None, len(raw), len(raw), 0,
+                           len(raw))
     if media != "multipart/related":
         raise MimeError(f"Content-Type {media or '(none)'!r} is neither multipart/related nor "
                         "text/xml")
@@ -55,11 +58,12 @@ def parse_request(content_type: str, raw: bytes) -> SrmpMessage:
     envelope_raw = root.data(raw)
     envelope = parse_envelope(envelope_raw)
     if body_part is None:
-        return SrmpMessage(envelope, envelope_raw, b"", "", None, len(raw), len(raw))
+        return SrmpMessage(envelope, envelope_raw, b"", "", None, len(raw), len(raw),
+                           root.start, root.end)
     return SrmpMessage(envelope, envelope_raw, body_part.data(raw),
                        body_part.headers.get("content-type", "application/octet-stream"),
                        None if extension is None else extension.data(raw),
-                       body_part.start, body_part.end)
+                       body_part.start, body_part.end, root.start, root.end)
 
 
 def _root(parts: list[Part], start: str) -> Part:

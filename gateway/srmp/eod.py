@@ -159,6 +159,14 @@ class StreamTable:
                            "via": state.queue_url, "ack": state.last_acknowledged},
                           separators=(",", ":")).encode()
 
+    def position_after(self, key: StreamKey, stream: Stream, *, queue_url: str) -> bytes:
+        """The position record ``stream`` would leave if accepted (written before it is)."""
+        state = self._streams.get(key)
+        preview = InStream(stream.stream_id, key[1], stream.current,
+                           state.send_receipts_to if state else stream.send_receipts_to or "",
+                           queue_url, last_acknowledged=state.last_acknowledged if state else 0)
+        return self.position(preview)
+
     def snapshot(self) -> bytes:
         return json.dumps({"version": 1, "streams": [json.loads(self.position(s))
                                                      for s in self._streams.values()]},

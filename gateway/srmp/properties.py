@@ -5,6 +5,11 @@ sentAt + TTBR there, 2038 meaning "never") and ``TTrq`` as time-to-reach-queue, 
 checked before sending (§1.6, §3.1.5.1.4). The raw envelope and the MIME head and tail around
 the body are kept in the message's extra properties, so a reader can get the whole compound
 message back byte for byte without the body being stored twice.
+
+Acknowledgement levels (§4.2): ``deliveryReceiptRequest`` is POS_ARRIVAL, ``positiveOnly``
+POS_RECEIVE, ``negativeOnly`` NEG_RECEIVE together with NEG_ARRIVAL (SRMP has no element of its
+own for negative arrival; every MSMQ level that asks for negative receive asks for it too), so
+a queue-quota drop is acknowledged negatively to whoever asked for negative receipts.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from gateway.srmp.model import (
     parse_srmp_time,
 )
 
-__all__ = ["message_properties", "objectid_text", "format_name_of_url", "compound_message"]
+__all__ = ["message_properties", "objectid_text", "format_name_of_url", "compound_message",
+           "envelope_text"]
 
 
 def objectid_text(guid: str, ordinal: int) -> str:
@@ -61,7 +67,7 @@ def message_properties(message: SrmpMessage, raw: bytes, *, now_ms: int) -> Mess
             if services.positive_only:
                 ack |= AckLevel.POS_RECEIVE
             if services.negative_only:
-                ack |= AckLevel.NEG_RECEIVE
+                ack |= AckLevel.NACK_RECEIVE  # with NEG_ARRIVAL, as MSMQ's named levels
             admin = format_name_of_url(services.commitment_receipt_to)
             extra["srmp_commitment_receipt_to"] = services.commitment_receipt_to
     expires = parse_srmp_time(env.expires_at)
@@ -101,11 +107,15 @@ def message_properties(message: SrmpMessage, raw: bytes, *, now_ms: int) -> Mess
 
 def _extra(message: SrmpMessage, raw: bytes) -> dict[str, str]:
     env: Envelope = message.envelope
-    extra = {"front_door": "srmp", "srmp_id": env.path.id, "srmp_to": env.path.to,
-             "srmp_envelope": message.envelope_raw.decode("utf-8", "replace")}
+    extra = {"front_door": "srmp", "srmp_id": env.path.id, "srmp_to": env.path.to}
     if message.body_end > message.body_start or message.body_start < len(raw):
         extra["srmp_mime_head"] = base64.b64encode(raw[:message.body_start]).decode()
         extra["srmp_mime_tail"] = base64.b64encode(raw[message.body_end:]).decode()
+    if "srmp_mime_head" in extra and message.envelope_end <= message.body_start:
+        # The envelope is inside the head: keep where, not a second copy.
+        extra["srmp_envelope_span"] = f"{message.envelope_start}:{message.envelope_end}"
+    else:
+        extra["srmp_envelope"] = message.envelope_raw.decode("utf-8", "replace")
     msmq = env.msmq
     if msmq is not None:
         extra["body_type"] = str(msmq.body_type)
@@ -117,6 +127,18 @@ def _extra(message: SrmpMessage, raw: bytes) -> dict[str, str]:
         extra["stream_id"] = env.stream.stream_id
         extra["stream_current"] = str(env.stream.current)
     return extra
+
+
+def envelope_text(properties: MessageProperties) -> str | None:
+    """The SOAP envelope as it arrived (PROPID_M_SOAP_ENVELOPE), or None."""
+    if "srmp_envelope" in properties.extra:
+        return properties.extra["srmp_envelope"]
+    span = properties.extra.get("srmp_envelope_span")
+    head = properties.extra.get("srmp_mime_head")
+    if span is None or head is None:
+        return None
+    start, _, end = span.partition(":")
+    return base64.b64decode(head)[int(start):int(end)].decode("utf-8", "replace")
 
 
 def compound_message(properties: MessageProperties, body: bytes) -> bytes | None:

@@ -1,0 +1,142 @@
+"""Storing what arrives over SRMP: the receiver pipeline after parsing (srmp.md §1.10, §2.3).
+
+- Stream (transactional) messages pass the EOD rule; the message and its stream position go
+  in one atomic commit. A duplicate or out-of-order one is not stored (200: the sender must
+  not retry it) and the sender is re-acknowledged.
+- Other messages are checked against the duplicate window by their SRMP id (skipped for the
+  "no id" id {NULL GUID, 1} of messages without ``<Msmq>``); a duplicate is answered 200.
+- A queue over its quota drops the message (MSMQ enqueue status 1): for a non-stream message
+  with a dead-letter copy and a negative acknowledgement (NACK_Q_EXCEED_QUOTA) as the message
+  asks; a stream message is not accepted, so the sender resends it once there is room. Always
+  counted and logged. The machine quota is 503 with Retry-After (Windows retries any 5xx).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import replace
+
+from gateway.errors import ProblemError
+from gateway.internal_queues import DEDUP_QUEUE
+from gateway.logs import server_log
+from gateway.msmq.classes import MessageClass
+from gateway.msmq.message import MessageProperties, compose_id, encode_payload
+from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
+from gateway.srmp.eod import Verdict
+from gateway.srmp.model import Stream
+from gateway.srmp_streams import IncomingStreams
+from gateway.store_errors import store_call
+from store.errors import QueueQuotaExceeded
+from store.records import SendSpec, StoredRecord
+
+__all__ = ["Outcome", "deliver"]
+
+
+class Outcome(enum.Enum):
+    STORED = "stored"
+    DUPLICATE = "duplicate"
+    OUT_OF_ORDER = "out_of_order"
+    QUOTA_DROPPED = "quota_dropped"
+
+
+async def deliver(qm: QueueManager, streams: IncomingStreams, queue: Queue,
+                  props: MessageProperties, body: bytes, *, stream: Stream | None,
+                  queue_url: str) -> Outcome:
+    """Raises: ProblemError (400 transactional mismatch, 503/507 store full or stopped)."""
+    queue = qm.check_send(queue.path.display, transactional=stream is not None)
+    if stream is None:
+        return await _deliver_single(qm, queue, props, body)
+    key = (stream.stream_id, queue.path.canonical)
+    async with streams.hold(key):
+        verdict = streams.decide(key, stream)
+        if verdict is not Verdict.ACCEPT:
+            streams.rejected(key)
+            return Outcome.DUPLICATE if verdict is Verdict.DUPLICATE else Outcome.OUT_OF_ORDER
+        position, replaced = streams.position(key, stream, queue_url)
+        made = await _commit(qm, queue, props, body, [(streams.queue, position)], replaced)
+        if made is None:
+            server_log.warning("queue %s over its quota: stream message %s/%d not accepted "
+                               "(the sender resends it)", queue.path.display,
+                               stream.stream_id, stream.current)
+            return Outcome.QUOTA_DROPPED
+        streams.accepted(key, stream, queue_url, made[1])
+        return Outcome.STORED
+
+
+async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperties,
+                          body: bytes) -> Outcome:
+    dedup = qm.dedup
+    assert dedup is not None
+    key = f"srmp:{props.message_id}" if props.message_id else None
+    digest = dedup.digest(b"", queue.path.canonical)  # the id alone decides (srmp.md §1.10)
+    if key is not None:
+        if await dedup.seen(key, digest):
+            return Outcome.DUPLICATE
+        dedup.begin(key)
+    try:
+        answer: dict[str, object] = {"id": props.message_id}
+        extra = [] if key is None else [(qm.internal(DEDUP_QUEUE),
+                                         dedup.spec(key, digest, answer))]
+        made = await _commit(qm, queue, props, body, extra, [])
+        if made is None:
+            await _quota_nack(qm, queue, props, body)
+            return Outcome.QUOTA_DROPPED
+        if key is not None:
+            dedup.done(key, digest, answer, made[1])
+        return Outcome.STORED
+    finally:
+        if key is not None:
+            dedup.failed(key)  # no-op when it was stored
+
+
+async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body: bytes,
+                  extra: list[tuple[Queue, SendSpec]], removes: list[StoredRecord]
+                  ) -> list[StoredRecord] | None:
+    """Store the message, ``extra`` (internal records, kept at index 1..) and the delivery
+    acknowledgement it asks for, in one commit; None when the queue is over its quota."""
+    now_ms = int(time.time() * 1000)
+    props = _arrived(props, now_ms)
+    seq = qm.store.reserve_seq(queue.queue_id)
+    message = ReceivedMessage(props.message_id or compose_id(qm.qm_guid, queue.queue_id, seq),
+                              queue.path.display, seq, props, body)
+    acks = qm.ack_specs(queue, message, MessageClass.ACK_REACH_QUEUE, now_ms)
+    spec = SendSpec(queue.queue_id, encode_payload(props, body), priority=props.priority,
+                    expires_ms=props.receive_by_ms, express=not props.recoverable, seq=seq)
+    specs = [spec, *(s for _, s in extra), *(s for _, s in acks)]
+    try:
+        made = await store_call(qm.store.commit(specs, removes=removes))
+    except ProblemError as exc:
+        if isinstance(exc.__cause__, QueueQuotaExceeded):
+            return None
+        raise
+    qm.arrived(queue, made[0])
+    for (target, _), record in zip(acks, made[1 + len(extra):]):
+        qm.arrived(target, record)
+    return made
+
+
+def _arrived(props: MessageProperties, now_ms: int) -> MessageProperties:
+    return replace(props, arrived_at_ms=now_ms,
+                   priority=0 if props.transactional else props.priority,
+                   recoverable=props.recoverable or props.transactional)
+
+
+async def _quota_nack(qm: QueueManager, queue: Queue, props: MessageProperties,
+                      body: bytes) -> None:
+    now_ms = int(time.time() * 1000)
+    nack = MessageClass.NACK_Q_EXCEED_QUOTA
+    message = ReceivedMessage(props.message_id, queue.path.display, 0,
+                              _arrived(props, now_ms), body)
+    specs = qm.ack_specs(queue, message, nack, now_ms)
+    acknowledged = bool(specs)
+    if props.journal == "deadletter":
+        specs.append(qm.dead_letter_spec(queue, message, nack, now_ms))
+    if specs:
+        made = await store_call(qm.store.commit([s for _, s in specs]))
+        for (target, _), record in zip(specs, made):
+            qm.arrived(target, record)
+    server_log.warning("queue %s over its quota: message %s dropped (%s; dead-lettered=%s, "
+                       "acknowledged=%s)", queue.path.display, props.message_id or "(no id)",
+                       nack.msmq_name, props.journal == "deadletter",
+                       acknowledged)

@@ -1,0 +1,144 @@
+"""``POST /{virtual dir}/...``: the SRMP front door (srmp.md §1.10). Thin: parse (pure codec),
+resolve the destination, check access, hand over to gateway.srmp_deliver.
+
+The destination comes from the envelope's ``<to>``, never from the Request-URI (which Windows
+may lower-case). Inbound redirection (mapping files) runs first, then the host check: a
+``<to>`` naming another host is refused (400), as MSMQ does unless it is a transparent
+store-and-forward server. Every refusal SRMP knows is 400, so a sender drops the message
+instead of retrying it; the machine quota and a stopped store are 503 with Retry-After
+(Windows retries any 5xx). A stored, duplicate or quota-dropped message is answered 200 with
+an empty body, like IIS (V04).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ipaddress
+import re
+import time
+from dataclasses import replace
+
+from aiohttp import web
+
+from gateway.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
+from gateway.destinations import redirect_inbound, resolve_local
+from gateway.errors import ProblemError
+from gateway.logs import server_log
+from gateway.msmq.message import MessageProperties
+from gateway.queue_manager import Queue
+from gateway.srmp.codec import SrmpMessage, parse_request
+from gateway.srmp.errors import SrmpError
+from gateway.srmp.model import Kind
+from gateway.srmp.properties import message_properties
+from gateway.srmp_deliver import Outcome, deliver
+
+__all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX"]
+
+PARSE_INLINE_BYTES_MAX = 64 * 1024  # larger requests are parsed off the event loop
+_SRMP_STATUSES = (400, 403, 404, 409, 422)  # what SRMP has only one answer for: 400
+
+
+def add_srmp_routes(app: web.Application, virtual_dirs: tuple[str, ...]) -> None:
+    """One route per virtual directory, matched case-insensitively (``/MSMQ/...`` too)."""
+    for vdir in virtual_dirs:
+        pattern = "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c)
+                          for c in vdir)
+        app.router.add_post(f"/{{vdir:{pattern}}}{{tail:(/.*)?}}", srmp_post,
+                            name=f"srmp-{vdir}")
+
+
+async def srmp_post(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    metrics = request.app[METRICS_KEY]
+    qm, streams = state.queue_manager, state.streams
+    if qm is None or streams is None or not state.ready:
+        raise ProblemError(503, state.not_ready_reason() or "not ready", type_slug="not-ready",
+                           headers={"Retry-After": "5"})
+    raw = await request.read()
+    kind = "unknown"
+    try:
+        message = await _parse(request.headers.get("Content-Type", ""), raw)
+        kind = message.envelope.kind
+        queue = _destination(request, message)
+    except (SrmpError, ProblemError) as exc:
+        metrics.srmp_messages.labels(kind, "rejected").inc()
+        raise _as_srmp(exc) from exc
+    if not queue.settings.anonymous and not _trusted(request):
+        metrics.srmp_messages.labels(kind, "rejected").inc()
+        raise ProblemError(403, f"{request.remote} may not send to {queue.path.display!r}: "
+                           "the sender is not in srmp.allow_networks and the queue is not "
+                           "anonymous", type_slug="MQ_ERROR_ACCESS_DENIED")
+    try:
+        props = _local_admin(message_properties(message, raw, now_ms=int(time.time() * 1000)),
+                             request.app[STATE_KEY].local_hosts)
+        stream = message.envelope.stream if kind == Kind.USER else None
+        outcome = await deliver(qm, streams, queue, props, message.body, stream=stream,
+                                queue_url=message.envelope.path.to)
+    except (SrmpError, ProblemError) as exc:
+        metrics.srmp_messages.labels(kind, "rejected").inc()
+        raise _as_srmp(exc) from exc
+    metrics.srmp_messages.labels(kind, outcome.value).inc()
+    if outcome is not Outcome.STORED:
+        server_log.debug("srmp %s %s: %s", kind, message.envelope.path.id, outcome.value)
+    return web.Response(status=200)
+
+
+def _as_srmp(exc: SrmpError | ProblemError) -> ProblemError:
+    """SRMP has one answer for every refusal, 400 (the sender drops the message); 5xx and
+    413 stay what they are (the sender retries, or the request was too large)."""
+    if isinstance(exc, SrmpError):
+        return ProblemError(400, exc.reason, type_slug="MQ_ERROR_BAD_XML_FORMAT")
+    if exc.status_hint in _SRMP_STATUSES:
+        exc.status_hint = 400
+    return exc
+
+
+async def _parse(content_type: str, raw: bytes) -> SrmpMessage:
+    if len(raw) <= PARSE_INLINE_BYTES_MAX:
+        return parse_request(content_type, raw)
+    return await asyncio.get_running_loop().run_in_executor(None, parse_request,
+                                                            content_type, raw)
+
+
+def _destination(request: web.Request, message: SrmpMessage) -> Queue:
+    """The local queue ``<to>`` names after inbound redirection.
+
+    Raises:
+        ProblemError: multicast, foreign host, unknown queue.
+    """
+    state = request.app[STATE_KEY]
+    to = message.envelope.path.to
+    if not to.lower().startswith(("http://", "https://")):
+        raise ProblemError(400, f"<to> {to[:200]!r} is not an http(s) queue URL (multicast "
+                           "and other transports are not served here)",
+                           type_slug="MQ_ERROR_ILLEGAL_FORMATNAME")
+    rules = state.mapping.rules if state.mapping is not None else None
+    paths = resolve_local(redirect_inbound("DIRECT=" + to, rules), state.local_hosts)
+    assert state.queue_manager is not None
+    return state.queue_manager.queue(paths[0])
+
+
+def _local_admin(props: MessageProperties, local_hosts: frozenset[str]) -> MessageProperties:
+    """A receipt URL on this gateway names a local queue: acknowledgements go straight in."""
+    if not props.admin_queue.startswith("DIRECT="):
+        return props
+    try:
+        path = resolve_local(props.admin_queue, local_hosts)[0]
+    except ProblemError:
+        return props  # a remote admin queue: its acknowledgements travel by link
+    return replace(props, admin_queue=path)
+
+
+def _trusted(request: web.Request) -> bool:
+    try:
+        address = ipaddress.ip_address(request.remote or "")
+    except ValueError:
+        return False
+    return any(address in n for n in _networks(request.app[SETTINGS_KEY].srmp.allow_networks))
+
+
+@functools.lru_cache(maxsize=8)
+def _networks(texts: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network,
+                                                ...]:
+    return tuple(ipaddress.ip_network(t) for t in texts)

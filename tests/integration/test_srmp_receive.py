@@ -1,0 +1,221 @@
+"""The SRMP front door on a real server on loopback: the spec's examples, every refusal of
+srmp.md §1.10 (each storing nothing), duplicates, quotas, access, redirection."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import replace
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.settings import Settings
+from gateway.srmp.model import Services
+from tests.helpers import ready_client
+from tests.srmp_client import post, stream_message, user_message
+from tests.srmp_vectors import derived, split_request, wire
+
+PROBLEM = "application/problem+json"
+SIMPLEQ = "http://machine2/msmq/private$/simpleq"
+
+
+@pytest.fixture
+def make_client(aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> Any:
+    async def make(**overrides: Any) -> Any:
+        overrides.setdefault("server__names", ["machine1", "machine2", "orderserver"])
+        client = await ready_client(aiohttp_client, settings_factory(**overrides))
+        for name, tx in (("private$/simpleq", False), ("private$/receipts", False),
+                         ("private$/orders", True), ("private$/orderq", False)):
+            await client.put(f"/v1/queues/{name}", json={"transactional": tx})
+        return client
+    return make
+
+
+async def _messages(client: Any, queue: str) -> list[dict[str, Any]]:
+    response = await client.get(f"/v1/queues/{queue}/messages")
+    assert response.status == 200, await response.text()
+    return list((await response.json())["messages"])
+
+
+async def _metric(client: Any, kind: str, outcome: str) -> float:
+    text = await (await client.get("/metrics")).text()
+    for line in text.splitlines():
+        if line.startswith(f'entrepot_srmp_messages_total{{kind="{kind}",outcome="{outcome}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_v01_is_stored_and_answered_like_iis(make_client: Any) -> None:
+    client = await make_client()
+    req = wire("V01")
+    # expiresAt (time-to-be-received) 2007-06-09 would expire the message at once.
+    req = replace(req, body=req.body.replace(b"20070609T164419", b"20380119T031407"))
+    response = await client.post(req.path, data=req.body,
+                                 headers={"Content-Type": req.headers["Content-Type"]})
+    assert response.status == 200 and await response.read() == b""  # as V04
+    [message] = await _messages(client, "private$/simpleq")
+    assert message["label"] == "mqsender label"
+    assert base64.b64decode(message["body_base64"]) == b"First Message"
+    props = message["properties"]
+    assert props["front_door"] == "srmp" and props["srmp_to"] == SIMPLEQ
+    assert props["srmp_envelope"].startswith("<se:Envelope")
+    # The whole MIME message comes back byte for byte from head + body + tail.
+    whole = (base64.b64decode(props["srmp_mime_head"]) + b"First Message"
+             + base64.b64decode(props["srmp_mime_tail"]))
+    assert whole == req.body
+    assert message["delivery"] == "express"  # no <durable/>
+
+
+async def test_d3_duplicate_id_is_dropped_but_answered_200(make_client: Any) -> None:
+    client = await make_client()
+    req = split_request(derived("D3"))
+    for _ in range(3):
+        response = await client.post(req.path.upper(), data=req.body,  # /MSMQ/PRIVATE$/...
+                                     headers={"Content-Type": req.headers["Content-Type"]})
+        assert response.status == 200
+    [message] = await _messages(client, "private$/simpleq")  # <to> says simpleQ
+    assert message["id"] == "{caf195ea-615c-4264-ae08-11a4e60194c0}\\20503"
+    assert message["properties"]["source_qm"] == "caf195ea-615c-4264-ae08-11a4e60194c0"
+    assert await _metric(client, "user", "duplicate") == 2
+
+
+async def test_d2_without_msmq_element_is_never_a_duplicate(make_client: Any) -> None:
+    """{NULL GUID, 1} means "no id" (srmp.md §1.10): the duplicate check is skipped."""
+    client = await make_client()
+    req = split_request(derived("D2"))
+    for _ in range(2):
+        response = await client.post(req.path, data=req.body,
+                                     headers={"Content-Type": req.headers["Content-Type"]})
+        assert response.status == 200
+    # Both stored (its expiresAt of 2007 then expires them: the count is the proof).
+    assert await _metric(client, "user", "stored") == 2
+
+
+@pytest.mark.parametrize("name,klass", [("V05", "MQMSG_CLASS_ACK_REACH_QUEUE"),
+                                        ("V07", "MQMSG_CLASS_ACK_RECEIVE")])
+async def test_receipts_go_to_the_admin_queue_their_to_names(make_client: Any, name: str,
+                                                             klass: str) -> None:
+    client = await make_client()
+    req = wire(name)
+    response = await client.post(req.path, data=req.body,
+                                 headers={"Content-Type": "text/xml"})
+    assert response.status == 200 and await response.read() == b""  # as V06 / V08
+    [receipt] = await _messages(client, "private$/receipts")
+    assert receipt["class"] == klass
+    assert receipt["correlation_id"] == "{00000000-0000-0000-0000-000000000000}\\1"
+
+
+def _bad_requests() -> list[tuple[str, bytes, str, str]]:
+    good = user_message(SIMPLEQ, b"x", ordinal=1)
+    ctype = dict(good.headers)["Content-Type"]
+    foreign = user_message("http://elsewhere.example/msmq/private$/simpleq", b"x", ordinal=2)
+    unknown = user_message("http://machine2/msmq/private$/nope", b"x", ordinal=3)
+    stream_to_plain = stream_message(SIMPLEQ, b"x", 1, receipts_to="http://machine1/msmq/r")
+    plain_to_tx = user_message("http://machine2/msmq/private$/orders", b"x", ordinal=4)
+    to_deadletter = user_message("http://machine2/msmq/system$;deadletter", b"x", ordinal=5)
+    multicast = user_message("MSMQ:MULTICAST=234.1.1.1:8001", b"x", ordinal=1).body
+    return [
+        ("malformed XML", good.body.replace(b"</se:Header>", b"</se:Headr>"), ctype,
+         "MQ_ERROR_BAD_XML_FORMAT"),
+        ("broken framing", good.body[:-40], ctype, "MQ_ERROR_BAD_XML_FORMAT"),
+        ("not SRMP at all", b"{}", "application/json", "MQ_ERROR_BAD_XML_FORMAT"),
+        ("foreign host", foreign.body, dict(foreign.headers)["Content-Type"], "no-route"),
+        ("unknown queue", unknown.body, dict(unknown.headers)["Content-Type"],
+         "MQ_ERROR_QUEUE_NOT_FOUND"),
+        ("stream to a non-transactional queue", stream_to_plain.body,
+         dict(stream_to_plain.headers)["Content-Type"], "MQMSG_CLASS_NACK_NOT_TRANSACTIONAL_Q"),
+        ("plain message to a transactional queue", plain_to_tx.body,
+         dict(plain_to_tx.headers)["Content-Type"], "MQMSG_CLASS_NACK_NOT_TRANSACTIONAL_MSG"),
+        ("a dead-letter queue", to_deadletter.body, dict(to_deadletter.headers)["Content-Type"],
+         "MQ_ERROR_ACCESS_DENIED"),
+        ("multicast", multicast, ctype, "MQ_ERROR_ILLEGAL_FORMATNAME"),
+    ]
+
+
+@pytest.mark.parametrize("what,body,ctype,slug", _bad_requests(),
+                         ids=[b[0] for b in _bad_requests()])
+async def test_refusals_are_400_problems_and_store_nothing(make_client: Any, what: str,
+                                                           body: bytes, ctype: str,
+                                                           slug: str) -> None:
+    client = await make_client()
+    before = await (await client.get("/v1/queues")).json()
+    response = await client.post("/msmq/private$/simpleq", data=body,
+                                 headers={"Content-Type": ctype})
+    assert response.status == 400, (what, await response.text())
+    assert response.content_type == PROBLEM
+    assert (await response.json())["type"].endswith(slug), what
+    assert await (await client.get("/v1/queues")).json() == before
+
+
+async def test_only_configured_virtual_directories_serve_srmp(make_client: Any) -> None:
+    client = await make_client(srmp__virtual_dirs=["msmq", "partners"])
+    req = user_message(SIMPLEQ, b"x", ordinal=1)
+    assert (await post(client, req, "/Partners/anything")).status == 200
+    assert (await post(client, req, "/other/private$/simpleq")).status in (404, 405)
+
+
+async def test_queue_over_quota_drops_with_dead_letter_and_nack(make_client: Any) -> None:
+    client = await make_client()
+    await client.put("/v1/queues/private$/small", json={"quota": 8192})
+    to = "http://machine2/msmq/private$/small"
+    services = Services(durable=True, commitment_receipt_to="http://machine1/msmq/private$/"
+                        "receipts", negative_only=True)
+    first = await post(client, user_message(to, b"a" * 5000, ordinal=1))
+    assert first.status == 200
+    dropped = await post(client, user_message(to, b"b" * 5000, ordinal=2, services=services,
+                                              dead_letter=True))
+    assert dropped.status == 200  # SRMP: the queue quota drops the message, nothing to retry
+    assert len(await _messages(client, "private$/small")) == 1
+    [dead] = await _messages(client, "system$;deadletter")
+    assert dead["class"] == "MQMSG_CLASS_NACK_Q_EXCEED_QUOTA"
+    [nack] = await _messages(client, "private$/receipts")
+    assert nack["class"] == "MQMSG_CLASS_NACK_Q_EXCEED_QUOTA"
+    assert await _metric(client, "user", "quota_dropped") == 1
+
+
+async def test_machine_quota_full_is_503_with_retry_after(make_client: Any) -> None:
+    client = await make_client(store__machine_quota="1MiB", store__segment_size="64KiB",
+                               store__group_commit_bytes_max="64KiB")
+    status = 200
+    for ordinal in range(1, 200):
+        response = await post(client, user_message(SIMPLEQ, b"z" * 30_000, ordinal=ordinal))
+        status = response.status
+        if status != 200:
+            break
+    assert status == 503 and response.headers["Retry-After"]
+    assert response.content_type == PROBLEM
+
+
+async def test_senders_outside_allowed_networks_reach_only_anonymous_queues(
+        make_client: Any) -> None:
+    client = await make_client(srmp__allow_networks=["10.0.0.0/8"])
+    await client.put("/v1/queues/private$/open", json={"anonymous": True})
+    refused = await post(client, user_message(SIMPLEQ, b"x", ordinal=1))
+    assert refused.status == 403 and refused.content_type == PROBLEM
+    assert await _messages(client, "private$/simpleq") == []
+    to = "http://machine2/msmq/private$/open"
+    assert (await post(client, user_message(to, b"x", ordinal=2))).status == 200
+    assert len(await _messages(client, "private$/open")) == 1
+
+
+async def test_logical_address_lands_in_the_physical_queue(make_client: Any,
+                                                            tmp_path: Path) -> None:
+    """Issue 6: an SRMP message posted to an M01-style logical URL lands in the queue the
+    redirection names."""
+    mapping = tmp_path / "mapping"
+    mapping.mkdir()
+    (mapping / "m01.xml").write_text(
+        '<redirections xmlns="msmq-queue-redirections.xml"><redirection>'
+        "<from>https://www.northwindtraders.com/msmq/orderq</from>"
+        "<to>https://OrderServer/msmq/private$/orderq</to></redirection></redirections>")
+    client = await make_client(mapping__dir=str(mapping))
+    req = user_message("https://www.northwindtraders.com/msmq/orderq", b"order", ordinal=1)
+    response = await post(client, req, "/msmq/orderq")
+    assert response.status == 200, await response.text()
+    [message] = await _messages(client, "private$/orderq")
+    assert base64.b64decode(message["body_base64"]) == b"order"
+    # Without the rule the same host is foreign.
+    other = user_message("https://www.northwindtraders.com/msmq/other", b"x", ordinal=2)
+    assert (await post(client, other, "/msmq/other")).status == 400
