@@ -19,7 +19,8 @@ from gateway.metrics import Metrics
 from gateway.middlewares import make_middlewares
 from gateway.identity import load_guid
 from gateway.queue_manager import QueueManager, QueueSettings
-from gateway.receipt_sender import ReceiptSender
+from gateway.outbox import Outbox
+from gateway.receipt_sender import MessageIds, ReceiptSender
 from gateway.redrive import Redrive
 from gateway.srmp_http import add_srmp_routes
 from gateway.srmp_streams import IncomingStreams
@@ -66,7 +67,8 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
     app[STATE_KEY] = GatewayState(
-        local_hosts=local_host_names(settings.server.names, settings.server.host))
+        local=local_host_names(settings.server.names, settings.server.host,
+                               settings.server.port))
     app[FILE_OPS_KEY] = file_ops or RealFileOps()
     app.add_routes(health.routes)
     app.add_routes(admin.routes)
@@ -189,9 +191,12 @@ async def _open_store(app: web.Application) -> None:
     state.receipts = ReceiptSender(app[METRICS_KEY], timeout_s=srmp.receipt_timeout,
                                    attempts=srmp.receipt_attempts,
                                    pending_max=srmp.receipts_pending_max)
-    state.streams = IncomingStreams(queue_manager, state.receipts, app[METRICS_KEY],
+    ids = MessageIds()
+    state.streams = IncomingStreams(queue_manager, state.receipts, ids, app[METRICS_KEY],
                                     streams_max=srmp.streams_max,
                                     checkpoint_interval_s=srmp.stream_checkpoint_interval)
+    outbox = Outbox(queue_manager, state.receipts, ids, app[METRICS_KEY])
+    state.tasks.append(asyncio.create_task(outbox.run(), name="srmp-outbox"))
     state.tasks.append(asyncio.create_task(state.streams.run_receipts(), name="srmp-receipts"))
     state.tasks.append(asyncio.create_task(state.streams.run_checkpoints(),
                                            name="srmp-checkpoints"))

@@ -13,8 +13,9 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from gateway.copies import ack_specs, dead_letter_spec
 from gateway.errors import ProblemError
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties, compose_id, encode_payload
@@ -31,15 +32,32 @@ from mapping.formatnames import (
 from mapping.rules import RuleSet
 from store.records import SendSpec
 
-__all__ = ["local_host_names", "redirect_inbound", "resolve_local", "send_to_destinations"]
+__all__ = ["LocalNames", "local_host_names", "redirect_inbound", "resolve_local",
+           "send_to_destinations"]
 
 
-def local_host_names(configured: Iterable[str], listen_host: str) -> frozenset[str]:
-    """The names that make a format name local. Reads the machine's names (call once)."""
+@dataclass(frozen=True, slots=True)
+class LocalNames:
+    """What makes a format name local: one of our host names, and no port or one of ours
+    (the listen port, the HTTP(S) defaults and the documented 8080/8443, as a proxy in front
+    may use them). Another port on a local name is another gateway on this machine."""
+
+    hosts: frozenset[str]
+    ports: frozenset[int]
+
+    def owns(self, element: DirectFormatName) -> bool:
+        return element.host in self.hosts and (element.port is None
+                                                or element.port in self.ports)
+
+
+def local_host_names(configured: Iterable[str], listen_host: str, listen_port: int
+                     ) -> LocalNames:
+    """Reads the machine's names (call once)."""
     names = {"localhost", "127.0.0.1", "::1", "[::1]", ".", listen_host.lower(),
              socket.gethostname().lower(), socket.getfqdn().lower(),
              *(n.lower() for n in configured)}
-    return frozenset(n for n in names if n)
+    return LocalNames(frozenset(n for n in names if n),
+                      frozenset({80, 443, 8080, 8443, listen_port}))
 
 
 def redirect_inbound(text: str, rules: RuleSet | None) -> str:
@@ -68,7 +86,7 @@ def redirect_inbound(text: str, rules: RuleSet | None) -> str:
     return ",".join(out)
 
 
-def resolve_local(text: str, local_hosts: frozenset[str]) -> list[str]:
+def resolve_local(text: str, local: LocalNames) -> list[str]:
     """The local queue path of each element of the format name ``text``.
 
     Raises:
@@ -82,7 +100,7 @@ def resolve_local(text: str, local_hosts: frozenset[str]) -> list[str]:
         parsed.elements if isinstance(parsed, MultipleFormatName) else (parsed,))
     paths = []
     for element in elements:
-        if not isinstance(element, DirectFormatName) or element.host not in local_hosts:
+        if not isinstance(element, DirectFormatName) or not local.owns(element):
             raise ProblemError(422, f"{element.format_name()} is not on this gateway and no "
                                "outgoing link is configured for it", type_slug="no-route")
         paths.append(element.display_queue or element.queue)
@@ -108,8 +126,8 @@ async def send_to_destinations(qm: QueueManager, paths: list[str], body: bytes,
         if transactional and not queue.settings.transactional:
             nack = MessageClass.NACK_NOT_TRANSACTIONAL_Q
             message = ReceivedMessage(props.message_id or "", queue.path.display, 0, props, body)
-            specs.append(qm.dead_letter_spec(queue, message, nack, now_ms))
-            specs.extend(qm.ack_specs(queue, message, nack, now_ms))
+            specs.append(dead_letter_spec(qm, queue, message, nack, now_ms))
+            specs.extend(ack_specs(qm, queue, message, nack, now_ms))
             dead.append({"queue": queue.path.display, "class": nack.msmq_name})
             continue
         queue = qm.check_send(path, transactional=transactional)

@@ -6,8 +6,9 @@ guard, which is what makes them survive a crash together.
 
 from __future__ import annotations
 
-__all__ = ["DEDUP_QUEUE", "STREAMS_QUEUE", "INTERNAL_QUEUES"]
+__all__ = ["DEDUP_QUEUE", "STREAMS_QUEUE", "OUTBOX_QUEUE", "INTERNAL_QUEUES"]
 
 DEDUP_QUEUE = "private$/entrepot_dedup$"  # duplicate-detection window (gateway.dedup)
 STREAMS_QUEUE = "private$/entrepot_streams$"  # incoming stream positions (gateway.srmp_streams)
-INTERNAL_QUEUES = (DEDUP_QUEUE, STREAMS_QUEUE)
+OUTBOX_QUEUE = "private$/entrepot_outbox$"  # SRMP receipts to remote admin queues (outbox)
+INTERNAL_QUEUES = (DEDUP_QUEUE, STREAMS_QUEUE, OUTBOX_QUEUE)

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gateway.errors import ProblemError
-from gateway.acks import ack_properties, negative, wants_ack
+from gateway.acks import wants_ack
+from gateway.copies import ack_specs, dead_letter_spec
 from gateway.dedup import DedupWindow
 from gateway.internal_queues import DEDUP_QUEUE, INTERNAL_QUEUES
 from gateway.expiry import Expiry
@@ -335,7 +336,7 @@ class QueueManager:
                 target = self._queues[MACHINE_JOURNAL]
                 extra.append((target, self._copy_spec(MACHINE_JOURNAL, props, body,
                                                       original_id)))
-            extra.extend(self.ack_specs(queue, original, MessageClass.ACK_REACH_QUEUE,
+            extra.extend(ack_specs(self, queue, original, MessageClass.ACK_REACH_QUEUE,
                                          now_ms))
             if dedup_key is not None:
                 answer = {"id": original_id, "queue": queue.path.display, "seq": seq}
@@ -430,6 +431,9 @@ class QueueManager:
     def internal(self, name: str) -> Queue:
         return self._queues[name]
 
+    def lookup(self, canonical: str) -> Queue | None:
+        return self._queues.get(canonical)
+
     def queue_by_id(self, queue_id: int) -> Queue:
         return self._by_id[queue_id]
 
@@ -501,8 +505,8 @@ class QueueManager:
                 extra.append((journal_queue, SendSpec(journal_queue.queue_id,
                                                       encode_payload(copy, message.body))))
             if dead_letter is not None and props.journal == JournalLevel.DEADLETTER.value:
-                extra.append(self.dead_letter_spec(queue, message, dead_letter, now_ms))
-            extra.extend(self.ack_specs(queue, message, ack, now_ms))
+                extra.append(dead_letter_spec(self, queue, message, dead_letter, now_ms))
+            extra.extend(ack_specs(self, queue, message, ack, now_ms))
         if extra:
             made = await store_call(self.store.commit([spec for _, spec in extra],
                                                             removes=list(records)))
@@ -511,38 +515,6 @@ class QueueManager:
         else:
             await store_call(self.store.remove(list(records)))
         return messages
-
-    def dead_letter_spec(self, queue: Queue, message: ReceivedMessage, reason: MessageClass,
-                          now_ms: int) -> tuple[Queue, SendSpec]:
-        target = self._queues[DEADXACT if message.properties.transactional else DEADLETTER]
-        props = replace(message.properties, message_class=int(reason),
-                        message_id=message.message_id,
-                        extra={**message.properties.extra, "dead_letter_class": reason.msmq_name,
-                               "source_queue": queue.path.display,
-                               "dead_lettered_at_ms": str(now_ms)})
-        return target, SendSpec(target.queue_id, encode_payload(props, message.body),
-                                priority=props.priority)
-
-    def ack_specs(self, queue: Queue, message: ReceivedMessage, message_class: MessageClass,
-                   now_ms: int) -> list[tuple[Queue, SendSpec]]:
-        props = message.properties
-        if not wants_ack(props, message_class):
-            return []
-        try:
-            admin = self._queues.get(parse_queue_path(props.admin_queue).canonical)
-        except QueueNameError:
-            admin = None
-        if admin is None or admin.settings.transactional:
-            # Remote admin queues are reached through links; a transactional one cannot
-            # take acknowledgements (MSMQ rule).
-            server_log.debug("acknowledgement %s for %s not deliverable to %r",
-                             message_class.msmq_name, message.message_id, props.admin_queue)
-            return []
-        ack_props = ack_properties(replace(props, extra={"queue": queue.path.display}),
-                                   message.message_id, message_class, now_ms=now_ms,
-                                   qm_guid=self.qm_guid)
-        body = message.body if negative(message_class) else b""
-        return [(admin, SendSpec(admin.queue_id, encode_payload(ack_props, body)))]
 
     def browse(self, name: str, *, after: int, limit: int) -> tuple[list[ReceivedMessage], int]:
         queue = self.queue(name)

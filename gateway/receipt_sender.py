@@ -21,10 +21,15 @@ from gateway.metrics import Metrics
 from gateway.srmp.build import build_request
 from gateway.srmp.model import Envelope
 
-__all__ = ["ReceiptSender", "MessageIds"]
+__all__ = ["ReceiptSender", "MessageIds", "backoff_s"]
 
 _CONCURRENCY = 16
 _BACKOFF_MAX_S = 60.0
+
+
+def backoff_s(attempt: int, cap_s: float = _BACKOFF_MAX_S) -> float:
+    """Exponential back-off with jitter: 0.25 s doubling, at most ``cap_s``."""
+    return min(cap_s, 0.25 * 2.0 ** min(attempt, 30)) * (0.5 + random.random() / 2)
 
 
 class MessageIds:
@@ -68,43 +73,41 @@ class ReceiptSender:
         return True
 
     async def _deliver(self, url: str, envelope: Envelope, kind: str) -> None:
+        problem = ""
+        for attempt in range(self.attempts):
+            status, problem = await self.post_once(url, envelope)
+            if 200 <= status < 300:
+                self.metrics.srmp_receipts.labels(kind, "sent").inc()
+                return
+            if status < 0 or 400 <= status < 500:
+                break  # not a URL, or the receiver refuses it: retrying would not help
+            await asyncio.sleep(backoff_s(attempt))
+        self.metrics.srmp_receipts.labels(kind, "failed").inc()
+        server_log.warning("receipt to %s not delivered after %d attempt(s): %s", url,
+                           attempt + 1, problem)
+
+    async def post_once(self, url: str, envelope: Envelope) -> tuple[int, str]:
+        """One attempt: (HTTP status, "") or (0, the connection problem); -1 for a URL that
+        is not http(s)."""
         try:
             target = URL(url)
             host = target.raw_host or ""
         except ValueError:
             host = ""
         if not host or target.scheme not in ("http", "https"):
-            self.metrics.srmp_receipts.labels(kind, "failed").inc()
-            server_log.warning("receipt not sent: %r is not an http(s) URL", url)
-            return
+            return -1, f"{url!r} is not an http(s) URL"
         authority = host if target.is_default_port() else f"{host}:{target.port}"
         request = build_request(envelope, None, host=authority, path=target.raw_path_qs)
         headers = {k: v for k, v in request.headers if k not in ("Host", "Content-Length")}
-        problem = ""
-        for attempt in range(self.attempts):
-            status = 0
-            async with self._slots:
-                try:
-                    session = self._client()
-                    async with session.post(target, data=request.body, headers=headers,
-                                            allow_redirects=False) as response:
-                        status = response.status
-                        await response.read()
-                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                    problem = f"{type(exc).__name__}: {exc}"
-            if 200 <= status < 300:
-                self.metrics.srmp_receipts.labels(kind, "sent").inc()
-                return
-            if 400 <= status < 500:
-                problem = f"HTTP {status}"
-                break  # the receiver refuses it: retrying would not help
-            if status:
-                problem = f"HTTP {status}"
-            delay = min(_BACKOFF_MAX_S, 0.25 * 2 ** attempt)
-            await asyncio.sleep(delay * (0.5 + random.random() / 2))
-        self.metrics.srmp_receipts.labels(kind, "failed").inc()
-        server_log.warning("receipt to %s not delivered after %d attempt(s): %s", url,
-                           attempt + 1, problem)
+        async with self._slots:
+            try:
+                session = self._client()
+                async with session.post(target, data=request.body, headers=headers,
+                                        allow_redirects=False) as response:
+                    await response.read()
+                    return response.status, f"HTTP {response.status}"
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                return 0, f"{type(exc).__name__}: {exc}"
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

@@ -32,7 +32,7 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     except HeaderError as exc:
         raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
     rules = state.mapping.rules if state.mapping is not None else None
-    paths = resolve_local(redirect_inbound(destination, rules), state.local_hosts)
+    paths = resolve_local(redirect_inbound(destination, rules), state.local)
     queues = [qm.queue(path) for path in paths]  # unknown queues refused before the body
     body = await request.read()
     tx = send.transaction

@@ -17,6 +17,7 @@ import enum
 import time
 from dataclasses import replace
 
+from gateway.copies import ack_specs, dead_letter_spec
 from gateway.errors import ProblemError
 from gateway.internal_queues import DEDUP_QUEUE
 from gateway.logs import server_log
@@ -54,6 +55,9 @@ async def deliver(qm: QueueManager, streams: IncomingStreams, queue: Queue,
             streams.rejected(key)
             return Outcome.DUPLICATE if verdict is Verdict.DUPLICATE else Outcome.OUT_OF_ORDER
         position, replaced = streams.position(key, stream, queue_url)
+        state = streams.table.get(key)
+        receipts_to = state.send_receipts_to if state else stream.send_receipts_to or ""
+        props = replace(props, extra={**props.extra, "stream_receipts_to": receipts_to})
         made = await _commit(qm, queue, props, body, [(streams.queue, position)], replaced)
         if made is None:
             server_log.warning("queue %s over its quota: stream message %s/%d not accepted "
@@ -100,7 +104,7 @@ async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body
     seq = qm.store.reserve_seq(queue.queue_id)
     message = ReceivedMessage(props.message_id or compose_id(qm.qm_guid, queue.queue_id, seq),
                               queue.path.display, seq, props, body)
-    acks = qm.ack_specs(queue, message, MessageClass.ACK_REACH_QUEUE, now_ms)
+    acks = ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE, now_ms)
     spec = SendSpec(queue.queue_id, encode_payload(props, body), priority=props.priority,
                     expires_ms=props.receive_by_ms, express=not props.recoverable, seq=seq)
     specs = [spec, *(s for _, s in extra), *(s for _, s in acks)]
@@ -128,10 +132,10 @@ async def _quota_nack(qm: QueueManager, queue: Queue, props: MessageProperties,
     nack = MessageClass.NACK_Q_EXCEED_QUOTA
     message = ReceivedMessage(props.message_id, queue.path.display, 0,
                               _arrived(props, now_ms), body)
-    specs = qm.ack_specs(queue, message, nack, now_ms)
+    specs = ack_specs(qm, queue, message, nack, now_ms)
     acknowledged = bool(specs)
     if props.journal == "deadletter":
-        specs.append(qm.dead_letter_spec(queue, message, nack, now_ms))
+        specs.append(dead_letter_spec(qm, queue, message, nack, now_ms))
     if specs:
         made = await store_call(qm.store.commit([s for _, s in specs]))
         for (target, _), record in zip(specs, made):

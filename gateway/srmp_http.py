@@ -22,7 +22,7 @@ from dataclasses import replace
 from aiohttp import web
 
 from gateway.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
-from gateway.destinations import redirect_inbound, resolve_local
+from gateway.destinations import LocalNames, redirect_inbound, resolve_local
 from gateway.errors import ProblemError
 from gateway.logs import server_log
 from gateway.msmq.message import MessageProperties
@@ -71,7 +71,7 @@ async def srmp_post(request: web.Request) -> web.Response:
                            "anonymous", type_slug="MQ_ERROR_ACCESS_DENIED")
     try:
         props = _local_admin(message_properties(message, raw, now_ms=int(time.time() * 1000)),
-                             request.app[STATE_KEY].local_hosts)
+                             request.app[STATE_KEY].local)
         stream = message.envelope.stream if kind == Kind.USER else None
         outcome = await deliver(qm, streams, queue, props, message.body, stream=stream,
                                 queue_url=message.envelope.path.to)
@@ -114,17 +114,17 @@ def _destination(request: web.Request, message: SrmpMessage) -> Queue:
                            "and other transports are not served here)",
                            type_slug="MQ_ERROR_ILLEGAL_FORMATNAME")
     rules = state.mapping.rules if state.mapping is not None else None
-    paths = resolve_local(redirect_inbound("DIRECT=" + to, rules), state.local_hosts)
+    paths = resolve_local(redirect_inbound("DIRECT=" + to, rules), state.local)
     assert state.queue_manager is not None
     return state.queue_manager.queue(paths[0])
 
 
-def _local_admin(props: MessageProperties, local_hosts: frozenset[str]) -> MessageProperties:
+def _local_admin(props: MessageProperties, local: LocalNames) -> MessageProperties:
     """A receipt URL on this gateway names a local queue: acknowledgements go straight in."""
     if not props.admin_queue.startswith("DIRECT="):
         return props
     try:
-        path = resolve_local(props.admin_queue, local_hosts)[0]
+        path = resolve_local(props.admin_queue, local)[0]
     except ProblemError:
         return props  # a remote admin queue: its acknowledgements travel by link
     return replace(props, admin_queue=path)

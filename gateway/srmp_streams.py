@@ -34,7 +34,8 @@ __all__ = ["IncomingStreams"]
 
 
 class IncomingStreams:
-    def __init__(self, qm: QueueManager, sender: ReceiptSender, metrics: Metrics, *,
+    def __init__(self, qm: QueueManager, sender: ReceiptSender, ids: MessageIds,
+                 metrics: Metrics, *,
                  streams_max: int, checkpoint_interval_s: float) -> None:
         self.qm = qm
         self.store = qm.store
@@ -43,7 +44,7 @@ class IncomingStreams:
         self.checkpoint_interval_s = checkpoint_interval_s
         self.queue = qm.internal(STREAMS_QUEUE)
         self.table = StreamTable(streams_max=streams_max)
-        self.ids = MessageIds()
+        self.ids = ids
         self._records: dict[StreamKey, StoredRecord] = {}
         self._locks: dict[StreamKey, tuple[asyncio.Lock, int]] = {}
         self._wake = asyncio.Event()

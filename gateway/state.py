@@ -6,6 +6,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gateway.destinations import LocalNames
+
 if TYPE_CHECKING:
     from mapping.loader import MappingLoader
     from gateway.queue_manager import QueueManager
@@ -32,7 +34,7 @@ class GatewayState:
     failure: str | None = None
     stopping: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    local_hosts: frozenset[str] = frozenset()
+    local: LocalNames = LocalNames(frozenset(), frozenset())
     mapping: MappingLoader | None = None
     reload_mapping: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ async def _bodies(client: Any) -> list[bytes]:
     return [base64.b64decode(m["body_base64"]) for m in found["messages"]]
 
 
-async def _last_ordinal(server: Any, timeout: float = 10.0) -> int:
+async def _last_ordinal(server: Any, want: int = 3, timeout: float = 10.0) -> int:
     deadline = asyncio.get_running_loop().time() + timeout
     best = 0
     while asyncio.get_running_loop().time() < deadline:
@@ -65,7 +66,7 @@ async def _last_ordinal(server: Any, timeout: float = 10.0) -> int:
             receipt = message.envelope.stream_receipt
             assert receipt is not None and receipt.stream_id == STREAM_ID
             best = max(best, receipt.last_ordinal)
-        if best >= 3:
+        if best >= want:
             return best
         await asyncio.sleep(0.05)
     return best
@@ -119,3 +120,30 @@ async def test_position_survives_a_restart(aiohttp_client: Any,
             == 200
     await post(again, stream_message(ORDERS, b"m4", 4, receipts_to=to))
     assert await _bodies(again) == [b"m1", b"m2", b"m3", b"m4"]
+
+
+async def test_final_stream_receipt_when_a_dead_letter_message_leaves(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], receipts: Any) -> None:
+    """srmp.md §2.6: <DeadLetter/> asks for a final stream receipt (streamReceipt +
+    commitmentReceipt) when the message leaves the queue: positive when read."""
+    client = await _gateway(aiohttp_client, settings_factory)
+    to = str(receipts.make_url("/msmq/private$/order_queue$"))
+    request = stream_message(ORDERS, b"m1", 1, receipts_to=to)
+    request = replace(request, body=request.body.replace(
+        b"<Priority>0</Priority>", b"<Priority>0</Priority><DeadLetter/>"))
+    assert (await post(client, request)).status == 200
+    assert await _last_ordinal(receipts, want=1) == 1
+    response = await client.post("/v1/queues/private$/orders/receive")
+    assert response.status == 200 and len((await response.json())["messages"]) == 1
+    deadline = asyncio.get_running_loop().time() + 10
+    finals: list[Any] = []
+    while not finals and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+        parsed = [parse_request(ctype, raw) for _, raw, ctype in receipts.got]
+        finals = [m for m in parsed if m.envelope.kind == Kind.FINAL_STREAM_RECEIPT]
+    [final] = finals
+    env = final.envelope
+    assert env.stream_receipt is not None and env.stream_receipt.last_ordinal == 1
+    assert env.commitment_receipt is not None
+    assert env.commitment_receipt.decision == "positive"
+    assert env.commitment_receipt.id.startswith("uuid:1001@")

@@ -1,0 +1,129 @@
+"""The outbox: acknowledgements for admin queues on other hosts, posted as SRMP receipts
+(delivery receipts, commitment receipts: srmp.md §1.9, §2.7).
+
+gateway.copies puts each one in an internal queue in the same commit as what caused it, so
+none is lost in a crash; this task posts them and removes each once the receiver answered
+(2xx: delivered; 4xx: refused, which retrying cannot change). Connection errors, timeouts and
+5xx are retried with back-off until the receipt's time-to-reach-queue (4 days, Windows'
+default) has passed; then it is dropped with a warning. At most ``inflight_max`` are being
+posted at once. Durable per-destination outgoing queues with ordering arrive with the links
+(issue 7); receipts need no order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+
+from gateway.internal_queues import OUTBOX_QUEUE
+from gateway.logs import server_log
+from gateway.metrics import Metrics
+from gateway.msmq.classes import MessageClass
+from gateway.queue_manager import Queue, QueueManager
+from gateway.receipt_sender import MessageIds, ReceiptSender, backoff_s
+from gateway.srmp.model import (
+    CommitmentReceipt,
+    Envelope,
+    format_srmp_time,
+    objectid_to_base64,
+)
+from gateway.srmp.receipts import TTRQ_S, commitment_receipt, delivery_receipt, stream_receipt
+from store.errors import StoreError
+from store.records import StoredRecord
+
+__all__ = ["Outbox"]
+
+_RETRY_MAX_S = 1200.0  # 20 minutes between attempts at most
+_OBJECTID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
+
+
+class Outbox:
+    def __init__(self, qm: QueueManager, sender: ReceiptSender, ids: MessageIds,
+                 metrics: Metrics, *, inflight_max: int = 64) -> None:
+        self.qm = qm
+        self.sender = sender
+        self.ids = ids
+        self.metrics = metrics
+        self.inflight_max = inflight_max
+        self.queue: Queue = qm.internal(OUTBOX_QUEUE)
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                if len(self._inflight) >= self.inflight_max:
+                    await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                records = await self.qm.wait_and_take(
+                    self.queue, self.inflight_max - len(self._inflight), 30.0)
+                for record in records:
+                    task = asyncio.create_task(self._post(record), name="outbox-receipt")
+                    self._inflight.add(task)
+                    task.add_done_callback(self._inflight.discard)
+        finally:
+            for task in list(self._inflight):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*self._inflight, return_exceptions=True)
+
+    async def _post(self, record: StoredRecord) -> None:
+        removed = False
+        try:
+            message = self.qm.decode(self.queue, record)
+            props = message.properties
+            url = props.extra.get("receipt_to", "")
+            kind = ("final-stream-receipt" if "final_stream_id" in props.extra
+                    else "delivery-receipt" if props.message_class == MessageClass.ACK_REACH_QUEUE
+                    else "commitment-receipt")
+            envelope = self._envelope(props.message_class, props.label, props.correlation_id,
+                                      props.extra, url)
+            deadline = props.sent_at_ms / 1000 + TTRQ_S
+            attempt, status, problem = 0, 0, ""
+            while True:
+                status, problem = await self.sender.post_once(url, envelope)
+                if status < 0 or 200 <= status < 500 or time.time() > deadline:
+                    break
+                await asyncio.sleep(backoff_s(attempt, _RETRY_MAX_S))
+                attempt += 1
+            result = "sent" if 200 <= status < 300 else "failed"
+            self.metrics.srmp_receipts.labels(kind, result).inc()
+            if result == "failed":
+                server_log.warning("%s to %s dropped after %d attempt(s): %s", kind, url,
+                                   attempt + 1, problem)
+            await self.qm.store.remove([record])
+            removed = True
+        except StoreError as exc:
+            server_log.error("outbox record not removed: %s", exc)
+        finally:
+            self.qm.release(self.queue, record, removed=removed)
+
+    def _envelope(self, message_class: int, label: str, original_id: str,
+                  extra: dict[str, str], url: str) -> Envelope:
+        srmp_id = extra.get("original_srmp_id", "")
+        correlation = ""
+        match = _OBJECTID.match(original_id)
+        if match is not None:
+            guid, ordinal = match.group(1), int(match.group(2))
+            correlation = objectid_to_base64(guid, ordinal)
+            srmp_id = srmp_id or f"uuid:{ordinal}@{guid}"
+        now_s = int(time.time())
+        queue_url = extra.get("queue_url", "")
+        if "final_stream_id" in extra:
+            decision = "negative" if message_class & 0x8000 else "positive"
+            return stream_receipt(
+                stream_id=extra["final_stream_id"], last_ordinal=int(extra["final_ordinal"]),
+                send_to=url, queue_url=queue_url, qm_guid=self.qm.qm_guid,
+                ordinal=self.ids.next(), now_s=now_s,
+                final=CommitmentReceipt(format_srmp_time(now_s), decision, srmp_id))
+        if message_class == MessageClass.ACK_REACH_QUEUE:
+            received = int(extra.get("received_at_ms") or now_s * 1000) // 1000
+            return delivery_receipt(original_id=srmp_id, label=label, send_to=url,
+                                    queue_url=queue_url, received_at_s=received,
+                                    qm_guid=self.qm.qm_guid, ordinal=self.ids.next(),
+                                    now_s=now_s, correlation=correlation)
+        return commitment_receipt(original_id=srmp_id, label=label, send_to=url,
+                                  queue_url=queue_url, message_class=message_class,
+                                  qm_guid=self.qm.qm_guid, ordinal=self.ids.next(),
+                                  now_s=now_s, correlation=correlation)

@@ -1,0 +1,99 @@
+"""Delivery and commitment receipts asked for by SRMP senders whose admin queues are on other
+hosts: kept in the outbox in the same commit as their cause, posted as SRMP receipts (V05/V07
+shapes), retried through 5xx, removed once answered."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from gateway.settings import Settings
+from gateway.srmp.codec import SrmpMessage, parse_request
+from gateway.srmp.model import Kind, Services, objectid_from_base64
+from tests.helpers import ready_client
+from tests.srmp_client import SENDER_QM, post, user_message
+
+TO = "http://gw/msmq/plain"
+
+
+@pytest.fixture
+async def sender_side(aiohttp_server: Any) -> Any:
+    """The sender's admin queues: answers 503 to the first ``fail_first`` posts."""
+    got: list[SrmpMessage] = []
+    state = {"fail_first": 0, "posts": 0}
+
+    async def take(request: web.Request) -> web.Response:
+        state["posts"] += 1
+        if state["posts"] <= state["fail_first"]:
+            return web.Response(status=503)
+        got.append(parse_request(request.headers["Content-Type"], await request.read()))
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", take)
+    server = await aiohttp_server(app)
+    server.got, server.state = got, state
+    return server
+
+
+async def _gateway(aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> Any:
+    client = await ready_client(aiohttp_client, settings_factory(server__names=["gw"]))
+    await client.put("/v1/queues/plain", json={})
+    return client
+
+
+async def _wait_for(server: Any, count: int, timeout: float = 10.0) -> list[SrmpMessage]:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while len(server.got) < count and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    return list(server.got)
+
+
+async def test_delivery_receipt_posted_and_retried_through_5xx(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], sender_side: Any) -> None:
+    sender_side.state["fail_first"] = 2
+    client = await _gateway(aiohttp_client, settings_factory)
+    receipts_url = str(sender_side.make_url("/msmq/private$/receipts"))
+    req = user_message(TO, b"x", ordinal=77, label="order 7",
+                       services=Services(durable=True, delivery_receipt_to=receipts_url))
+    assert (await post(client, req)).status == 200
+    [receipt] = await _wait_for(sender_side, 1)
+    env = receipt.envelope
+    assert env.kind == Kind.DELIVERY_RECEIPT and env.delivery_receipt is not None
+    assert env.delivery_receipt.id == f"uuid:77@{SENDER_QM}"
+    assert env.path.to == receipts_url and env.path.rev_via == TO
+    assert env.label == "order 7" and env.msmq is not None and env.msmq.message_class == 2
+    assert env.msmq.correlation is not None
+    assert objectid_from_base64(env.msmq.correlation) == (SENDER_QM, 77)
+    assert sender_side.state["posts"] == 3
+    await asyncio.sleep(0.3)
+    assert len(sender_side.got) == 1  # removed from the outbox once answered
+
+
+@pytest.mark.parametrize("how,decision,klass", [
+    ("receive", "positive", 16384),
+    ("purge", "negative", 0xC001),
+])
+async def test_commitment_receipts_when_the_message_leaves(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], sender_side: Any,
+        how: str, decision: str, klass: int) -> None:
+    client = await _gateway(aiohttp_client, settings_factory)
+    url = str(sender_side.make_url("/msmq/private$/deliverydone"))
+    services = Services(durable=True, commitment_receipt_to=url, positive_only=True,
+                        negative_only=True)
+    assert (await post(client, user_message(TO, b"x", ordinal=5, services=services))).status \
+        == 200
+    if how == "receive":
+        response = await client.post("/v1/queues/plain/receive")
+    else:
+        response = await client.post("/v1/queues/plain/purge")
+    assert response.status == 200, await response.text()
+    [receipt] = await _wait_for(sender_side, 1)
+    commitment = receipt.envelope.commitment_receipt
+    assert receipt.envelope.kind == Kind.COMMITMENT_RECEIPT and commitment is not None
+    assert commitment.decision == decision and commitment.id == f"uuid:5@{SENDER_QM}"
+    assert receipt.envelope.msmq is not None and receipt.envelope.msmq.message_class == klass
