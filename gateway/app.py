@@ -11,6 +11,8 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway import admin, health, openapi, rest, rest_messages, rest_tx
+from gateway.auth.authenticator import Authenticator
+from gateway.auth.middleware import make_auth_middleware
 from gateway.destinations import local_host_names
 from gateway.errors import GatewayError
 from gateway.appkeys import FILE_OPS_KEY, METRICS_KEY, SETTINGS_KEY, STATE_KEY
@@ -58,11 +60,11 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     ``file_ops`` is the store's file seam (tests inject faults through it).
     """
     metrics = Metrics()
+    gate = make_auth_middleware(settings, Authenticator(settings))
     app = web.Application(
         client_max_size=settings.server.request_body_max,
-        middlewares=make_middlewares(
-            metrics, concurrent_requests_max=settings.server.concurrent_requests_max
-        ),
+        middlewares=[*make_middlewares(
+            metrics, concurrent_requests_max=settings.server.concurrent_requests_max), gate],
     )
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics

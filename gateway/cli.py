@@ -80,9 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     restore.add_argument("data_dir", type=Path, metavar="DATA_DIR")
     restore.set_defaults(handler=_cmd_restore)
 
-    from gateway.mapping_cli import add_commands
+    from gateway import mapping_cli, security_cli
 
-    add_commands(commands, DEFAULT_CONFIG)
+    mapping_cli.add_commands(commands, DEFAULT_CONFIG)
+    security_cli.add_commands(commands)
     return parser
 
 

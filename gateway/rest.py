@@ -16,12 +16,14 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from gateway.appkeys import STATE_KEY
+from gateway.auth.middleware import principal_of, require, require_admin
 from gateway.errors import ProblemError
 from gateway.queue_manager import QueueManager, QueueSettings, ReceivedMessage
 from gateway.rest_codec import HeaderError, message_json, parse_send_headers
 from gateway.redrive import Redrive, RedriveFilter
 from gateway.transactions import Transactions
 from gateway.units import parse_size
+from mapping.names import QueueNameError, parse_queue_path
 
 __all__ = ["routes"]
 
@@ -68,8 +70,11 @@ def _message(m: ReceivedMessage) -> dict[str, object]:
 @routes.get("/v1/queues")
 async def list_queues(request: web.Request) -> web.Response:
     qm = _qm(request)
-    return web.json_response({"queues": [_queue_json(qm, q.path.canonical)
-                                         for q in qm.queues()]})
+    principal = principal_of(request)
+    return web.json_response({"queues": [
+        _queue_json(qm, q.path.canonical) for q in qm.queues()
+        if principal.may("send", q.path.canonical)
+        or principal.may("receive", q.path.canonical)]})
 
 
 @routes.route("*", "/v1/queues/{tail:.+}")
@@ -77,6 +82,7 @@ async def queue_tree(request: web.Request) -> web.StreamResponse:
     qm = _qm(request)
     name, rest = _split(request.match_info["tail"])
     method = request.method
+    _authorize(request, name, rest)
     if not rest:
         return await _dispatch(method, {"GET": _show, "PUT": _put, "DELETE": _delete},
                                request, qm, name)
@@ -104,6 +110,30 @@ async def queue_tree(request: web.Request) -> web.StreamResponse:
         raise web.HTTPMethodNotAllowed(method, ["GET", "DELETE"])
     raise ProblemError(404, f"no resource {'/'.join(rest)!r} under queue {name!r}",
                        type_slug="not-found")
+
+
+def _authorize(request: web.Request, name: str, rest: list[str]) -> None:
+    """Partners send and receive on the queues they are allowed; everything that manages a
+    queue (create, delete, purge, requeue) needs the admin."""
+    method = request.method
+    if rest == ["messages"] and method == "POST":
+        require(request, "send", name)
+    elif rest in (["messages"], ["receive"]) or (len(rest) == 2 and rest[0] == "messages"):
+        require(request, "receive", name)
+    elif not rest and method == "GET":
+        principal = principal_of(request)
+        if not (principal.may("send", _canonical(name))
+                or principal.may("receive", _canonical(name))):
+            require(request, "receive", name)
+    else:
+        require_admin(request)
+
+
+def _canonical(name: str) -> str:
+    try:
+        return parse_queue_path(name).canonical
+    except QueueNameError:
+        return name.lower()
 
 
 async def _dispatch(method: str, table: dict[str, object], request: web.Request,

@@ -7,6 +7,7 @@ import time
 from aiohttp import web
 
 from gateway.appkeys import STATE_KEY
+from gateway.auth.middleware import require
 from gateway.destinations import redirect_inbound, resolve_local, send_to_destinations
 from gateway.errors import ProblemError
 from gateway.rest_codec import HeaderError, parse_send_headers
@@ -33,6 +34,8 @@ async def send_by_format_name(request: web.Request) -> web.Response:
         raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
     rules = state.mapping.rules if state.mapping is not None else None
     paths = resolve_local(redirect_inbound(destination, rules), state.local)
+    for path in paths:
+        require(request, "send", path)
     queues = [qm.queue(path) for path in paths]  # unknown queues refused before the body
     body = await request.read()
     tx = send.transaction

@@ -10,6 +10,7 @@ import time
 from aiohttp import web
 
 from gateway.appkeys import STATE_KEY
+from gateway.auth.middleware import require, require_admin
 from gateway.batch import send_batch
 from gateway.errors import ProblemError
 from gateway.msmq.message import MessageProperties
@@ -40,6 +41,7 @@ async def begin(request: web.Request) -> web.Response:
 
 @routes.get("/v1/transactions")
 async def list_transactions(request: web.Request) -> web.Response:
+    require_admin(request)
     _, transactions = _ready(request)
     return web.json_response({"transactions": [t.summary() for t in transactions.all()]})
 
@@ -83,6 +85,8 @@ async def batch(request: web.Request) -> web.Response:
                            f"{BATCH_MESSAGES_MAX} messages", type_slug="bad-request")
     now_ms = int(time.time() * 1000)
     items = [_item(index, item, now_ms) for index, item in enumerate(messages)]
+    for queue, _, _ in items:
+        require(request, "send", queue)
     made = await send_batch(qm, items)
     return web.json_response({"ids": [m.message_id for m in made],
                               "messages": [{"id": m.message_id, "queue": m.queue, "seq": m.seq}

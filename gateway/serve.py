@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 from pathlib import Path
 
 import uvloop
@@ -20,6 +21,7 @@ from aiohttp import web
 
 from gateway.app import make_app
 from gateway.appkeys import STATE_KEY
+from gateway.auth.tls import server_context
 from gateway.errors import StartupError
 from gateway.logs import access_log, server_log
 from gateway.settings import Settings
@@ -39,9 +41,21 @@ def serve(settings: Settings, *, config_source: str) -> int:
         probe_data_dir(Path(settings.store.data_dir))
     except StoreError as exc:
         raise StartupError(f"data directory {settings.store.data_dir}: {exc}") from exc
+    context = _tls(settings)
     sock = _bind(settings.server.host, settings.server.port)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_serve(settings, sock, config_source=config_source))
+        return runner.run(_serve(settings, sock, context, config_source=config_source))
+
+
+def _tls(settings: Settings) -> ssl.SSLContext | None:
+    server = settings.server
+    if not server.tls_cert:
+        return None
+    try:
+        return server_context(server.tls_cert, server.tls_key, server.tls_client_ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise StartupError(f"TLS: cannot load server.tls_cert {server.tls_cert} / "
+                           f"server.tls_key {server.tls_key}: {exc}") from exc
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -61,7 +75,8 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _serve(settings: Settings, sock: socket.socket, *, config_source: str) -> int:
+async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContext | None, *,
+                 config_source: str) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -73,11 +88,17 @@ async def _serve(settings: Settings, sock: socket.socket, *, config_source: str)
         handle_signals=False,
         access_log=access_log if settings.log.access else None,
         keepalive_timeout=settings.server.keepalive_timeout,
+        max_headers=settings.server.header_count_max,
+        max_field_size=settings.server.header_bytes_max,
+        max_line_size=settings.server.header_bytes_max,
     )
     await runner.setup()
-    site = web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace)
+    site = web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace,
+                        ssl_context=context)
     await site.start()
-    marker = _write_marker(settings)
+    marker = _write_marker(settings, tls=context is not None)
+    if settings.server.host not in ("127.0.0.1", "::1", "localhost"):
+        _warn_if_open(settings)
     server_log.info(
         "entrepot serving listen=%s data_dir=%s config=%s",
         settings.server.listen,
@@ -92,7 +113,14 @@ async def _serve(settings: Settings, sock: socket.socket, *, config_source: str)
     return 0
 
 
-def _write_marker(settings: Settings) -> Path:
+def _warn_if_open(settings: Settings) -> None:
+    if not settings.auth.admin_key_sha256 and not settings.partners:
+        server_log.warning("listening on %s with no credentials configured: anyone who can "
+                           "reach it may send, receive and manage queues (set "
+                           "auth.admin_key_sha256 and [[partners]])", settings.server.listen)
+
+
+def _write_marker(settings: Settings, *, tls: bool) -> Path:
     """``<data dir>/gateway.json``: how offline commands find the gateway that holds the
     directory (``entrepot backup`` asks it to take the backup)."""
     host = settings.server.host
@@ -100,6 +128,7 @@ def _write_marker(settings: Settings) -> Path:
     if host in ("0.0.0.0", "::"):
         shown = "127.0.0.1" if host == "0.0.0.0" else "[::1]"
     marker = Path(settings.store.data_dir) / "gateway.json"
-    marker.write_text(json.dumps({"url": f"http://{shown}:{settings.server.port}",
+    scheme = "https" if tls else "http"
+    marker.write_text(json.dumps({"url": f"{scheme}://{shown}:{settings.server.port}",
                                   "pid": os.getpid()}))
     return marker

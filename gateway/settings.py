@@ -31,6 +31,8 @@ __all__ = [
     "StoreSettings",
     "MappingSettings",
     "SrmpSettings",
+    "AuthSettings",
+    "PartnerDeclaration",
     "LogSettings",
     "TransactionSettings",
     "QueueDeclaration",
@@ -40,7 +42,7 @@ __all__ = [
 ]
 
 Kind = Literal["size", "duration", "int", "bool", "str", "choice", "listen", "label", "names",
-               "networks"]
+               "networks", "text", "sha256"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,16 @@ def _names() -> Any:
     return field(default=(), metadata={"spec": _Spec("names")})
 
 
+def _text(default: str = "") -> Any:
+    """A string that may be empty (empty: the feature is off)."""
+    return field(default=default, metadata={"spec": _Spec("text")})
+
+
+def _sha256() -> Any:
+    """Empty, or the SHA-256 of a secret as 64 hex digits (secrets are never stored)."""
+    return field(default="", metadata={"spec": _Spec("sha256")})
+
+
 def _networks(*default: str) -> Any:
     return field(default=default, metadata={"spec": _Spec("networks")})
 
@@ -102,6 +114,15 @@ class ServerSettings:
     # Host names (and addresses) senders use to reach this gateway; with localhost, the
     # machine's own names and the listen address they make a format name local.
     names: tuple[str, ...] = _names()
+    # TLS (>= 1.2) when both are set: PEM certificate chain and private key.
+    tls_cert: str = _text()
+    tls_key: str = _text()
+    # With a CA bundle, clients may present certificates (mapped to partners by subject).
+    tls_client_ca: str = _text()
+    # Requests whose body has not arrived within this time are answered 408.
+    body_timeout: float = _duration("30s", low="100ms", high="1h")
+    header_count_max: int = _int(100, low=8, high=1000)
+    header_bytes_max: int = _size("8KiB", low="1KiB", high="1MiB")
 
     @property
     def host(self) -> str:
@@ -154,6 +175,34 @@ class SrmpSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AuthSettings:
+    """Who may do what. With no admin key and no partner the gateway is open (fine on
+    loopback, warned about elsewhere); with either, every request but health, metrics and the
+    OpenAPI document needs a credential."""
+
+    admin_key_sha256: str = _sha256()
+    replay_window: float = _duration("5m", low="10s", high="1h")
+    nonces_max: int = _int(1_000_000, low=1000, high=100_000_000)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartnerDeclaration:
+    """A ``[[partners]]`` table: one partner, its credentials and what it may touch."""
+
+    name: str = _str("partner")
+    api_key_sha256: str = _sha256()
+    # A file holding the shared secret of HMAC request signatures (kept out of this file).
+    hmac_secret_file: str = _text()
+    # Client-certificate subject, e.g. "CN=acme.example.com,O=Acme" (order does not matter).
+    cert_subject: str = _text()
+    # Queues the partner may send to / receive from; a trailing * is a prefix.
+    send: tuple[str, ...] = _names()
+    receive: tuple[str, ...] = _names()
+    rate: int = _int(0, low=0, high=1_000_000)  # requests per second, 0 = no limit
+    burst: int = _int(0, low=0, high=10_000_000)  # 0 = twice the rate
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TransactionSettings:
     """Explicit transactions (REST /v1/transactions)."""
 
@@ -193,9 +242,11 @@ class Settings:
     store: StoreSettings = field(default_factory=StoreSettings)
     mapping: MappingSettings = field(default_factory=MappingSettings)
     srmp: SrmpSettings = field(default_factory=SrmpSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
     transactions: TransactionSettings = field(default_factory=TransactionSettings)
     log: LogSettings = field(default_factory=LogSettings)
     queues: tuple[QueueDeclaration, ...] = ()
+    partners: tuple[PartnerDeclaration, ...] = ()
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -229,9 +280,13 @@ def parse_settings(
     """
     merged: dict[str, dict[str, object]] = {}
     queues: tuple[QueueDeclaration, ...] = ()
+    partners: tuple[PartnerDeclaration, ...] = ()
     for section_name, table in doc.items():
         if section_name == "queues":
             queues = _parse_queues(table)
+            continue
+        if section_name == "partners":
+            partners = _parse_partners(table)
             continue
         if section_name not in _SECTIONS:
             raise ConfigError(f"{section_name}: unknown section (known: {', '.join(_SECTIONS)})")
@@ -244,7 +299,7 @@ def parse_settings(
     sections: dict[str, Any] = {
         name: _parse_section(name, merged.get(name, {})) for name in _SECTIONS
     }
-    settings = Settings(**sections, queues=queues)
+    settings = Settings(**sections, queues=queues, partners=partners)
     _check_relations(settings)
     return settings
 
@@ -271,6 +326,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "store": StoreSettings,
     "mapping": MappingSettings,
     "srmp": SrmpSettings,
+    "auth": AuthSettings,
     "transactions": TransactionSettings,
     "log": LogSettings,
 }
@@ -291,28 +347,47 @@ def _parse_table(prefix: str, cls: type[Any], table: Mapping[str, object]) -> An
     return cls(**values)
 
 
-def _parse_queues(raw: object) -> tuple[QueueDeclaration, ...]:
-    """``[[queues]]`` tables: queues created at start when missing."""
+def _array_of_tables(name: str, key: str, cls: type[Any], raw: object) -> list[Any]:
+    """``[[name]]`` tables, each parsed as ``cls``, each required to have ``key``."""
     if not isinstance(raw, list):
-        raise ConfigError(f"queues: expected an array of tables ([[queues]]), "
+        raise ConfigError(f"{name}: expected an array of tables ([[{name}]]), "
                           f"got {_kind_of(raw)}")
-    declared: list[QueueDeclaration] = []
-    seen: set[str] = set()
+    out = []
     for index, table in enumerate(raw):
-        prefix = f"queues[{index}]"
+        prefix = f"{name}[{index}]"
         if not isinstance(table, Mapping):
             raise ConfigError(f"{prefix}: expected a table, got {_kind_of(table)}")
-        if "path" not in table:
-            raise ConfigError(f"{prefix}.path: missing (every declared queue needs a path)")
-        declaration = _parse_table(prefix, QueueDeclaration, table)
+        if key not in table:
+            raise ConfigError(f"{prefix}.{key}: missing (every entry of [[{name}]] needs one)")
+        out.append(_parse_table(prefix, cls, table))
+    return out
+
+
+def _parse_queues(raw: object) -> tuple[QueueDeclaration, ...]:
+    """``[[queues]]`` tables: queues created at start when missing."""
+    seen: set[str] = set()
+    declared = _array_of_tables("queues", "path", QueueDeclaration, raw)
+    for index, declaration in enumerate(declared):
         try:
             canonical = parse_queue_path(declaration.path).canonical
         except QueueNameError as exc:
-            raise ConfigError(f"{prefix}.path: {exc}") from exc
+            raise ConfigError(f"queues[{index}].path: {exc}") from exc
         if canonical in seen:
-            raise ConfigError(f"{prefix}.path: {declaration.path!r} is declared twice")
+            raise ConfigError(f"queues[{index}].path: {declaration.path!r} is declared twice")
         seen.add(canonical)
-        declared.append(declaration)
+    return tuple(declared)
+
+
+def _parse_partners(raw: object) -> tuple[PartnerDeclaration, ...]:
+    """``[[partners]]`` tables: names unique, at least one credential each."""
+    declared = _array_of_tables("partners", "name", PartnerDeclaration, raw)
+    for index, partner in enumerate(declared):
+        prefix = f"partners[{index}]"
+        if any(p.name == partner.name for p in declared[:index]):
+            raise ConfigError(f"{prefix}.name: {partner.name!r} is declared twice")
+        if not (partner.api_key_sha256 or partner.hmac_secret_file or partner.cert_subject):
+            raise ConfigError(f"{prefix}: partner {partner.name!r} has no credential "
+                              "(api_key_sha256, hmac_secret_file or cert_subject)")
     return tuple(declared)
 
 
@@ -360,6 +435,11 @@ def _convert_kind(spec: _Spec, raw: object) -> object:
         raise ValueError(f"expected one of {', '.join(spec.choices)}")
     if spec.kind == "listen":
         parse_listen(raw)
+    if spec.kind == "sha256" and raw and (len(raw) != 64 or raw.strip(
+            "0123456789abcdefABCDEF")):
+        raise ValueError("expected 64 hex digits (the SHA-256 of the secret), or nothing")
+    if spec.kind == "sha256":
+        return raw.lower()
     if spec.kind == "str" and not raw:
         raise ValueError("must not be empty")
     if spec.kind == "label" and len(raw) > 124:
@@ -381,6 +461,11 @@ def _kind_of(raw: object) -> str:
 
 
 def _check_relations(settings: Settings) -> None:
+    server = settings.server
+    if bool(server.tls_cert) != bool(server.tls_key):
+        raise ConfigError("server.tls_cert and server.tls_key: set both (TLS) or neither")
+    if server.tls_client_ca and not server.tls_cert:
+        raise ConfigError("server.tls_client_ca: client certificates need TLS (server.tls_cert)")
     store = settings.store
     if store.group_commit_bytes_max > store.segment_size:
         raise ConfigError(

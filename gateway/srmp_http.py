@@ -22,6 +22,8 @@ from dataclasses import replace
 from aiohttp import web
 
 from gateway.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
+from gateway.auth.middleware import principal_of
+from gateway.auth.principal import NOBODY
 from gateway.destinations import LocalNames, redirect_inbound, resolve_local
 from gateway.errors import ProblemError
 from gateway.logs import server_log
@@ -64,11 +66,10 @@ async def srmp_post(request: web.Request) -> web.Response:
     except (SrmpError, ProblemError) as exc:
         metrics.srmp_messages.labels(kind, "rejected").inc()
         raise _as_srmp(exc) from exc
-    if not queue.settings.anonymous and not _trusted(request):
+    refusal = _access(request, queue)
+    if refusal:
         metrics.srmp_messages.labels(kind, "rejected").inc()
-        raise ProblemError(403, f"{request.remote} may not send to {queue.path.display!r}: "
-                           "the sender is not in srmp.allow_networks and the queue is not "
-                           "anonymous", type_slug="MQ_ERROR_ACCESS_DENIED")
+        raise ProblemError(403, refusal, type_slug="MQ_ERROR_ACCESS_DENIED")
     try:
         props = _local_admin(message_properties(message, raw, now_ms=int(time.time() * 1000)),
                              request.app[STATE_KEY].local)
@@ -128,6 +129,21 @@ def _local_admin(props: MessageProperties, local: LocalNames) -> MessageProperti
     except ProblemError:
         return props  # a remote admin queue: its acknowledgements travel by link
     return replace(props, admin_queue=path)
+
+
+def _access(request: web.Request, queue: Queue) -> str:
+    """Why the sender may not send to ``queue`` ("" when it may): a partner known by its
+    client certificate by its allow list; anyone else by source network, or to an anonymous
+    queue (MSMQ lets "Everyone" send over HTTP; here that is the queue's explicit choice)."""
+    principal = principal_of(request)
+    if principal is not NOBODY:
+        if principal.may("send", queue.path.canonical):
+            return ""
+        return f"partner {principal.name!r} may not send to {queue.path.display!r}"
+    if queue.settings.anonymous or _trusted(request):
+        return ""
+    return (f"{request.remote} may not send to {queue.path.display!r}: the sender presented no "
+            "partner certificate, is not in srmp.allow_networks, and the queue is not anonymous")
 
 
 def _trusted(request: web.Request) -> bool:

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -25,10 +26,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, dict[str, str], bytes]:
-    """GET without raising on 4xx/5xx."""
+def http_get(url: str, timeout: float = 5.0, *, cafile: Path | None = None
+             ) -> tuple[int, dict[str, str], bytes]:
+    """GET without raising on 4xx/5xx (https verified against ``cafile``)."""
+    context = ssl.create_default_context(cafile=str(cafile)) if cafile else None
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read()
@@ -38,9 +41,11 @@ class GatewayProcess:
     """``entrepot serve`` in a child process on a loopback port, stopped by PID."""
 
     def __init__(self, data_dir: Path, *, extra_args: Sequence[str] = (),
-                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+                 env: dict[str, str] | None = None, cwd: Path | None = None,
+                 cafile: Path | None = None) -> None:
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.cafile = cafile
+        self.url = f"{'https' if cafile else 'http'}://127.0.0.1:{self.port}"
         self.data_dir = data_dir
         self.log_path = data_dir.parent / f"gateway-{self.port}.log"
         args = [sys.executable, "-m", "gateway", "serve",
@@ -57,7 +62,7 @@ class GatewayProcess:
             if self.proc.poll() is not None:
                 raise AssertionError(f"gateway exited {self.proc.returncode}: {self.log()}")
             with contextlib.suppress(OSError):  # not listening yet
-                if http_get(self.url + "/readyz", timeout=1.0)[0] == 200:
+                if http_get(self.url + "/readyz", timeout=1.0, cafile=self.cafile)[0] == 200:
                     return
             time.sleep(0.05)
         raise AssertionError(f"gateway not ready in {timeout}s: {self.log()}")

@@ -1,0 +1,111 @@
+"""The request gate: body limits and time-out, authentication, rate limits; and the checks
+handlers call for what a principal may touch.
+
+Order: a declared body over the limit is refused (413) before any of it is read; the body is
+read within ``server.body_timeout`` (408 for slow clients) because HMAC signatures cover it;
+then the credential decides the principal (401 when one is required and missing or wrong);
+then the partner's rate limit (429 with Retry-After). Health, metrics and the OpenAPI document
+are public. SRMP routes take their principal from a client certificate only: MSMQ senders
+authenticate by certificate or by source network (gateway.srmp_http).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from gateway.auth.authenticator import Authenticator, AuthError, Credentials
+from gateway.auth.hmac_sig import SCHEME
+from gateway.auth.principal import NOBODY, OPEN, Principal
+from gateway.auth.ratelimit import TokenBucket
+from gateway.auth.tls import subject_of
+from gateway.errors import ProblemError
+from gateway.settings import Settings
+from mapping.names import QueueNameError, parse_queue_path
+
+__all__ = ["make_auth_middleware", "principal_of", "require", "require_admin", "PRINCIPAL"]
+
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/v1/openapi.json"})
+PRINCIPAL = web.RequestKey("principal", Principal)
+_CHALLENGE = {"WWW-Authenticate": f'Bearer realm="entrepot", {SCHEME} realm="entrepot"'}
+
+
+def make_auth_middleware(settings: Settings, authenticator: Authenticator) -> Middleware:
+    body_max = settings.server.request_body_max
+    body_timeout = settings.server.body_timeout
+
+    @web.middleware
+    async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in PUBLIC_PATHS:
+            return await handler(request)
+        length = request.content_length
+        if length is not None and length > body_max:
+            raise ProblemError(413, f"request body of {length} bytes is over the limit of "
+                               f"{body_max} bytes", type_slug="body-too-large")
+        body = b""
+        if request.can_read_body:
+            try:
+                body = await asyncio.wait_for(request.read(), body_timeout)
+            except TimeoutError:
+                raise ProblemError(408, f"request body not received within {body_timeout} s",
+                                   type_slug="body-timeout") from None
+        route = request.match_info.route
+        srmp = route.name is not None and route.name.startswith("srmp-")
+        peercert = request.transport.get_extra_info("peercert") if request.transport else None
+        creds = Credentials("" if srmp else request.headers.get("Authorization", ""),
+                            subject_of(peercert), request.method, request.path_qs, body)
+        now = time.time()
+        try:
+            principal = authenticator.authenticate(creds, now=now)
+        except AuthError as exc:
+            raise ProblemError(401, str(exc), type_slug="unauthorized",
+                               headers=_CHALLENGE) from exc
+        except OverflowError as exc:
+            raise ProblemError(503, str(exc), type_slug="overloaded",
+                               headers={"Retry-After": "5"}) from exc
+        if principal is None and authenticator.required and not srmp:
+            raise ProblemError(401, "a credential is required (Authorization: Bearer <API key> "
+                               f"or {SCHEME}, or a client certificate)",
+                               type_slug="unauthorized", headers=_CHALLENGE)
+        if principal is not None:
+            wait = authenticator.throttle(principal, time.monotonic())
+            if wait:
+                raise ProblemError(429, f"partner {principal.name!r} is over its rate limit",
+                                   type_slug="rate-limited",
+                                   headers={"Retry-After": TokenBucket.retry_after(wait)})
+        request[PRINCIPAL] = principal or (NOBODY if srmp else OPEN)
+        return await handler(request)
+
+    return gate
+
+
+def principal_of(request: web.Request) -> Principal:
+    """The authenticated principal; OPEN when no credentials are configured; NOBODY for an
+    SRMP sender without a client certificate."""
+    if PRINCIPAL not in request:
+        return OPEN
+    return request[PRINCIPAL]
+
+
+def require(request: web.Request, action: str, queue: str) -> None:
+    """Raises: ProblemError 403 when the principal may not ``action`` ("send"/"receive")
+    on ``queue``. An invalid queue name passes here: its handler says what is wrong."""
+    principal = principal_of(request)
+    try:
+        canonical = parse_queue_path(queue).canonical
+    except QueueNameError:
+        return
+    if not principal.may(action, canonical):
+        raise ProblemError(403, f"{principal.name} may not {action} on {queue!r}",
+                           type_slug="MQ_ERROR_ACCESS_DENIED")
+
+
+def require_admin(request: web.Request) -> None:
+    """Raises: ProblemError 403 unless the admin (or anyone, on an open gateway)."""
+    principal = principal_of(request)
+    if not (principal.admin or principal.open):
+        raise ProblemError(403, "this needs the admin credential",
+                           type_slug="MQ_ERROR_ACCESS_DENIED")

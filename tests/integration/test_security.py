@@ -1,0 +1,246 @@
+"""A real gateway over TLS with partners: API keys, HMAC signatures (and replays), client
+certificates for SRMP, allow lists, the admin credential, rate limits, body limits; checked
+with aiohttp and with curl."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import socket
+import ssl
+import subprocess
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.auth.hmac_sig import sign
+from gateway.auth.tls import create_self_signed
+from tests.helpers import GatewayProcess
+from tests.srmp_client import user_message
+
+SECRET = b"acme-shared-secret-0123456789"
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayProcess, Path]]:
+    root = tmp_path_factory.mktemp("secure")
+    cert, key = create_self_signed(root / "server", common_name="localhost",
+                                   names=["127.0.0.1"], days=2)
+    client_cert, _ = create_self_signed(root / "client", common_name="acme-client", names=[],
+                                        days=2)
+    (root / "acme.secret").write_bytes(SECRET)
+    config = root / "entrepot.toml"
+    config.write_text(f"""
+[server]
+tls_cert = "{cert}"
+tls_key = "{key}"
+tls_client_ca = "{client_cert}"
+body_timeout = "1s"
+request_body_max = "64KiB"
+names = ["gw"]
+[srmp]
+allow_networks = []
+[auth]
+admin_key_sha256 = "{_sha('root-key')}"
+[[partners]]
+name = "acme"
+api_key_sha256 = "{_sha('acme-key')}"
+hmac_secret_file = "{root / 'acme.secret'}"
+cert_subject = "CN=acme-client"
+send = ["private$/in_*"]
+receive = ["private$/acme_out"]
+[[partners]]
+name = "slow"
+api_key_sha256 = "{_sha('slow-key')}"
+send = ["private$/in_*"]
+rate = 1
+burst = 2
+[[queues]]
+path = "private$/in_a"
+[[queues]]
+path = "private$/acme_out"
+[[queues]]
+path = "private$/secret"
+""")
+    proc = GatewayProcess(root / "data", extra_args=["--config", str(config)], cafile=cert)
+    try:
+        proc.wait_ready()
+        yield proc, root
+    finally:
+        proc.stop()
+
+
+def _context(root: Path, *, client: bool = False) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(root / "server" / "cert.pem"))
+    if client:
+        context.load_cert_chain(root / "client" / "cert.pem", root / "client" / "key.pem")
+    return context
+
+
+async def _call(secure: tuple[GatewayProcess, Path], method: str, path: str, *,
+                client_cert: bool = False, **kwargs: Any) -> tuple[int, dict[str, str], bytes]:
+    proc, root = secure
+    connector = aiohttp.TCPConnector(ssl=_context(root, client=client_cert))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async with session.request(method, proc.url + path, **kwargs) as response:
+            return response.status, dict(response.headers), await response.read()
+
+
+def _bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def test_tls_and_public_routes(secure: tuple[GatewayProcess, Path]) -> None:
+    status, _, body = await _call(secure, "GET", "/healthz")
+    assert status == 200
+    proc, root = secure
+    old = _context(root)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # that is the point
+        old.minimum_version = old.maximum_version = ssl.TLSVersion.TLSv1_1
+    with pytest.raises((ssl.SSLError, aiohttp.ClientError)):
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=old)) as session:
+            await session.get(proc.url + "/healthz")
+
+
+async def test_missing_or_wrong_credentials_are_401(secure: tuple[GatewayProcess, Path]
+                                                    ) -> None:
+    for headers in ({}, _bearer("not-a-key"), {"Authorization": "Basic eDp5"}):
+        status, got, body = await _call(secure, "GET", "/v1/queues", headers=headers)
+        assert status == 401 and got["Content-Type"] == "application/problem+json"
+        assert "Bearer" in got["WWW-Authenticate"]
+
+
+async def test_partners_touch_only_their_queues(secure: tuple[GatewayProcess, Path]) -> None:
+    acme = _bearer("acme-key")
+    assert (await _call(secure, "POST", "/v1/queues/private$/in_a/messages", data=b"hi",
+                        headers=acme))[0] == 201
+    status, _, body = await _call(secure, "POST", "/v1/queues/private$/secret/messages",
+                                  data=b"x", headers=acme)
+    assert status == 403 and b"MQ_ERROR_ACCESS_DENIED" in body
+    assert (await _call(secure, "POST", "/v1/queues/private$/in_a/receive",
+                        headers=acme))[0] == 403
+    assert (await _call(secure, "POST", "/v1/queues/private$/acme_out/receive",
+                        headers=acme))[0] == 200
+    listed = json.loads((await _call(secure, "GET", "/v1/queues", headers=acme))[2])
+    assert {q["path"] for q in listed["queues"]} == {"private$/in_a", "private$/acme_out"}
+    assert (await _call(secure, "PUT", "/v1/queues/private$/in_new", json={},
+                        headers=acme))[0] == 403
+    assert (await _call(secure, "PUT", "/v1/queues/private$/in_new", json={},
+                        headers=_bearer("root-key")))[0] == 201
+    assert (await _call(secure, "POST", "/v1/admin/backup", json={"dest": "/nonexistent/x"},
+                        headers=acme))[0] == 403
+
+
+async def test_hmac_signed_requests_and_replays(secure: tuple[GatewayProcess, Path]) -> None:
+    path = "/v1/queues/private$/in_a/messages"
+    header = sign(SECRET, "POST", path, int(time.time()), "nonce-replay-test-1", b"signed",
+                  "acme")
+    status, _, body = await _call(secure, "POST", path, data=b"signed",
+                                  headers={"Authorization": header})
+    assert status == 201, body
+    status, _, body = await _call(secure, "POST", path, data=b"signed",
+                                  headers={"Authorization": header})
+    assert status == 401 and b"replayed" in body
+    tampered = sign(SECRET, "POST", path, int(time.time()), "nonce-replay-test-2", b"signed",
+                    "acme")
+    status, _, body = await _call(secure, "POST", path, data=b"tampered",
+                                  headers={"Authorization": tampered})
+    assert status == 401 and b"does not match" in body
+    stale = sign(SECRET, "POST", path, int(time.time()) - 3600, "nonce-replay-test-3", b"s",
+                 "acme")
+    assert (await _call(secure, "POST", path, data=b"s",
+                        headers={"Authorization": stale}))[0] == 401
+
+
+async def test_rate_limit_is_429_with_retry_after(secure: tuple[GatewayProcess, Path]) -> None:
+    statuses = []
+    for _ in range(4):
+        status, headers, _ = await _call(secure, "POST", "/v1/queues/private$/in_a/messages",
+                                         data=b"r", headers=_bearer("slow-key"))
+        statuses.append(status)
+        if status == 429:
+            assert int(headers["Retry-After"]) >= 1
+    assert statuses[:2] == [201, 201] and 429 in statuses
+
+
+def test_curl_over_tls(secure: tuple[GatewayProcess, Path]) -> None:
+    proc, root = secure
+    base = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10",
+            "--cacert", str(root / "server" / "cert.pem")]
+    url = proc.url + "/v1/queues/private$/in_a/messages"
+    sent = subprocess.run([*base, "-H", "Authorization: Bearer acme-key", "--data-binary",
+                           "from curl", url], capture_output=True, text=True, check=True)
+    assert sent.stdout == "201"
+    refused = subprocess.run([*base, "--data-binary", "x", url], capture_output=True,
+                             text=True, check=True)
+    assert refused.stdout == "401"
+
+
+async def test_srmp_by_client_certificate(secure: tuple[GatewayProcess, Path]) -> None:
+    request = user_message("http://gw/msmq/private$/in_a", b"srmp", ordinal=1)
+    headers = {k: v for k, v in request.headers if k not in ("Host", "Content-Length")}
+    status, _, body = await _call(secure, "POST", request.path, data=request.body,
+                                  headers=headers)
+    assert status == 403, body  # no certificate, not an allowed network, not anonymous
+    status, _, body = await _call(secure, "POST", request.path, data=request.body,
+                                  headers=headers, client_cert=True)
+    assert status == 200, body
+    other = user_message("http://gw/msmq/private$/secret", b"srmp", ordinal=2)
+    status, _, _ = await _call(secure, "POST", other.path, data=other.body,
+                               headers={"Content-Type": dict(other.headers)["Content-Type"]},
+                               client_cert=True)
+    assert status == 403
+
+
+async def test_declared_oversize_body_is_413_before_reading(
+        secure: tuple[GatewayProcess, Path]) -> None:
+    status, _, body = await _call(secure, "POST", "/v1/queues/private$/in_a/messages",
+                                  data=b"x" * (65 * 1024), headers=_bearer("acme-key"))
+    assert status == 413
+
+
+def test_slow_body_is_408(secure: tuple[GatewayProcess, Path]) -> None:
+    proc, root = secure
+    raw = socket.create_connection(("127.0.0.1", proc.port), timeout=10)
+    with _context(root).wrap_socket(raw, server_hostname="localhost") as tls:
+        tls.sendall(b"POST /v1/queues/private$/in_a/messages HTTP/1.1\r\nHost: x\r\n"
+                    b"Authorization: Bearer acme-key\r\nContent-Length: 100\r\n\r\npart")
+        started = time.monotonic()
+        answer = tls.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
+    assert time.monotonic() - started < 5
+
+
+async def test_a_normal_client_is_served_meanwhile(secure: tuple[GatewayProcess, Path]
+                                                   ) -> None:
+    proc, root = secure
+    loop = asyncio.get_running_loop()
+    slow = loop.run_in_executor(None, test_slow_body_is_408, secure)
+    status, _, _ = await _call(secure, "GET", "/healthz")
+    assert status == 200
+    await slow
+
+
+@pytest.mark.parametrize("extra", [
+    b"".join(b"X-Pad-%d: y\r\n" % i for i in range(150)),  # over header_count_max (100)
+    b"X-Big: " + b"y" * 10_000 + b"\r\n",  # over header_bytes_max (8 KiB)
+])
+def test_oversized_headers_are_refused(secure: tuple[GatewayProcess, Path], extra: bytes
+                                       ) -> None:
+    proc, root = secure
+    raw = socket.create_connection(("127.0.0.1", proc.port), timeout=10)
+    with _context(root).wrap_socket(raw, server_hostname="localhost") as tls:
+        tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + extra + b"\r\n")
+        answer = tls.recv(4096)
+    assert answer.split(b" ")[1] in (b"400", b"431"), answer[:100]
