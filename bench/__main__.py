@@ -31,10 +31,13 @@ def _loadgen(url: str, scenario: Scenario, concurrency: int, requests: int) -> d
             "--body-size", str(scenario.body_size)]
     for name, value in scenario.headers.items():
         args += ["--header", f"{name}: {value}"]
-    if scenario.body is not None:
+    body = scenario.body_factory(url) if scenario.body_factory else scenario.body
+    if body is not None:
         body_file = Path(tempfile.mkdtemp()) / "body"
-        body_file.write_bytes(scenario.body)
+        body_file.write_bytes(body)
         args += ["--body-file", str(body_file)]
+    if scenario.body_factory is not None:
+        args += ["--template"]
     out = subprocess.run(args, check=True, capture_output=True, text=True, timeout=600)
     result: dict[str, object] = json.loads(out.stdout)
     return result

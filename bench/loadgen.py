@@ -3,6 +3,11 @@
     python -m bench.loadgen --url URL --concurrency 64 --requests 5000 --body-size 1024
 
 Prints one JSON object: count, errors, statuses, elapsed_s, msgs_per_s, p50_ms, p99_ms.
+
+With ``--template`` the body file may hold fixed-width tokens replaced in each request (so
+lengths inside the body, e.g. SRMP's MIME Content-Length, stay right): ``#SEQ#####`` a
+request counter, ``#WRK#####`` the worker's number, ``#CUR#####`` the worker's own counter
+from 1 (one in-order SRMP stream per worker), ``#RUN#####`` a number fixed for the run.
 Latencies are kept exactly (one float per request) and percentiles use the nearest rank.
 """
 
@@ -46,14 +51,26 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
 
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def worker() -> None:
-            nonlocal remaining, errors
+        sequence = 0
+        run_id = b"%09d" % (int.from_bytes(os.urandom(4), "big") % 10**9)
+
+        async def worker(number: int) -> None:
+            nonlocal remaining, errors, sequence
+            own = 0
             while remaining > 0:
                 remaining -= 1
                 counted = remaining < counting_after
+                data = body
+                if args.template:
+                    sequence += 1
+                    own += 1
+                    data = (body.replace(b"#RUN#####", run_id)
+                            .replace(b"#SEQ#####", b"%09d" % sequence)
+                            .replace(b"#WRK#####", b"%09d" % number)
+                            .replace(b"#CUR#####", b"%09d" % own))
                 started = time.perf_counter()
                 try:
-                    async with session.request(args.method, args.url, data=body or None,
+                    async with session.request(args.method, args.url, data=data or None,
                                                headers=headers) as response:
                         await response.read()
                         status = response.status
@@ -66,7 +83,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
 
         # Warm-up requests run first, on all workers, and are not counted.
         started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        await asyncio.gather(*(worker(n) for n in range(1, args.concurrency + 1)))
         elapsed = time.perf_counter() - started
 
     latencies.sort()
@@ -97,6 +114,8 @@ def main() -> int:
     parser.add_argument("--body-size", type=int, default=1024)
     parser.add_argument("--header", action="append", default=[], help="NAME: VALUE")
     parser.add_argument("--body-file", help="send this file's bytes as every body")
+    parser.add_argument("--template", action="store_true",
+                        help="replace the #SEQ#####, #WRK##### and #CUR##### tokens per request")
     args = parser.parse_args()
     result = uvloop.run(run(args))
     json.dump(result, sys.stdout)

@@ -35,6 +35,8 @@ class Scenario:
     ceiling_of: str = ""
     messages_per_request: int = 1
     body: bytes | None = None  # a fixed body (else body_size random bytes)
+    # A body made once the server runs (from its URL), with loadgen template tokens.
+    body_factory: Callable[[str], bytes] | None = None
 
     @property
     def is_ceiling(self) -> bool:
@@ -57,12 +59,14 @@ def _call(url: str, method: str, path: str, doc: object) -> None:
 
 
 def _with_queue(prefill: bool = False) -> Callable[[], ContextManager[str]]:
-    """A gateway with queue ``bench`` (prefilled with 1 KiB messages for receive runs)."""
+    """A gateway with queues ``bench`` (prefilled with 1 KiB messages for receive runs) and
+    ``private$/bench_tx`` (transactional)."""
 
     @contextlib.contextmanager
     def server() -> Iterator[str]:
         with servers.gateway() as url:
             _call(url, "PUT", "/v1/queues/bench", {})
+            _call(url, "PUT", "/v1/queues/private$/bench_tx", {"transactional": True})
             body = base64.b64encode(os.urandom(1024)).decode()
             total = RECEIVE_PREFILL["count"] if prefill else 0
             for start in range(0, total, 500):
@@ -80,6 +84,41 @@ def _batch_body(count: int) -> bytes:
                                     for _ in range(count)]}).encode()
 
 
+_SRMP_QM = "6f1c2a44-1b8e-4c1e-9d7a-0a5b2c3d4e5f"
+
+
+def _srmp(stream: bool) -> Callable[[str], bytes]:
+    """A 1 KiB SRMP message as Windows frames it: each request a new id (the duplicate
+    window is exercised); with ``stream`` one in-order stream per load-generator worker, whose
+    stream receipts go back to this gateway's order queue."""
+
+    def make(url: str) -> bytes:
+        from gateway.srmp.build import build_request
+        from gateway.srmp.model import (
+            INFINITE_TEXT, Envelope, MsmqHeader, Path, Services, Stream)
+
+        queue = "private$/bench_tx" if stream else "bench"
+        envelope = Envelope(
+            path=Path(action="MSMQ:bench", to=f"http://127.0.0.1/msmq/{queue}",
+                      id=f"uuid:#SEQ#####@{_SRMP_QM}"),
+            expires_at=INFINITE_TEXT, sent_at="20260101T000000",
+            services=Services(durable=True),
+            stream=Stream(f"uid:{_SRMP_QM}\\#RUN#####0#WRK#####", 1, None,
+                          f"{url}/msmq/private$/order_queue$") if stream else None,
+            msmq=MsmqHeader(priority=0 if stream else 3, body_type=0, hash_algorithm=32772,
+                            source_qm=_SRMP_QM, ttrq="20380101T000000"))
+        request = build_request(envelope, os.urandom(1024), host="127.0.0.1",
+                                path=f"/msmq/{queue}", boundary_number=1)
+        body = request.body
+        return body.replace(b"<current>1</current>", b"<current>#CUR#####</current>")
+
+    return make
+
+
+def _srmp_content_type() -> str:
+    return 'multipart/related; boundary="MSMQ - SOAP boundary, 1"; type=text/xml'
+
+
 SCENARIOS: list[Scenario] = [
     Scenario("ceiling-nostore", _ceiling("nostore"), "/v1/queues/bench/messages",
              compare_to="nostore", ceiling_of="nostore"),
@@ -95,6 +134,12 @@ SCENARIOS: list[Scenario] = [
     Scenario("rest-batch10", _with_queue(), "/v1/batch", compare_to="nostore",
              headers={"Content-Type": "application/json"}, messages_per_request=10,
              body=_batch_body(10)),
+    Scenario("srmp-recoverable", _with_queue(), "/msmq/bench", compare_to="nostore",
+             headers={"Content-Type": _srmp_content_type(), "SOAPAction": '"MSMQMessage"'},
+             body_factory=_srmp(stream=False)),
+    Scenario("srmp-stream", _with_queue(), "/msmq/private$/bench_tx", compare_to="nostore",
+             headers={"Content-Type": _srmp_content_type(), "SOAPAction": '"MSMQMessage"'},
+             body_factory=_srmp(stream=True)),
     Scenario("rest-receive", _with_queue(prefill=True),
              "/v1/queues/bench/receive?max=1", compare_to="nostore", body_size=0),
 ]

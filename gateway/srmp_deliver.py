@@ -58,13 +58,13 @@ async def deliver(qm: QueueManager, streams: IncomingStreams, queue: Queue,
         state = streams.table.get(key)
         receipts_to = state.send_receipts_to if state else stream.send_receipts_to or ""
         props = replace(props, extra={**props.extra, "stream_receipts_to": receipts_to})
-        made = await _commit(qm, queue, props, body, [(streams.queue, position)], replaced)
-        if made is None:
+        committed = await _commit(qm, queue, props, body, [(streams.queue, position)], replaced)
+        if committed is None:
             server_log.warning("queue %s over its quota: stream message %s/%d not accepted "
                                "(the sender resends it)", queue.path.display,
                                stream.stream_id, stream.current)
             return Outcome.QUOTA_DROPPED
-        streams.accepted(key, stream, queue_url, made[1])
+        streams.accepted(key, stream, queue_url, committed[0][1])
         return Outcome.STORED
 
 
@@ -80,9 +80,8 @@ async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperti
         dedup.begin(key)
     try:
         answer: dict[str, object] = {"id": props.message_id}
-        extra = [] if key is None else [(qm.internal(DEDUP_QUEUE),
-                                         dedup.spec(key, digest, answer))]
-        made = await _commit(qm, queue, props, body, extra, [])
+        then = None if key is None else dedup.spec(key, digest, answer)
+        made = await _commit(qm, queue, props, body, [], [], then=then)
         if made is None:
             await _quota_nack(qm, queue, props, body)
             return Outcome.QUOTA_DROPPED
@@ -95,10 +94,15 @@ async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperti
 
 
 async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body: bytes,
-                  extra: list[tuple[Queue, SendSpec]], removes: list[StoredRecord]
-                  ) -> list[StoredRecord] | None:
-    """Store the message, ``extra`` (internal records, kept at index 1..) and the delivery
-    acknowledgement it asks for, in one commit; None when the queue is over its quota."""
+                  extra: list[tuple[Queue, SendSpec]], removes: list[StoredRecord], *,
+                  then: SendSpec | None = None
+                  ) -> tuple[list[StoredRecord], StoredRecord | None] | None:
+    """Store the message with ``extra`` (records that must be atomic with it: a stream
+    position, at index 1..) and the delivery acknowledgement it asks for; None when the queue
+    is over its quota. A lone message takes the cheaper non-transactional append (one fsync,
+    no QMLog). ``then`` (the duplicate window's record) is appended after the message is
+    durable (its record, or None, second in the result): a message never counts as seen
+    unless it was stored, and it becomes receivable only once its record is durable too."""
     now_ms = int(time.time() * 1000)
     props = _arrived(props, now_ms)
     seq = qm.store.reserve_seq(queue.queue_id)
@@ -107,17 +111,27 @@ async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body
     acks = ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE, now_ms)
     spec = SendSpec(queue.queue_id, encode_payload(props, body), priority=props.priority,
                     expires_ms=props.receive_by_ms, express=not props.recoverable, seq=seq)
-    specs = [spec, *(s for _, s in extra), *(s for _, s in acks)]
     try:
-        made = await store_call(qm.store.commit(specs, removes=removes))
+        if extra or acks or removes:
+            specs = [spec, *(s for _, s in extra), *(s for _, s in acks)]
+            made = await store_call(qm.store.commit(specs, removes=removes))
+        else:
+            made = [await store_call(qm.store.append(spec))]
     except ProblemError as exc:
         if isinstance(exc.__cause__, QueueQuotaExceeded):
             return None
         raise
+    then_record = None
+    if then is not None and props.recoverable:
+        try:
+            then_record = await store_call(qm.store.append(then))
+        except ProblemError as exc:  # the message is stored: it must not be lost for this
+            server_log.warning("duplicate-window entry for %s not stored (%s): a resend after "
+                               "a restart would be stored again", props.message_id, exc.detail)
     qm.arrived(queue, made[0])
     for (target, _), record in zip(acks, made[1 + len(extra):]):
         qm.arrived(target, record)
-    return made
+    return made, then_record
 
 
 def _arrived(props: MessageProperties, now_ms: int) -> MessageProperties:

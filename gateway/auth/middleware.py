@@ -48,7 +48,8 @@ def make_auth_middleware(settings: Settings, authenticator: Authenticator) -> Mi
         body = b""
         if request.can_read_body:
             try:
-                body = await asyncio.wait_for(request.read(), body_timeout)
+                async with asyncio.timeout(body_timeout):  # no task per request, unlike wait_for
+                    body = await request.read()
             except TimeoutError:
                 raise ProblemError(408, f"request body not received within {body_timeout} s",
                                    type_slug="body-timeout") from None

@@ -73,8 +73,12 @@ class DecodedMessage:
 
 
 def encode_payload(properties: MessageProperties, body: bytes) -> bytes:
-    header = {k: v for k, v in asdict(properties).items()
-              if v != _DEFAULTS[k]}
+    # Not dataclasses.asdict: it deep-copies every value and was 7% of a REST send's time.
+    header = {}
+    for name, default in _DEFAULTS.items():
+        value = getattr(properties, name)
+        if value != default:
+            header[name] = value
     raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
     return _HEAD.pack(_MAGIC, _VERSION, len(raw)) + raw + body
 

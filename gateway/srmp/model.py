@@ -8,6 +8,7 @@ whoever builds the envelope, not by the printer.
 from __future__ import annotations
 
 import base64
+import functools
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ _MESSAGE_ID = re.compile(rf"^uuid:(\d{{1,20}})@({_GUID_RE})$")
 _STREAM_ID = re.compile(rf"^uid:({_GUID_RE})\\(\d{{1,20}})$")
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_srmp_time(text: str) -> int:
     """``YYYYMMDDThhmmss`` (UTC) -> seconds since 1970.
 
