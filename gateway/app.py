@@ -15,7 +15,7 @@ from gateway.auth.authenticator import Authenticator
 from gateway.auth.middleware import make_auth_middleware
 from gateway.destinations import local_host_names
 from gateway.errors import GatewayError
-from gateway.appkeys import FILE_OPS_KEY, METRICS_KEY, SETTINGS_KEY, STATE_KEY
+from gateway.appkeys import FILE_OPS_KEY, METRICS_KEY, SETTINGS_KEY, SIGNERS_KEY, STATE_KEY
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.middlewares import make_middlewares
@@ -25,6 +25,7 @@ from gateway.outbox import Outbox
 from gateway.receipt_sender import MessageIds, ReceiptSender
 from gateway.redrive import Redrive
 from gateway.srmp_http import add_srmp_routes
+from gateway.srmp_signers import load_signers
 from gateway.srmp_streams import IncomingStreams
 from gateway.transactions import Transactions
 from mapping.loader import MappingLoader
@@ -72,6 +73,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
         local=local_host_names(settings.server.names, settings.server.host,
                                settings.server.port))
     app[FILE_OPS_KEY] = file_ops or RealFileOps()
+    app[SIGNERS_KEY] = load_signers(settings.srmp.signers_dir)
     app.add_routes(health.routes)
     app.add_routes(admin.routes)
     app.add_routes(openapi.routes)
@@ -174,7 +176,8 @@ async def _open_store(app: web.Application) -> None:
         await queue_manager.open([
             (q.path, QueueSettings(transactional=q.transactional, quota=q.quota,
                                    journal=q.journal, journal_quota=q.journal_quota,
-                                   label=q.label, anonymous=q.anonymous))
+                                   label=q.label, anonymous=q.anonymous,
+                                   authenticate=q.authenticate))
             for q in settings.queues])
     except (OSError, ValueError, KeyError, StoreError, GatewayError) as exc:
         state.failure = f"queue manager cannot start: {exc}"

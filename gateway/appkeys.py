@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric import dsa
 
 from gateway.metrics import Metrics
 from gateway.settings import Settings
 from gateway.state import GatewayState
 from store.fileops import FileOps
 
-__all__ = ["SETTINGS_KEY", "METRICS_KEY", "STATE_KEY", "FILE_OPS_KEY"]
+__all__ = ["SETTINGS_KEY", "METRICS_KEY", "STATE_KEY", "FILE_OPS_KEY", "SIGNERS_KEY"]
 
 SETTINGS_KEY = web.AppKey("settings", Settings)
 METRICS_KEY = web.AppKey("metrics", Metrics)
 STATE_KEY = web.AppKey("state", GatewayState)
 FILE_OPS_KEY = web.AppKey("file_ops", FileOps)
+# Sender certificates' public keys for signed SRMP messages, by source QM GUID.
+SIGNERS_KEY = web.AppKey("signers", dict[str, dsa.DSAPublicKey])

@@ -67,11 +67,13 @@ class QueueSettings:
     journal_quota: int = 0
     label: str = ""
     anonymous: bool = False
+    authenticate: bool = False  # only signed SRMP messages (MSMQ's authenticated queue)
 
     def as_properties(self) -> dict[str, str]:
         return {"transactional": str(int(self.transactional)), "quota": str(self.quota),
                 "journal": str(int(self.journal)), "journal_quota": str(self.journal_quota),
-                "label": self.label, "anonymous": str(int(self.anonymous))}
+                "label": self.label, "anonymous": str(int(self.anonymous)),
+                "authenticate": str(int(self.authenticate))}
 
     @staticmethod
     def from_properties(props: dict[str, str]) -> QueueSettings:
@@ -80,7 +82,8 @@ class QueueSettings:
                              journal=props.get("journal") == "1",
                              journal_quota=int(props.get("journal_quota") or 0),
                              label=props.get("label", ""),
-                             anonymous=props.get("anonymous") == "1")
+                             anonymous=props.get("anonymous") == "1",
+                             authenticate=props.get("authenticate") == "1")
 
 
 @dataclass(slots=True)

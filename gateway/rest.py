@@ -57,7 +57,8 @@ def _queue_json(qm: QueueManager, name: str) -> dict[str, object]:
     s = queue.settings
     return {"path": queue.path.display, "transactional": s.transactional, "quota": s.quota,
             "journal": s.journal, "journal_quota": s.journal_quota, "label": s.label,
-            "anonymous": s.anonymous, "system": queue.path.system or queue.is_dead_letter
+            "anonymous": s.anonymous, "authenticate": s.authenticate,
+            "system": queue.path.system or queue.is_dead_letter
             or queue.path.canonical == "system$;journal", "messages": qm.store.count(
                 queue.queue_id), "bytes": qm.store.queue_bytes(queue.queue_id)}
 
@@ -151,7 +152,8 @@ async def _show(request: web.Request, qm: QueueManager, name: str) -> web.Respon
 
 async def _put(request: web.Request, qm: QueueManager, name: str) -> web.Response:
     body = await _json_body(request, allow_empty=True)
-    known = {"transactional", "quota", "journal", "journal_quota", "label", "anonymous"}
+    known = {"transactional", "quota", "journal", "journal_quota", "label", "anonymous",
+             "authenticate"}
     unknown = set(body) - known
     if unknown:
         raise ProblemError(400, f"unknown queue properties: {', '.join(sorted(unknown))}",
@@ -159,7 +161,8 @@ async def _put(request: web.Request, qm: QueueManager, name: str) -> web.Respons
     settings = QueueSettings(
         transactional=_bool(body, "transactional"), quota=_size(body, "quota"),
         journal=_bool(body, "journal"), journal_quota=_size(body, "journal_quota"),
-        label=_label(body), anonymous=_bool(body, "anonymous"))
+        label=_label(body), anonymous=_bool(body, "anonymous"),
+        authenticate=_bool(body, "authenticate"))
     queue, created = await qm.create_queue(name, settings)
     return web.json_response(_queue_json(qm, queue.path.canonical), status=201 if created
                              else 200)

@@ -172,6 +172,8 @@ class SrmpSettings:
     receipt_timeout: float = _duration("20s", low="100ms", high="10m")
     receipt_attempts: int = _int(8, low=1, high=1000)
     receipts_pending_max: int = _int(10_000, low=1, high=1_000_000)
+    # Certificates of signing senders: <source QM GUID>.pem (DSA keys, srmp.md §1.8).
+    signers_dir: str = _text()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -232,6 +234,7 @@ class QueueDeclaration:
     journal_quota: int = _size("0B", low="0B", high="64TiB")
     label: str = field(default="", metadata={"spec": _Spec("label")})
     anonymous: bool = _bool(False)
+    authenticate: bool = _bool(False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

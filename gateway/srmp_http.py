@@ -21,18 +21,20 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from gateway.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
+from gateway.appkeys import METRICS_KEY, SETTINGS_KEY, SIGNERS_KEY, STATE_KEY
 from gateway.auth.middleware import principal_of
 from gateway.auth.principal import NOBODY
 from gateway.destinations import LocalNames, redirect_inbound, resolve_local
 from gateway.errors import ProblemError
 from gateway.logs import server_log
+from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties
 from gateway.queue_manager import Queue
 from gateway.srmp.codec import SrmpMessage, parse_request
 from gateway.srmp.errors import SrmpError
 from gateway.srmp.model import Kind
 from gateway.srmp.properties import message_properties
+from gateway.srmp.signature import BadSignature, verify_signature
 from gateway.srmp_deliver import Outcome, deliver
 
 __all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX"]
@@ -71,8 +73,11 @@ async def srmp_post(request: web.Request) -> web.Response:
         metrics.srmp_messages.labels(kind, "rejected").inc()
         raise ProblemError(403, refusal, type_slug="MQ_ERROR_ACCESS_DENIED")
     try:
+        authenticated = _authenticate(request, message, queue)
         props = _local_admin(message_properties(message, raw, now_ms=int(time.time() * 1000)),
                              request.app[STATE_KEY].local)
+        if authenticated:
+            props = replace(props, extra={**props.extra, "authenticated": "xmldsig"})
         stream = message.envelope.stream if kind == Kind.USER else None
         outcome = await deliver(qm, streams, queue, props, message.body, stream=stream,
                                 queue_url=message.envelope.path.to)
@@ -118,6 +123,36 @@ def _destination(request: web.Request, message: SrmpMessage) -> Queue:
     paths = resolve_local(redirect_inbound("DIRECT=" + to, rules), state.local)
     assert state.queue_manager is not None
     return state.queue_manager.queue(paths[0])
+
+
+def _authenticate(request: web.Request, message: SrmpMessage, queue: Queue) -> bool:
+    """True when the message carries a signature that verifies with its sender's configured
+    certificate. A signature that fails is refused wherever the message goes (it was
+    tampered with, or signed by someone else); an authenticated queue takes verified
+    messages only (srmp.md §1.8).
+
+    Raises:
+        ProblemError: 400 MQMSG_CLASS_NACK_BAD_SIGNATURE.
+    """
+    env = message.envelope
+    signers = request.app[SIGNERS_KEY]
+    source = env.msmq.source_qm if env.msmq is not None else ""
+    key = signers.get(source)
+    verified = False
+    try:
+        if env.signature is not None and key is not None:
+            verify_signature(env.signature, body=message.body, extension=message.extension,
+                             key=key)
+            verified = True
+        elif queue.settings.authenticate:
+            raise BadSignature("the queue takes only signed messages from known senders, and "
+                               + ("no certificate is configured for source "
+                                  f"{source or '(none)'}" if env.signature is not None
+                                  else "this message is not signed"))
+    except BadSignature as exc:
+        nack = MessageClass.NACK_BAD_SIGNATURE.msmq_name
+        raise ProblemError(400, exc.reason, type_slug=nack, extra={"class": nack}) from exc
+    return verified
 
 
 def _local_admin(props: MessageProperties, local: LocalNames) -> MessageProperties:

@@ -11,6 +11,7 @@ accepted and ignored.
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from lxml import etree
@@ -37,6 +38,9 @@ __all__ = ["parse_envelope", "ENVELOPE_BYTES_MAX", "NS_SE", "NS_RP", "NS_SRMP", 
            "NS_DSIG"]
 
 ENVELOPE_BYTES_MAX = 1 << 20
+# The SignedInfo element's bytes (any prefix): the signature covers them as written.
+SIGNED_INFO = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?SignedInfo[\s>/].*?"
+                         rb"</(?:[A-Za-z_][\w.-]*:)?SignedInfo\s*>", re.S)
 ELEMENTS_MAX = 2000
 TEXT_CHARS_MAX = 64 * 1024
 
@@ -77,7 +81,7 @@ def parse_envelope(data: bytes) -> Envelope:
         raise EnvelopeError("the SOAP Header must be the Envelope's first child")
     if len(children) > 1 and _qname(children[1]) != (NS_SE, "Body"):
         raise EnvelopeError("only the SOAP Body may follow the Header")
-    return _header(children[0])
+    return _header(children[0], data)
 
 
 def _check_shape(root: _El) -> None:
@@ -155,7 +159,7 @@ def _time(text: str, name: str) -> str:
     return text
 
 
-def _header(header: _El) -> Envelope:
+def _header(header: _El, data: bytes) -> Envelope:
     parts: dict[str, _El] = {}
     extra: list[str] = []
     for child in _elements(header):
@@ -191,7 +195,7 @@ def _header(header: _El) -> Envelope:
         stream_receipt=(_stream_receipt(parts["streamReceipt"])
                         if "streamReceipt" in parts else None),
         msmq=_msmq(parts["Msmq"]) if "Msmq" in parts else None,
-        signature=_signature(parts["Signature"]) if "Signature" in parts else None,
+        signature=_signature(parts["Signature"], data) if "Signature" in parts else None,
         extra_headers=tuple(extra),
     )
 
@@ -341,7 +345,7 @@ def _msmq(element: _El) -> MsmqHeader:
     )
 
 
-def _signature(element: _El) -> Signature:
+def _signature(element: _El, data: bytes) -> Signature:
     found = _children(element, "Signature")
     signed_info = found.get("SignedInfo")
     if signed_info is None:
@@ -360,4 +364,12 @@ def _signature(element: _El) -> Signature:
             digest_value=_required(ref_found, "DigestValue", "Reference")))
     return Signature(signature_method=method, references=tuple(references),
                      signature_value=_required(found, "SignatureValue", "Signature"),
-                     signed_info=etree.tostring(signed_info, method="c14n"))
+                     signed_info=_raw_signed_info(data))
+
+
+def _raw_signed_info(data: bytes) -> bytes:
+    """``SignedInfo`` as it appears in the envelope: what the signature covers."""
+    match = SIGNED_INFO.search(data)
+    if match is None:  # a SignedInfo the pattern misses: lxml saw one, so keep its form
+        raise EnvelopeError("<SignedInfo> is not written as a plain element")
+    return match.group(0)

@@ -14,7 +14,7 @@ import pytest
 from gateway.settings import Settings
 from gateway.srmp.model import Services
 from tests.helpers import ready_client
-from tests.srmp_client import post, stream_message, user_message
+from tests.srmp_client import SENDER_QM, post, stream_message, user_message
 from tests.srmp_vectors import derived, split_request, wire
 
 PROBLEM = "application/problem+json"
@@ -219,3 +219,50 @@ async def test_logical_address_lands_in_the_physical_queue(make_client: Any,
     # Without the rule the same host is foreign.
     other = user_message("https://www.northwindtraders.com/msmq/other", b"x", ordinal=2)
     assert (await post(client, other, "/msmq/other")).status == 400
+
+
+def _dsa_signer(directory: Path) -> Any:
+    """A DSA key and its self-signed certificate as <SENDER_QM>.pem in ``directory``."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import dsa
+    from cryptography.x509.oid import NameOID
+
+    key = dsa.generate_private_key(2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sender qm")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1)
+            .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    directory.mkdir(exist_ok=True)
+    (directory / f"{SENDER_QM}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key
+
+
+async def test_signed_messages_and_authenticated_queues(make_client: Any,
+                                                        tmp_path: Path) -> None:
+    key = _dsa_signer(tmp_path / "signers")
+    client = await make_client(srmp__signers_dir=str(tmp_path / "signers"))
+    await client.put("/v1/queues/private$/secure", json={"authenticate": True})
+    secure = "http://machine2/msmq/private$/secure"
+    response = await post(client, user_message(secure, b"signed", ordinal=1, signer=key))
+    assert response.status == 200, await response.text()
+    [message] = await _messages(client, "private$/secure")
+    assert message["properties"]["authenticated"] == "xmldsig"
+    unsigned = await post(client, user_message(secure, b"plain", ordinal=2))
+    assert unsigned.status == 400
+    assert (await unsigned.json())["type"].endswith("MQMSG_CLASS_NACK_BAD_SIGNATURE")
+    tampered = user_message(secure, b"signed", ordinal=3, signer=key)
+    tampered = replace(tampered, body=tampered.body.replace(b"signed--", b"SIGNED--"))
+    bad = await post(client, tampered)
+    assert bad.status == 400 and "does not match" in (await bad.json())["detail"]
+    # A bad signature is refused on any queue; an unsigned message to a plain queue is fine.
+    plain_tampered = user_message(SIMPLEQ, b"signed", ordinal=5, signer=key)
+    plain_tampered = replace(plain_tampered,
+                             body=plain_tampered.body.replace(b"signed--", b"SIGNED--"))
+    assert (await post(client, plain_tampered)).status == 400
+    assert (await post(client, user_message(SIMPLEQ, b"plain", ordinal=4))).status == 200
+    assert len(await _messages(client, "private$/secure")) == 1
