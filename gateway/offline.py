@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -62,12 +64,17 @@ def _backup_online(data_dir: Path, dest: Path) -> tuple[int, int, float]:
         raise StartupError(f"{data_dir} is in use, but no gateway.json says by which "
                            "gateway") from exc
     body = json.dumps({"dest": str(dest.resolve())}).encode()
+    headers = {"Content-Type": "application/json"}
+    if os.environ.get("ENTREPOT_ADMIN_KEY"):  # a gateway with credentials wants the admin's
+        headers["Authorization"] = "Bearer " + os.environ["ENTREPOT_ADMIN_KEY"]
+    cafile = os.environ.get("ENTREPOT_CAFILE")  # a gateway with a self-signed certificate
+    context = ssl.create_default_context(cafile=cafile) if cafile else None
     request = urllib.request.Request(url + "/v1/admin/backup", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers=headers)
     print(f"{data_dir} is held by the gateway at {url}: asking it for the backup",
           file=sys.stderr)
     try:
-        with urllib.request.urlopen(request, timeout=3600) as response:
+        with urllib.request.urlopen(request, timeout=3600, context=context) as response:
             answer = json.loads(response.read())
     except urllib.error.HTTPError as exc:
         detail = json.loads(exc.read() or b"{}").get("detail", exc.reason)

@@ -244,3 +244,19 @@ def test_oversized_headers_are_refused(secure: tuple[GatewayProcess, Path], extr
         tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + extra + b"\r\n")
         answer = tls.recv(4096)
     assert answer.split(b" ")[1] in (b"400", b"431"), answer[:100]
+
+
+def test_online_backup_with_the_admin_key(secure: tuple[GatewayProcess, Path]) -> None:
+    import os
+    import sys
+
+    proc, root = secure
+    env = {**os.environ, "ENTREPOT_CAFILE": str(root / "server" / "cert.pem")}
+    args = [sys.executable, "-m", "gateway", "backup", str(proc.data_dir)]
+    refused = subprocess.run([*args, str(root / "backup-refused")], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "refused" in refused.stderr
+    done = subprocess.run([*args, str(root / "backup")], capture_output=True, text=True,
+                          env={**env, "ENTREPOT_ADMIN_KEY": "root-key"}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (root / "backup" / "MANIFEST.json").exists()
