@@ -102,10 +102,34 @@ def document() -> dict[str, Any]:
                                   body=True)},
         "/v1/admin/backup": {"post": _op("Back up the running store into {dest}.",
                                          body=True)},
+        "/msmq/{path}": {"post": {
+            "summary": "SRMP (MSMQ over HTTP): a multipart/related SOAP envelope and body, or "
+                       "a text/xml receipt. The queue comes from the envelope's <to>; the "
+                       "virtual directories are srmp.virtual_dirs.",
+            "parameters": q,
+            "requestBody": {"required": True, "content": {
+                "multipart/related": {"schema": {"type": "string", "format": "binary"}},
+                "text/xml": {"schema": {"type": "string"}}}},
+            "responses": {"200": {"description": "Stored, or a duplicate (empty body)"},
+                          "default": _PROBLEM},
+            "security": [{}, {"clientCertificate": []}]}},
     }
+    public = ("/healthz", "/readyz", "/metrics", "/v1/openapi.json")
+    for path in public:
+        paths[path]["get"]["security"] = [{}]
     return {"openapi": "3.1.0",
             "info": {"title": "entrepot", "version": "1",
-                     "description": "HTTP store-and-forward gateway: REST API."},
+                     "description": "HTTP store-and-forward gateway: REST API and SRMP. With "
+                                    "credentials configured every other operation needs "
+                                    "one of the security schemes."},
+            "components": {"securitySchemes": {
+                "apiKey": {"type": "http", "scheme": "bearer",
+                           "description": "Authorization: Bearer <API key>"},
+                "hmac": {"type": "apiKey", "in": "header", "name": "Authorization",
+                         "description": "EP-HMAC-SHA256 partner=, ts=, nonce=, sig= (see "
+                                        "README, Security)"},
+                "clientCertificate": {"type": "mutualTLS"}}},
+            "security": [{"apiKey": []}, {"hmac": []}, {"clientCertificate": []}],
             "paths": paths}
 
 
