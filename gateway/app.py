@@ -153,6 +153,10 @@ async def _stop_srmp(state: GatewayState) -> None:
             server_log.warning("incoming streams not checkpointed at stop: %s", exc)
     if state.receipts is not None:
         await state.receipts.close()
+    qm = state.queue_manager
+    if qm is not None and qm.dedup is not None and state.store is not None:
+        with contextlib.suppress(StoreError):
+            await qm.dedup.flush()
 
 
 async def _open_store(app: web.Application) -> None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from gateway.errors import ProblemError
 from gateway.internal_queues import DEDUP_QUEUE
+from gateway.logs import server_log
+from store.errors import StoreError
 from store.message_store import MessageStore
 from store.records import SendSpec, StoredRecord
 
@@ -46,10 +48,16 @@ class DedupWindow:
         self.window_s = window_s
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._pending: dict[str, asyncio.Future[dict[str, object]]] = {}
+        # Entries remembered lazily (SRMP ids), written together in one record per flush;
+        # a record shared by several entries is removed with the last of them.
+        self._unflushed: list[tuple[str, _Entry]] = []
+        self._sharing: dict[int, int] = {}
         for record in store.records(queue_id):
             doc = json.loads(store.read(record))
-            self._entries[doc["key"]] = _Entry(doc["digest"], doc["answer"], doc["at_ms"],
-                                               record)
+            for item in doc["entries"] if "entries" in doc else [doc]:
+                self._entries[item["key"]] = _Entry(item["digest"], item["answer"],
+                                                    item["at_ms"], record)
+                self._sharing[record.seq] = self._sharing.get(record.seq, 0) + 1
 
     @staticmethod
     def digest(body: bytes, destination: str) -> str:
@@ -84,10 +92,41 @@ class DedupWindow:
     def done(self, key: str, digest: str, answer: dict[str, object],
              record: StoredRecord | None) -> None:
         self._entries[key] = _Entry(digest, answer, _now_ms(), record)
+        if record is not None:
+            self._sharing[record.seq] = 1
         self._entries.move_to_end(key)
         future = self._pending.pop(key, None)
         if future is not None and not future.done():
             future.set_result(answer)
+
+    def remember(self, key: str, digest: str, answer: dict[str, object], *,
+                 durable: bool = True) -> None:
+        """Remember ``key`` now, on disk with the next ``flush`` (a few per second): cheaper
+        than a record in the message's own commit. A sender resends only what it got no 200
+        for, so what this gives up is a resend after a crash within the flush interval of a
+        message whose 200 was also lost. Not ``durable``: memory only (an express message
+        is gone after a restart, so its resend must be taken again)."""
+        entry = _Entry(digest, answer, _now_ms(), None)
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        if durable:
+            self._unflushed.append((key, entry))
+        future = self._pending.pop(key, None)
+        if future is not None and not future.done():
+            future.set_result(answer)
+
+    async def flush(self) -> None:
+        """Write the lazily remembered entries in one record."""
+        batch, self._unflushed = self._unflushed, []
+        live = [(k, e) for k, e in batch if self._entries.get(k) is e]
+        if not live:
+            return
+        doc = {"entries": [{"key": k, "digest": e.digest, "answer": e.answer,
+                            "at_ms": e.at_ms} for k, e in live]}
+        record = await self.store.append(SendSpec(self.queue_id, json.dumps(doc).encode()))
+        self._sharing[record.seq] = len(live)
+        for _, entry in live:
+            entry.record = record
 
     def failed(self, key: str) -> None:
         future = self._pending.pop(key, None)
@@ -95,22 +134,37 @@ class DedupWindow:
             future.set_result({})
 
     async def trim(self) -> int:
-        """Forget keys beyond the window (count or age); returns how many."""
+        """Forget keys beyond the window (count or age); returns how many keys."""
         horizon = self._horizon_ms()
         gone: list[StoredRecord] = []
+        forgotten = 0
         while self._entries and (len(self._entries) > self.entries_max
                                  or next(iter(self._entries.values())).at_ms < horizon):
             _, entry = self._entries.popitem(last=False)
+            forgotten += 1
             if entry.record is not None:
-                gone.append(entry.record)
+                left = self._sharing.get(entry.record.seq, 1) - 1
+                if left <= 0:
+                    self._sharing.pop(entry.record.seq, None)
+                    gone.append(entry.record)
+                else:
+                    self._sharing[entry.record.seq] = left
         for start in range(0, len(gone), 1000):
             await self.store.remove(gone[start: start + 1000])
-        return len(gone)
+        return forgotten
 
-    async def run(self) -> None:
+    async def run(self, flush_interval_s: float = 0.1) -> None:
+        trim_every = max(1, int(min(60.0, self.window_s / 10) / flush_interval_s))
+        ticks = 0
         while True:
-            await asyncio.sleep(min(60.0, self.window_s / 10))
-            await self.trim()
+            await asyncio.sleep(flush_interval_s)
+            try:
+                await self.flush()
+            except StoreError as exc:  # the entries stay in memory; the store logs the cause
+                server_log.warning("duplicate-window entries not written: %s", exc)
+            ticks += 1
+            if ticks % trim_every == 0:
+                await self.trim()
 
     def _horizon_ms(self) -> int:
         return _now_ms() - int(self.window_s * 1000)

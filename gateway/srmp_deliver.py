@@ -4,7 +4,10 @@
   in one atomic commit. A duplicate or out-of-order one is not stored (200: the sender must
   not retry it) and the sender is re-acknowledged.
 - Other messages are checked against the duplicate window by their SRMP id (skipped for the
-  "no id" id {NULL GUID, 1} of messages without ``<Msmq>``); a duplicate is answered 200.
+  "no id" id {NULL GUID, 1} of messages without ``<Msmq>``); a duplicate is answered 200. The
+  window is written to disk lazily (DedupWindow.remember): like MSMQ's own duplicate table
+  it serves non-transactional messages on a best-effort basis; streams are the exactly-once
+  path.
 - A queue over its quota drops the message (MSMQ enqueue status 1): for a non-stream message
   with a dead-letter copy and a negative acknowledgement (NACK_Q_EXCEED_QUOTA) as the message
   asks; a stream message is not accepted, so the sender resends it once there is room. Always
@@ -64,7 +67,7 @@ async def deliver(qm: QueueManager, streams: IncomingStreams, queue: Queue,
                                "(the sender resends it)", queue.path.display,
                                stream.stream_id, stream.current)
             return Outcome.QUOTA_DROPPED
-        streams.accepted(key, stream, queue_url, committed[0][1])
+        streams.accepted(key, stream, queue_url, committed[1])
         return Outcome.STORED
 
 
@@ -79,14 +82,12 @@ async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperti
             return Outcome.DUPLICATE
         dedup.begin(key)
     try:
-        answer: dict[str, object] = {"id": props.message_id}
-        then = None if key is None else dedup.spec(key, digest, answer)
-        made = await _commit(qm, queue, props, body, [], [], then=then)
+        made = await _commit(qm, queue, props, body, [], [])
         if made is None:
             await _quota_nack(qm, queue, props, body)
             return Outcome.QUOTA_DROPPED
         if key is not None:
-            dedup.done(key, digest, answer, made[1])
+            dedup.remember(key, digest, {"id": props.message_id}, durable=props.recoverable)
         return Outcome.STORED
     finally:
         if key is not None:
@@ -94,15 +95,12 @@ async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperti
 
 
 async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body: bytes,
-                  extra: list[tuple[Queue, SendSpec]], removes: list[StoredRecord], *,
-                  then: SendSpec | None = None
-                  ) -> tuple[list[StoredRecord], StoredRecord | None] | None:
+                  extra: list[tuple[Queue, SendSpec]], removes: list[StoredRecord]
+                  ) -> list[StoredRecord] | None:
     """Store the message with ``extra`` (records that must be atomic with it: a stream
     position, at index 1..) and the delivery acknowledgement it asks for; None when the queue
     is over its quota. A lone message takes the cheaper non-transactional append (one fsync,
-    no QMLog). ``then`` (the duplicate window's record) is appended after the message is
-    durable (its record, or None, second in the result): a message never counts as seen
-    unless it was stored, and it becomes receivable only once its record is durable too."""
+    no QMLog)."""
     now_ms = int(time.time() * 1000)
     props = _arrived(props, now_ms)
     seq = qm.store.reserve_seq(queue.queue_id)
@@ -121,17 +119,10 @@ async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body
         if isinstance(exc.__cause__, QueueQuotaExceeded):
             return None
         raise
-    then_record = None
-    if then is not None and props.recoverable:
-        try:
-            then_record = await store_call(qm.store.append(then))
-        except ProblemError as exc:  # the message is stored: it must not be lost for this
-            server_log.warning("duplicate-window entry for %s not stored (%s): a resend after "
-                               "a restart would be stored again", props.message_id, exc.detail)
     qm.arrived(queue, made[0])
     for (target, _), record in zip(acks, made[1 + len(extra):]):
         qm.arrived(target, record)
-    return made, then_record
+    return made
 
 
 def _arrived(props: MessageProperties, now_ms: int) -> MessageProperties:

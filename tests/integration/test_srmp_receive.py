@@ -266,3 +266,24 @@ async def test_signed_messages_and_authenticated_queues(make_client: Any,
     assert (await post(client, plain_tampered)).status == 400
     assert (await post(client, user_message(SIMPLEQ, b"plain", ordinal=4))).status == 200
     assert len(await _messages(client, "private$/secure")) == 1
+
+
+async def test_duplicate_ids_are_remembered_across_a_restart(make_client: Any,
+                                                             aiohttp_client: Any,
+                                                             settings_factory: Any) -> None:
+    client = await make_client()
+    durable = user_message(SIMPLEQ, b"once", ordinal=42)
+    express = user_message(SIMPLEQ, b"express", ordinal=43, durable=False)
+    for request in (durable, express):
+        assert (await post(client, request)).status == 200
+    await client.close()  # a clean stop writes the window
+    again = await ready_client(aiohttp_client, settings_factory(
+        server__names=["machine1", "machine2"]))
+    for request in (durable, express):
+        assert (await post(again, request)).status == 200
+    bodies = [base64.b64decode(m["body_base64"])
+              for m in await _messages(again, "private$/simpleq")]
+    # The durable one is known as a duplicate; the express one was lost with the restart,
+    # so its resend is taken.
+    assert sorted(bodies) == [b"express", b"once"]
+    assert await _metric(again, "user", "duplicate") == 1

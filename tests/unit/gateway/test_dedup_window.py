@@ -27,3 +27,27 @@ async def test_window_forgets_beyond_its_count_and_age(tmp_path: Path) -> None:
     assert await window.trim() == 3
     assert store.count(info.queue_id) == 0
     await close_store(store)
+
+
+async def test_lazily_remembered_keys_share_records_and_survive_a_reopen(tmp_path: Path
+                                                                         ) -> None:
+    store = await open_store(tmp_path)
+    info = await store.create_queue("private$/entrepot_dedup$", {})
+    window = DedupWindow(store, info.queue_id, entries_max=4, window_s=3600)
+    for index in range(3):
+        window.remember(f"a{index}", "d", {"n": index})
+    assert await window.seen("a1", "d") == {"n": 1}  # known at once, before any flush
+    await window.flush()
+    for index in range(3):
+        window.remember(f"b{index}", "d", {"n": index})
+    await window.flush()
+    assert store.count(info.queue_id) == 2  # one record per flush
+    assert await window.trim() == 2  # a0, a1 gone; their record is shared with a2: kept
+    assert store.count(info.queue_id) == 2
+    again = DedupWindow(store, info.queue_id, entries_max=4, window_s=3600)
+    assert await again.seen("a2", "d") == {"n": 2} and await again.seen("b0", "d") == {"n": 0}
+    assert await window.trim() == 0
+    window.entries_max = 3
+    assert await window.trim() == 1  # a2 goes, and with it the first record
+    assert store.count(info.queue_id) == 1
+    await close_store(store)
