@@ -21,6 +21,7 @@ _ASKED_BY: dict[MessageClass, AckLevel] = {
     MessageClass.NACK_Q_PURGED: AckLevel.NEG_RECEIVE,
     MessageClass.NACK_Q_DELETED: AckLevel.NEG_RECEIVE,
     MessageClass.NACK_REACH_QUEUE_TIMEOUT: AckLevel.NEG_ARRIVAL,
+    MessageClass.NACK_BAD_DST_Q: AckLevel.NEG_ARRIVAL,
     MessageClass.NACK_Q_EXCEED_QUOTA: AckLevel.NEG_ARRIVAL,
     MessageClass.NACK_NOT_TRANSACTIONAL_Q: AckLevel.NEG_ARRIVAL,
     MessageClass.NACK_BAD_SIGNATURE: AckLevel.NEG_ARRIVAL,

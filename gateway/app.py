@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway import admin, health, openapi, rest, rest_messages, rest_tx
+from gateway import admin, health, openapi, rest, rest_links, rest_messages, rest_tx
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.middleware import make_auth_middleware
 from gateway.destinations import local_host_names
@@ -21,6 +21,8 @@ from gateway.metrics import Metrics
 from gateway.middlewares import make_middlewares
 from gateway.identity import load_guid
 from gateway.queue_manager import QueueManager, QueueSettings
+from gateway.link import LinkOptions
+from gateway.links import Links
 from gateway.outbox import Outbox
 from gateway.receipt_sender import MessageIds, ReceiptSender
 from gateway.redrive import Redrive
@@ -79,6 +81,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     app.add_routes(openapi.routes)
     app.add_routes(rest_tx.routes)
     app.add_routes(rest_messages.routes)
+    app.add_routes(rest_links.routes)
     app.add_routes(rest.routes)
     add_srmp_routes(app, settings.srmp.virtual_dirs)
     app.cleanup_ctx.append(_store_ctx)
@@ -144,8 +147,24 @@ async def _mapping_ctx(app: web.Application) -> AsyncIterator[None]:
         await watcher
 
 
+def link_options(settings: Settings) -> LinkOptions:
+    links, server = settings.links, settings.server
+    host = server.names[0] if server.names else server.host
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    scheme = "https" if server.tls_cert else "http"
+    return LinkOptions(request_timeout_s=links.request_timeout,
+                       idle_timeout_s=links.idle_timeout, retry_max_s=links.retry_max,
+                       resend_s=links.resend, stream_element=links.stream_element,
+                       public_url=(settings.srmp.public_url.rstrip("/")
+                                   or f"{scheme}://{host}:{server.port}"))
+
+
 async def _stop_srmp(state: GatewayState) -> None:
-    """Checkpoint the incoming streams (a faster next start) and stop sending receipts."""
+    """Stop the links, checkpoint the incoming streams (a faster next start), stop sending
+    receipts."""
+    if state.links is not None:
+        await state.links.close()
     if state.streams is not None and state.store is not None and state.store.failed is None:
         try:
             await state.streams.checkpoint()
@@ -205,6 +224,10 @@ async def _open_store(app: web.Application) -> None:
                                     streams_max=srmp.streams_max,
                                     checkpoint_interval_s=srmp.stream_checkpoint_interval)
     outbox = Outbox(queue_manager, state.receipts, ids, app[METRICS_KEY])
+    state.links = Links(queue_manager, link_options(settings), app[METRICS_KEY],
+                        lambda: state.mapping.rules if state.mapping is not None else None)
+    state.links.start()
+    await state.links.outgoing.drop_stale()
     state.tasks.append(asyncio.create_task(outbox.run(), name="srmp-outbox"))
     state.tasks.append(asyncio.create_task(state.streams.run_receipts(), name="srmp-receipts"))
     state.tasks.append(asyncio.create_task(state.streams.run_checkpoints(),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from gateway.copies import ack_specs, dead_letter_spec
@@ -33,7 +33,7 @@ from mapping.rules import RuleSet
 from store.records import SendSpec
 
 __all__ = ["LocalNames", "local_host_names", "redirect_inbound", "resolve_local",
-           "send_to_destinations"]
+           "split_destinations", "send_to_destinations"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +63,8 @@ def local_host_names(configured: Iterable[str], listen_host: str, listen_port: i
 def redirect_inbound(text: str, rules: RuleSet | None) -> str:
     """Apply the inbound redirections (mapping files) to each element of a format name, before
     any queue lookup: a logical address becomes the physical one the rules name (a URL, or a
-    local queue path). A name that does not parse is returned as it is (resolve_local says
-    what is wrong with it)."""
+    local queue path). A name that does not parse, or that no rule touches, is returned as it
+    is (so a caller can tell whether a redirection applied)."""
     if rules is None or not rules.redirections:
         return text
     try:
@@ -73,17 +73,46 @@ def redirect_inbound(text: str, rules: RuleSet | None) -> str:
         return text
     elements = parsed.elements if isinstance(parsed, MultipleFormatName) else (parsed,)
     out = []
+    changed = False
     for element in elements:
         found = None
         if isinstance(element, DirectFormatName) and element.protocol in ("http", "https"):
             found = route_inbound(rules, element.url())
+        changed = changed or found is not None
         if found is None:
             out.append(element.format_name())
         elif "://" in found.target:
             out.append("DIRECT=" + found.target)
         else:
             out.append("DIRECT=OS:.\\" + found.target.replace("/", "\\"))
-    return ",".join(out)
+    return ",".join(out) if changed else text
+
+
+def split_destinations(text: str, local: LocalNames) -> tuple[list[str], list[str]]:
+    """(local queue paths, remote queue URLs) of the elements of the format name ``text``;
+    remote ones are reached by links over SRMP, so they must be HTTP(S) direct names.
+
+    Raises:
+        ProblemError: 400 for a bad format name; 422 for a remote element SRMP cannot reach.
+    """
+    try:
+        parsed = parse_format_name(text)
+    except FormatNameError as exc:
+        raise ProblemError(400, str(exc), type_slug=exc.code) from exc
+    elements: tuple[SingleFormatName, ...] = (
+        parsed.elements if isinstance(parsed, MultipleFormatName) else (parsed,))
+    paths: list[str] = []
+    urls: list[str] = []
+    for element in elements:
+        if isinstance(element, DirectFormatName) and local.owns(element):
+            paths.append(element.display_queue or element.queue)
+        elif isinstance(element, DirectFormatName) and element.protocol in ("http", "https"):
+            urls.append(element.url())
+        else:
+            raise ProblemError(422, f"{element.format_name()} is not on this gateway and "
+                               "SRMP links reach only DIRECT=HTTP(S) format names",
+                               type_slug="no-route")
+    return paths, urls
 
 
 def resolve_local(text: str, local: LocalNames) -> list[str]:
@@ -108,14 +137,31 @@ def resolve_local(text: str, local: LocalNames) -> list[str]:
 
 
 async def send_to_destinations(qm: QueueManager, paths: list[str], body: bytes,
-                               properties: MessageProperties, *, transactional: bool
+                               properties: MessageProperties, *, transactional: bool,
+                               remote: Sequence[tuple[Queue, str]] = ()
                                ) -> tuple[list[ReceivedMessage], list[dict[str, str]]]:
-    """One copy per destination in one atomic commit; returns the stored copies and the
+    """One copy per destination in one atomic commit (a remote one in its outgoing queue,
+    ``remote`` = (outgoing queue, destination URL)); returns the stored copies and the
     destinations whose copy was dead-lettered."""
     now_ms = int(time.time() * 1000)
     specs: list[tuple[Queue, SendSpec]] = []
     stored: list[tuple[Queue, ReceivedMessage]] = []
     dead: list[dict[str, str]] = []
+    for outgoing, url in remote:
+        props = replace(properties, transactional=transactional, arrived_at_ms=now_ms,
+                        sent_at_ms=properties.sent_at_ms or now_ms,
+                        source_qm=properties.source_qm or qm.qm_guid,
+                        priority=0 if transactional else properties.priority,
+                        recoverable=properties.recoverable or transactional,
+                        extra={**properties.extra, "srmp_to": url})
+        seq = qm.store.reserve_seq(outgoing.queue_id)
+        message = ReceivedMessage(props.message_id or compose_id(qm.qm_guid,
+                                                                  outgoing.queue_id, seq),
+                                  url, seq, props, body)
+        specs.append((outgoing, SendSpec(outgoing.queue_id, encode_payload(props, body),
+                                         priority=props.priority,
+                                         expires_ms=props.receive_by_ms, seq=seq)))
+        stored.append((outgoing, message))
     for path in paths:
         queue = qm.queue(path)
         props = replace(properties, transactional=transactional, arrived_at_ms=now_ms,

@@ -74,6 +74,15 @@ class Metrics:
             "Incoming exactly-once streams remembered.",
             registry=self.registry,
         )
+        self.link_backlog = Gauge(
+            "entrepot_link_backlog", "Messages in a link's outgoing queue.", ["destination"],
+            registry=self.registry)
+        self.link_unacked = Gauge(
+            "entrepot_link_unacked", "Stream messages waiting for a stream receipt.",
+            ["destination"], registry=self.registry)
+        self.link_acked = Counter(
+            "entrepot_link_acknowledged", "Stream messages acknowledged by stream receipts.",
+            ["destination"], registry=self.registry)
         self.ready = Gauge(
             "entrepot_ready",
             "1 when the store is open and recovered and the gateway accepts messages.",

@@ -102,6 +102,10 @@ def document() -> dict[str, Any]:
                                   body=True)},
         "/v1/admin/backup": {"post": _op("Back up the running store into {dest}.",
                                          body=True)},
+        "/v1/links": {"get": _op("Links to remote queue managers: destination, state, "
+                                 "backlog, unacked, oldest_age_s, last_error.")},
+        "/v1/links/{id}/pause": {"post": _op("Pause a link.", params=[_TX])},
+        "/v1/links/{id}/resume": {"post": _op("Resume a link.", params=[_TX])},
         "/msmq/{path}": {"post": {
             "summary": "SRMP (MSMQ over HTTP): a multipart/related SOAP envelope and body, or "
                        "a text/xml receipt. The queue comes from the envelope's <to>; the "

@@ -21,7 +21,7 @@ from gateway.errors import ProblemError
 from gateway.acks import wants_ack
 from gateway.copies import ack_specs, dead_letter_spec
 from gateway.dedup import DedupWindow
-from gateway.internal_queues import DEDUP_QUEUE, INTERNAL_QUEUES
+from gateway.internal_queues import DEDUP_QUEUE, INTERNAL_QUEUES, is_internal
 from gateway.expiry import Expiry
 from gateway.logs import server_log
 from gateway.store_errors import store_call
@@ -144,10 +144,10 @@ class QueueManager:
         for name in SYSTEM_QUEUES:
             if name not in self._queues:
                 tx = name == DEADXACT
-                await self._register(parse_queue_path(name), QueueSettings(transactional=tx),
+                await self.register(parse_queue_path(name), QueueSettings(transactional=tx),
                                      journal_class=name != ORDER_QUEUE)
         for name in (n for n in INTERNAL_QUEUES if n not in self._queues):
-            await self._register(parse_queue_path(name), QueueSettings())
+            await self.register(parse_queue_path(name), QueueSettings())
         self.dedup = DedupWindow(self.store, self._queues[DEDUP_QUEUE].queue_id)
         for name, settings in declared:
             path = self._parse(name)
@@ -171,9 +171,11 @@ class QueueManager:
         else:
             lane.append(record.seq)
 
-    async def _register(self, path: QueuePath, settings: QueueSettings, *,
-                        journal_class: bool = False) -> Queue:
-        props = settings.as_properties()
+    async def register(self, path: QueuePath, settings: QueueSettings, *,
+                       journal_class: bool = False, extra: dict[str, str] | None = None
+                       ) -> Queue:
+        """Register a queue in the store (``extra``: more properties for its lqs file)."""
+        props = {**settings.as_properties(), **(extra or {})}
         props["journal_class"] = "1" if journal_class or path.journal else "0"
         if path.journal:
             props["quota"] = str(settings.journal_quota)
@@ -195,14 +197,14 @@ class QueueManager:
     def queue(self, name: str) -> Queue:
         path = self._parse(name)
         queue = self._queues.get(path.canonical)
-        if queue is None or path.canonical in INTERNAL_QUEUES:
+        if queue is None or is_internal(path.canonical):
             raise ProblemError(404, f"no queue {path.display!r}",
                                type_slug="MQ_ERROR_QUEUE_NOT_FOUND")
         return queue
 
     def queues(self) -> list[Queue]:
         return sorted((q for q in self._queues.values()
-                       if q.path.canonical not in INTERNAL_QUEUES),
+                       if not is_internal(q.path.canonical)),
                       key=lambda q: q.path.canonical)
 
     async def create_queue(self, name: str, settings: QueueSettings) -> tuple[Queue, bool]:
@@ -221,7 +223,7 @@ class QueueManager:
             existing.info, existing.settings = info, settings
             await self._sync_journal(existing)
             return existing, False
-        queue = await self._register(path, settings)
+        queue = await self.register(path, settings)
         await self._sync_journal(queue)
         return queue, True
 
@@ -229,7 +231,7 @@ class QueueManager:
         journal_path = journal_of(queue.path)
         journal = self._queues.get(journal_path.canonical)
         if journal is None and queue.settings.journal:
-            await self._register(journal_path, QueueSettings(
+            await self.register(journal_path, QueueSettings(
                 journal_quota=queue.settings.journal_quota), journal_class=True)
         elif journal is not None:
             await self.store.update_queue(journal.queue_id,
@@ -436,6 +438,9 @@ class QueueManager:
 
     def lookup(self, canonical: str) -> Queue | None:
         return self._queues.get(canonical)
+
+    def all_queues(self) -> list[Queue]:
+        return list(self._queues.values())
 
     def queue_by_id(self, queue_id: int) -> Queue:
         return self._by_id[queue_id]

@@ -7,8 +7,8 @@ import time
 from aiohttp import web
 
 from gateway.appkeys import STATE_KEY
-from gateway.auth.middleware import require
-from gateway.destinations import redirect_inbound, resolve_local, send_to_destinations
+from gateway.auth.middleware import require, require_admin
+from gateway.destinations import redirect_inbound, send_to_destinations, split_destinations
 from gateway.errors import ProblemError
 from gateway.rest_codec import HeaderError, parse_send_headers
 
@@ -33,18 +33,25 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     except HeaderError as exc:
         raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
     rules = state.mapping.rules if state.mapping is not None else None
-    paths = resolve_local(redirect_inbound(destination, rules), state.local)
+    paths, urls = split_destinations(redirect_inbound(destination, rules), state.local)
     for path in paths:
         require(request, "send", path)
+    if urls:
+        require_admin(request)  # partners' allow lists name local queues only
     queues = [qm.queue(path) for path in paths]  # unknown queues refused before the body
     body = await request.read()
     tx = send.transaction
+    if urls and (tx not in (None, "single", "none") or state.links is None):
+        raise ProblemError(422, "remote destinations take single sends (Mq-Transaction: "
+                           "single or none), not explicit transactions",
+                           type_slug="no-route")
+    remote = [(await state.links.queue_for(url), url) for url in urls] if state.links else []
     if tx not in (None, "single", "none"):
         transactions.get(tx)
         held = [transactions.send(tx, path, body, send.properties)[1] for path in paths]
         return web.json_response({"transaction": tx, "queues": [q.path.display for q in queues],
                                   "index": held}, status=202)
-    if len(paths) == 1:
+    if len(paths) == 1 and not remote:
         message = await qm.send(paths[0], body, send.properties, transaction=tx,
                                 dedup_key=send.idempotency_key)
         return web.json_response({"id": message.message_id, "queue": message.queue,
@@ -52,7 +59,7 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     transactional = tx == "single" or (tx is None and any(q.settings.transactional
                                                           for q in queues))
     stored, dead = await send_to_destinations(qm, paths, body, send.properties,
-                                              transactional=transactional)
+                                              transactional=transactional, remote=remote)
     return web.json_response({"messages": [{"id": m.message_id, "queue": m.queue,
                                             "seq": m.seq} for m in stored],
                               "dead_lettered": dead}, status=201)

@@ -31,6 +31,7 @@ __all__ = [
     "StoreSettings",
     "MappingSettings",
     "SrmpSettings",
+    "LinkSettings",
     "AuthSettings",
     "PartnerDeclaration",
     "LogSettings",
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 Kind = Literal["size", "duration", "int", "bool", "str", "choice", "listen", "label", "names",
-               "networks", "text", "sha256"]
+               "networks", "text", "sha256", "durations"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +175,27 @@ class SrmpSettings:
     receipts_pending_max: int = _int(10_000, low=1, high=1_000_000)
     # Certificates of signing senders: <source QM GUID>.pem (DSA keys, srmp.md §1.8).
     signers_dir: str = _text()
+    # This gateway's base URL as remote queue managers reach it (receipt and admin queue
+    # URLs in messages it sends); empty: http://<first of server.names, else listen address>.
+    public_url: str = _text()
+    # Transparent store-and-forward: accept and forward messages whose <to> names another
+    # host (otherwise only when an inbound redirection leads to another host).
+    forward: bool = _bool(False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkSettings:
+    """Links to remote queue managers (SRMP senders draining the outgoing queues)."""
+
+    request_timeout: float = _duration("20s", low="100ms", high="10m")
+    idle_timeout: float = _duration("300s", low="1s", high="1d")
+    retry_max: float = _duration("60s", low="10ms", high="1h")
+    # Waits for a stream receipt before resending the unacknowledged messages (Windows:
+    # 30 s x3, 5 min x3, 30 min x3, then 6 h); the last one repeats.
+    resend: tuple[float, ...] = field(
+        default=(30.0, 30.0, 30.0, 300.0, 300.0, 300.0, 1800.0, 1800.0, 1800.0, 21600.0),
+        metadata={"spec": _Spec("durations")})
+    stream_element: str = _choice("stream", "stream", "Stream")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -245,6 +267,7 @@ class Settings:
     store: StoreSettings = field(default_factory=StoreSettings)
     mapping: MappingSettings = field(default_factory=MappingSettings)
     srmp: SrmpSettings = field(default_factory=SrmpSettings)
+    links: LinkSettings = field(default_factory=LinkSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     transactions: TransactionSettings = field(default_factory=TransactionSettings)
     log: LogSettings = field(default_factory=LogSettings)
@@ -329,6 +352,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "store": StoreSettings,
     "mapping": MappingSettings,
     "srmp": SrmpSettings,
+    "links": LinkSettings,
     "auth": AuthSettings,
     "transactions": TransactionSettings,
     "log": LogSettings,
@@ -424,6 +448,14 @@ def _convert_kind(spec: _Spec, raw: object) -> object:
         if not isinstance(raw, list) or not all(isinstance(n, str) and n for n in raw):
             raise TypeError("expected an array of non-empty strings")
         return tuple(n.lower() for n in raw)
+    if spec.kind == "durations":
+        if not isinstance(raw, list) or not raw or not all(
+                isinstance(n, (str, int, float)) for n in raw):
+            raise TypeError("expected a non-empty array of durations such as \"30s\"")
+        values = tuple(parse_duration(n) for n in raw)
+        if any(not 0.01 <= v <= 7 * 86400 for v in values):
+            raise ValueError("each duration must be 10ms .. 7d")
+        return values
     if spec.kind == "networks":
         if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
             raise TypeError("expected an array of networks such as \"10.0.0.0/8\"")

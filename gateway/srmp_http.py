@@ -24,7 +24,7 @@ from aiohttp import web
 from gateway.appkeys import METRICS_KEY, SETTINGS_KEY, SIGNERS_KEY, STATE_KEY
 from gateway.auth.middleware import principal_of
 from gateway.auth.principal import NOBODY
-from gateway.destinations import LocalNames, redirect_inbound, resolve_local
+from gateway.destinations import LocalNames, redirect_inbound, resolve_local, split_destinations
 from gateway.errors import ProblemError
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
@@ -36,6 +36,7 @@ from gateway.srmp.model import Kind
 from gateway.srmp.properties import message_properties
 from gateway.srmp.signature import BadSignature, verify_signature
 from gateway.srmp_deliver import Outcome, deliver
+from gateway.srmp_forward import forward
 
 __all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX"]
 
@@ -65,6 +66,14 @@ async def srmp_post(request: web.Request) -> web.Response:
         message = await _parse(request.headers.get("Content-Type", ""), raw)
         kind = message.envelope.kind
         queue = _destination(request, message)
+        if isinstance(queue, tuple):
+            await _forward(request, message, raw, *queue)
+            metrics.srmp_messages.labels(kind, "forwarded").inc()
+            return web.Response(status=200)
+        if kind in (Kind.STREAM_RECEIPT, Kind.FINAL_STREAM_RECEIPT) and await _receipt(
+                request, message):
+            metrics.srmp_messages.labels(kind, "stream_advanced").inc()
+            return web.Response(status=200)
     except (SrmpError, ProblemError) as exc:
         metrics.srmp_messages.labels(kind, "rejected").inc()
         raise _as_srmp(exc) from exc
@@ -107,11 +116,13 @@ async def _parse(content_type: str, raw: bytes) -> SrmpMessage:
                                                             content_type, raw)
 
 
-def _destination(request: web.Request, message: SrmpMessage) -> Queue:
-    """The local queue ``<to>`` names after inbound redirection.
+def _destination(request: web.Request, message: SrmpMessage) -> Queue | tuple[str, bool]:
+    """The local queue ``<to>`` names after inbound redirection, or (the URL of another host
+    to forward the message to, whether a redirection changed it): when a redirection leads
+    there, or with ``srmp.forward`` (a transparent store-and-forward server).
 
     Raises:
-        ProblemError: multicast, foreign host, unknown queue.
+        ProblemError: multicast, foreign host (not forwarded), unknown queue.
     """
     state = request.app[STATE_KEY]
     to = message.envelope.path.to
@@ -120,9 +131,40 @@ def _destination(request: web.Request, message: SrmpMessage) -> Queue:
                            "and other transports are not served here)",
                            type_slug="MQ_ERROR_ILLEGAL_FORMATNAME")
     rules = state.mapping.rules if state.mapping is not None else None
-    paths = resolve_local(redirect_inbound("DIRECT=" + to, rules), state.local)
+    redirected = redirect_inbound("DIRECT=" + to, rules)
+    paths, urls = split_destinations(redirected, state.local)
+    if urls:
+        readdressed = redirected != "DIRECT=" + to
+        if not (readdressed or request.app[SETTINGS_KEY].srmp.forward):
+            raise ProblemError(400, f"<to> {to!r} names another host: this gateway forwards "
+                               "only what its inbound redirections send on (or with "
+                               "srmp.forward)", type_slug="no-route")
+        return urls[0], readdressed
     assert state.queue_manager is not None
     return state.queue_manager.queue(paths[0])
+
+
+async def _forward(request: web.Request, message: SrmpMessage, raw: bytes, url: str,
+                   readdressed: bool) -> None:
+    """Store and forward to another host (trusted senders only)."""
+    state = request.app[STATE_KEY]
+    if principal_of(request) is NOBODY and not _trusted(request):
+        raise ProblemError(403, f"{request.remote} may not forward through this gateway",
+                           type_slug="MQ_ERROR_ACCESS_DENIED")
+    assert state.queue_manager is not None and state.links is not None
+    props = message_properties(message, raw, now_ms=int(time.time() * 1000))
+    await forward(state.queue_manager, state.links, url, props, message.body,
+                  content_type=request.headers.get("Content-Type", "text/xml"),
+                  readdressed=readdressed)
+
+
+async def _receipt(request: web.Request, message: SrmpMessage) -> bool:
+    """A stream receipt for one of our outgoing streams moves it on (not stored)."""
+    links = request.app[STATE_KEY].links
+    receipt = message.envelope.stream_receipt
+    if links is None or receipt is None:
+        return False
+    return await links.on_stream_receipt(receipt.stream_id, receipt.last_ordinal)
 
 
 def _authenticate(request: web.Request, message: SrmpMessage, queue: Queue) -> bool:

@@ -11,6 +11,7 @@ from gateway.destinations import LocalNames
 if TYPE_CHECKING:
     from mapping.loader import MappingLoader
     from gateway.queue_manager import QueueManager
+    from gateway.links import Links
     from gateway.receipt_sender import ReceiptSender
     from gateway.redrive import Redrive
     from gateway.srmp_streams import IncomingStreams
@@ -30,6 +31,7 @@ class GatewayState:
     redrive: Redrive | None = None
     streams: IncomingStreams | None = None
     receipts: ReceiptSender | None = None
+    links: Links | None = None
     ready: bool = False
     failure: str | None = None
     stopping: bool = False

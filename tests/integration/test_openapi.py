@@ -27,7 +27,8 @@ async def test_every_documented_operation_is_routed(aiohttp_client: Any,
     served = await (await client.get("/v1/openapi.json")).json()
     assert served == document()
     for path, operations in document()["paths"].items():
-        url = path.replace("/v1/transactions/{id}", "/v1/transactions/tx-0")
+        url = path.replace("/v1/transactions/{id}", "/v1/transactions/tx-0").replace(
+            "/v1/links/{id}", "/v1/links/0123abcd")
         for placeholder, value in _VALUES.items():
             url = url.replace(placeholder, value)
         for method in operations:

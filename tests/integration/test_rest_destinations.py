@@ -73,7 +73,7 @@ async def test_format_name_sends_inside_an_explicit_transaction(client: Any) -> 
 @pytest.mark.parametrize("headers, status, fragment", [
     ({}, 400, "Mq-Destination"),
     ({"Mq-Destination": "orders"}, 400, "expected DIRECT="),
-    ({"Mq-Destination": "DIRECT=HTTP://elsewhere.example/msmq/plain"}, 422, "not on this"),
+    ({"Mq-Destination": "DIRECT=TCP:10.1.2.3\\plain"}, 422, "not on this"),
     ({"Mq-Destination": "DIRECT=OS:.\\nowhere"}, 404, "no queue"),
 ])
 async def test_refusals_store_nothing(client: Any, headers: dict[str, str], status: int,
@@ -108,4 +108,7 @@ async def test_inbound_redirection_maps_a_logical_address_to_the_physical_queue(
     assert (await response.json())["queue"] == "plain"
     unmapped = await client.post("/v1/messages", data=b"x", headers={
         "Mq-Destination": "DIRECT=HTTPS://www.northwindtraders.com/msmq/unknown"})
-    assert unmapped.status == 422
+    assert unmapped.status == 201  # not redirected: waits for its link to the remote host
+    links = (await (await client.get("/v1/links")).json())["links"]
+    assert [link["destination"] for link in links] == [
+        "https://www.northwindtraders.com/msmq/unknown"]

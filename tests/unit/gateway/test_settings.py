@@ -31,7 +31,8 @@ def test_shipped_file_parses_to_the_built_in_defaults() -> None:
 def test_shipped_file_lists_every_key() -> None:
     doc = tomllib.loads(SHIPPED.read_text())
     defaults = Settings()
-    for section in ("server", "store", "mapping", "srmp", "auth", "transactions", "log"):
+    for section in ("server", "store", "mapping", "srmp", "links", "auth", "transactions",
+                    "log"):
         fields = set(type(getattr(defaults, section)).__dataclass_fields__)
         assert set(doc[section]) == fields, section
 

@@ -1,0 +1,344 @@
+"""A link: the one sender that drains an outgoing queue to its remote queue manager over SRMP.
+
+- Transactional messages travel in the outgoing queue's stream (gateway.srmp.eod_sender):
+  kept after their 200 until a stream receipt covers them, all resent when the receipt wait
+  runs out. Others are removed once answered 200 (the receiver deduplicates by id).
+- Messages are sent one at a time in queue order, on one keep-alive session that is closed
+  after ``idle_timeout`` without traffic.
+- Connection errors, time-outs and 5xx: retried with exponential back-off and jitter (state
+  "waiting to connect"), the message keeps its place. 400: the receiver refuses it, so it
+  leaves (dead-letter copy with MQMSG_CLASS_NACK_BAD_DST_Q when its journal level asks).
+- A message whose time-to-reach-queue passed before delivery leaves the same way with
+  MQMSG_CLASS_NACK_REACH_QUEUE_TIMEOUT and leaves its stream (the next ``previous`` skips it).
+- Messages that arrived over SRMP for another host (store and forward) are sent as they came:
+  the same envelope, body and framing, re-addressed only when a redirection changed ``<to>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hashlib
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import aiohttp
+
+from gateway.logs import server_log
+from gateway.msmq.classes import MessageClass
+from gateway.msmq.message import encode_payload
+from gateway.outgoing import Outgoing
+from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
+from gateway.srmp.build import build_request, envelope_bytes
+from gateway.srmp.envelope import parse_envelope
+from gateway.srmp.eod_sender import SenderStream
+from gateway.srmp.outbound import StreamPosition, outbound_envelope, url_of_format_name
+from gateway.srmp.properties import compound_message, envelope_text
+from gateway.store_errors import store_call
+from mapping.names import MACHINE_JOURNAL
+from store.records import SendSpec, StoredRecord
+
+__all__ = ["Link", "LinkOptions"]
+
+_OUR_ID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
+_PULL = 256
+
+
+@dataclass(frozen=True, slots=True)
+class LinkOptions:
+    request_timeout_s: float
+    idle_timeout_s: float
+    retry_max_s: float
+    resend_s: tuple[float, ...]
+    stream_element: str
+    public_url: str  # this gateway as senders reach it (receipt and admin URLs)
+
+
+class Link:
+    def __init__(self, qm: QueueManager, outgoing: Outgoing, queue: Queue,
+                 options: LinkOptions, *, route: Callable[[str], str],
+                 receipts_to: Callable[[str], str]) -> None:
+        self.qm = qm
+        self.outgoing = outgoing
+        self.queue = queue
+        self.options = options
+        self.destination = Outgoing.destination_of(queue)
+        self._route = route  # destination -> the URL to POST to (outbound redirection)
+        self._receipts_to = receipts_to  # destination -> sendReceiptsTo of a new stream
+        self.state = "active"
+        self.last_error = ""
+        self.paused = False
+        self._resume = asyncio.Event()
+        self._cursor = 0
+        self._plain: collections.deque[StoredRecord] = collections.deque()
+        self._in_stream: dict[int, StoredRecord] = {}
+        self._seen_at: dict[int, float] = {}  # seq -> when this link first saw it
+        found = outgoing.streams.get(queue.path.canonical)
+        self.stream: SenderStream | None = found[0] if found is not None else None
+        self._session: aiohttp.ClientSession | None = None
+        self._last_traffic = 0.0
+        self._failures = 0
+        self.sent = 0
+        self.retries = 0
+
+    # ---- what /v1/links shows ------------------------------------------------------------
+
+    def summary(self) -> dict[str, object]:
+        oldest = min(self._seen_at.values(), default=None)
+        return {"destination": self.destination, "state": self.state,
+                "backlog": self.qm.store.count(self.queue.queue_id),
+                "unacked": len(self.stream.pending) if self.stream else 0,
+                "oldest_age_s": round(time.monotonic() - oldest, 3) if oldest else 0.0,
+                "last_error": self.last_error, "stream": self.stream.stream_id
+                if self.stream else None, "sent": self.sent, "retries": self.retries}
+
+    def pause(self) -> None:
+        self.paused = True
+        self.state = "paused"
+        self._resume.clear()
+
+    def resume(self) -> None:
+        self.paused = False
+        self.state = "active"
+        self._resume.set()
+        self.queue.arrived.set()
+
+    # ---- the loop ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    await self._step()
+                except (asyncio.CancelledError, GeneratorExit):
+                    raise
+                except Exception as exc:  # a bug must not kill the link for good
+                    server_log.exception("link to %s: unexpected error", self.destination)
+                    self.last_error = f"internal error: {exc!r}"
+                    await asyncio.sleep(1.0)
+        finally:
+            if self._session is not None:
+                await self._session.close()
+
+    async def _step(self) -> None:
+        if self.paused:
+            await self._resume.wait()
+            return
+        await self._pull()
+        now = time.monotonic()
+        stream = self.stream
+        if stream is not None and stream.resend_due(now, self.options.resend_s):
+            self.retries += len(stream.pending)
+            server_log.info("link to %s: no stream receipt, resending %d message(s)",
+                            self.destination, len(stream.pending))
+        pending = stream.to_send() if stream is not None else []
+        if pending:
+            await self._send_stream(pending[0])
+        elif self._plain:
+            await self._send_plain(self._plain[0])
+        else:
+            await self._idle(stream)
+
+    async def _idle(self, stream: SenderStream | None) -> None:
+        deadline = stream.next_deadline(self.options.resend_s) if stream else None
+        wait = 30.0 if deadline is None else max(0.0, min(30.0, deadline - time.monotonic()))
+        if (self._session is not None and time.monotonic() - self._last_traffic
+                > self.options.idle_timeout_s):
+            await self._session.close()  # MSMQ's session clean-up timer
+            self._session = None
+        self.queue.arrived.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.queue.arrived.wait(), wait)
+
+    async def _pull(self) -> None:
+        """Take new messages of the outgoing queue into the stream or the plain line."""
+        if len(self._plain) + len(self.stream.to_send() if self.stream else ()) >= _PULL:
+            return
+        for record in self.qm.store.first_records(self.queue.queue_id, self._cursor, _PULL):
+            self._cursor = record.seq
+            self._seen_at.setdefault(record.seq, time.monotonic())
+            props = self.qm.decode(self.queue, record).properties
+            if not props.transactional or props.extra.get("forward"):
+                self._plain.append(record)
+                continue
+            stream = self.stream
+            if stream is None or (stream.finished and not self._in_stream):
+                stream = await self.outgoing.new_stream(self.queue, record.seq,
+                                                        self._receipts_to(self.destination))
+                self.stream = stream
+            if record.seq < stream.base_seq:
+                server_log.error("link to %s: message %d precedes its stream; dropped",
+                                 self.destination, record.seq)
+                await self._leave(record, MessageClass.NACK_BAD_DST_Q)
+                continue
+            self._in_stream[stream.add(record.seq)] = record
+
+    # ---- sending -------------------------------------------------------------------------
+
+    async def _send_stream(self, current: int) -> None:
+        stream = self.stream
+        assert stream is not None
+        record = self._in_stream[current]
+        message = self.qm.decode(self.queue, record)
+        if self._expired(message):
+            stream.left(current)
+            del self._in_stream[current]
+            await self._leave(record, MessageClass.NACK_REACH_QUEUE_TIMEOUT)
+            return
+        position = StreamPosition(stream.stream_id, current, stream.previous(current),
+                                  stream.send_receipts_to, self.options.stream_element)
+        status = await self._post(*self._request(message, position))
+        if 200 <= status < 300:
+            stream.mark_sent(current, time.monotonic())
+            self.sent += 1
+        elif 400 <= status < 500:
+            stream.left(current)
+            del self._in_stream[current]
+            await self._leave(record, MessageClass.NACK_BAD_DST_Q)
+
+    async def _send_plain(self, record: StoredRecord) -> None:
+        message = self.qm.decode(self.queue, record)
+        if self._expired(message):
+            self._plain.popleft()
+            await self._leave(record, MessageClass.NACK_REACH_QUEUE_TIMEOUT)
+            return
+        status = await self._post(*self._request(message, None))
+        if 200 <= status < 300:
+            self._plain.popleft()
+            self.sent += 1
+            await self.delivered([record])
+        elif 400 <= status < 500:
+            self._plain.popleft()
+            await self._leave(record, MessageClass.NACK_BAD_DST_Q)
+
+    def _expired(self, message: ReceivedMessage) -> bool:
+        deadline = message.properties.reach_queue_by_ms
+        return bool(deadline) and time.time() * 1000 > deadline
+
+    def _request(self, message: ReceivedMessage, position: StreamPosition | None
+                 ) -> tuple[bytes, str]:
+        """(body, Content-Type) of the SRMP request for ``message``."""
+        props = message.properties
+        to = props.extra.get("srmp_to", self.destination)
+        if props.extra.get("forward"):
+            raw = compound_message(props, message.body)
+            if raw is not None and not props.extra.get("forward_readdressed"):
+                return raw, props.extra.get("srmp_content_type", "text/xml")
+            envelope = parse_envelope((envelope_text(props) or "").encode())
+            envelope = replace(envelope, path=replace(envelope.path, to=to))
+            if raw is None:  # a receipt: the envelope is the whole request
+                return envelope_bytes(envelope), "text/xml"
+            request = build_request(envelope, message.body, host="-", path="/",
+                                    boundary_number=random.randrange(1 << 16))
+            return request.body, dict(request.headers)["Content-Type"]
+        match = _OUR_ID.match(message.message_id)
+        ordinal = int(match.group(2)) if match else int.from_bytes(
+            hashlib.sha256(message.message_id.encode()).digest()[:7], "big")
+        envelope = outbound_envelope(
+            props, to=to, ordinal=ordinal, qm_guid=self.qm.qm_guid,
+            admin_url=self._local_url(props.admin_queue),
+            response_url=self._local_url(props.response_queue), stream=position)
+        request = build_request(envelope, message.body, host="-", path="/",
+                                boundary_number=ordinal & 0xFFFF)
+        return request.body, dict(request.headers)["Content-Type"]
+
+    def _local_url(self, name: str) -> str | None:
+        """A local queue path as the URL the receiver can send receipts to; a format name as
+        SRMP carries it."""
+        if not name:
+            return None
+        if "=" in name:
+            return url_of_format_name(name)
+        return f"{self.options.public_url}/msmq/{name}"
+
+    async def _post(self, body: bytes, content_type: str) -> int:
+        """One attempt; 0 when there was no answer. Failures back off here."""
+        url = self._route(self.destination)
+        headers = {"Content-Type": content_type, "SOAPAction": '"MSMQMessage"',
+                   "Proxy-Accept": "NonInteractiveClient"}
+        status, problem = 0, ""
+        try:
+            async with self._client().post(url, data=body, headers=headers,
+                                           allow_redirects=False) as response:
+                await response.read()
+                status = response.status
+                problem = f"HTTP {status} from {url}"
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            problem = f"{type(exc).__name__} posting to {url}: {exc}"
+        self._last_traffic = time.monotonic()
+        if 200 <= status < 500:
+            self._failures = 0
+            self.state = "active"
+            if status >= 300:
+                self.last_error = problem
+            return status
+        self._failures += 1
+        self.retries += 1
+        self.last_error = problem
+        self.state = "waiting to connect" if status == 0 else "inactive"
+        delay = min(self.options.retry_max_s, 0.1 * 2.0 ** min(self._failures, 30))
+        await asyncio.sleep(delay * (0.5 + random.random() / 2))
+        return status
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.options.request_timeout_s),
+                connector=aiohttp.TCPConnector(
+                    limit=1, keepalive_timeout=self.options.idle_timeout_s))
+        return self._session
+
+    # ---- leaving the outgoing queue ------------------------------------------------------
+
+    async def delivered(self, records: list[StoredRecord]) -> None:
+        """Delivered (a 200, or a stream receipt): removed, with a machine-journal copy for
+        messages that asked for positive source journaling (``Journal/``)."""
+        journal = self.qm.internal(MACHINE_JOURNAL)
+        specs: list[SendSpec] = []
+        for record in records:
+            message = self.qm.decode(self.queue, record)
+            if message.properties.journal == "journal":
+                copy = replace(message.properties, message_id=message.message_id)
+                specs.append(SendSpec(journal.queue_id, encode_payload(copy, message.body)))
+            self.qm.hold(self.queue, record)
+            self._seen_at.pop(record.seq, None)
+        removed = False
+        try:
+            if specs:
+                for made in await store_call(self.qm.store.commit(specs, removes=records)):
+                    self.qm.arrived(journal, made)
+            else:
+                await store_call(self.qm.store.remove(records))
+            removed = True
+        finally:
+            for record in records:
+                self.qm.release(self.queue, record, removed=removed)
+
+    async def _leave(self, record: StoredRecord, reason: MessageClass) -> None:
+        """Not delivered: dead-letter copy and negative acknowledgement as the message asks."""
+        self.qm.hold(self.queue, record)
+        self._seen_at.pop(record.seq, None)
+        removed = False
+        try:
+            await self.qm.finish(self.queue, [record], ack=reason, dead_letter=reason)
+            removed = True
+            server_log.warning("link to %s: message %d left undelivered (%s)",
+                               self.destination, record.seq, reason.msmq_name)
+        finally:
+            self.qm.release(self.queue, record, removed=removed)
+
+    async def receipt(self, last_ordinal: int) -> int:
+        """A stream receipt for this link's stream; returns how many it acknowledged."""
+        stream = self.stream
+        if stream is None:
+            return 0
+        done = stream.acknowledged(last_ordinal)
+        records = [self._in_stream.pop(c) for c in done if c in self._in_stream]
+        if records:
+            await self.delivered(records)
+        self.queue.arrived.set()
+        return len(records)

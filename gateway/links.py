@@ -1,0 +1,104 @@
+"""The links: one per outgoing queue, started with the gateway and whenever a message first
+goes to a new destination; where they connect (outbound redirection) and where stream
+receipts are to be sent (stream-receipt mapping) are read from the current mapping rules at
+each use, so a reload applies at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from gateway.internal_queues import OUTGOING_PREFIX
+from gateway.link import Link, LinkOptions
+from gateway.logs import server_log
+from gateway.metrics import Metrics
+from gateway.outgoing import Outgoing
+from gateway.queue_manager import Queue, QueueManager
+from mapping.engine import receipt_url_for, route_outbound
+from mapping.names import ORDER_QUEUE
+from mapping.rules import RuleSet
+
+__all__ = ["Links"]
+
+
+class Links:
+    def __init__(self, qm: QueueManager, options: LinkOptions, metrics: Metrics,
+                 rules: Callable[[], RuleSet | None]) -> None:
+        self.qm = qm
+        self.options = options
+        self.metrics = metrics
+        self._rules = rules
+        self.outgoing = Outgoing(qm)
+        self.links: dict[str, Link] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def start(self) -> None:
+        for queue in self.outgoing.queues():
+            self._start(queue)
+
+    def _start(self, queue: Queue) -> Link:
+        link = Link(self.qm, self.outgoing, queue, self.options, route=self.route,
+                    receipts_to=self.receipts_to)
+        self.links[queue.path.canonical] = link
+        self._tasks[queue.path.canonical] = asyncio.create_task(
+            link.run(), name=f"link {link.destination}")
+        return link
+
+    async def queue_for(self, destination: str) -> Queue:
+        """The outgoing queue for ``destination``, with its link running."""
+        queue = await self.outgoing.queue_for(destination)
+        if queue.path.canonical not in self.links:
+            self._start(queue)
+        return queue
+
+    def route(self, destination: str) -> str:
+        """The URL a link posts to: the ``through`` gateway of an outbound redirection, else
+        the destination itself."""
+        rules = self._rules()
+        if rules is None:
+            return destination
+        host = urlsplit(destination).hostname or ""
+        found = route_outbound(rules, destination, local_name="." not in host)
+        return found.through if found is not None else destination
+
+    def receipts_to(self, destination: str) -> str:
+        """``sendReceiptsTo`` for a new stream: the stream-receipt mapping's URL, else this
+        gateway's order queue."""
+        rules = self._rules()
+        mapped = receipt_url_for(rules, destination) if rules is not None else None
+        return mapped or f"{self.options.public_url}/msmq/{ORDER_QUEUE}"
+
+    async def on_stream_receipt(self, stream_id: str, last_ordinal: int) -> bool:
+        """Advance the stream a receipt names; False when no link has it."""
+        for link in self.links.values():
+            if link.stream is not None and link.stream.stream_id == stream_id:
+                done = await link.receipt(last_ordinal)
+                self.metrics.link_acked.labels(link.destination).inc(done)
+                return True
+        return False
+
+    def find(self, link_id: str) -> Link:
+        """Raises: KeyError for an unknown id (the outgoing queue's hash)."""
+        return self.links[OUTGOING_PREFIX + link_id]
+
+    def summaries(self) -> list[dict[str, object]]:
+        out = []
+        for canonical, link in sorted(self.links.items(), key=lambda i: i[1].destination):
+            summary = link.summary()
+            summary["id"] = canonical[len(OUTGOING_PREFIX):]
+            out.append(summary)
+            self.metrics.link_backlog.labels(link.destination).set(
+                self.qm.store.count(link.queue.queue_id))
+            self.metrics.link_unacked.labels(link.destination).set(
+                len(link.stream.pending) if link.stream else 0)
+        return out
+
+    async def close(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        server_log.debug("links stopped: %d", len(self._tasks))
