@@ -1,0 +1,163 @@
+"""Links between real gateways on loopback: A sends to P directly and through a store-and-
+forward gateway F; exactly once and in order, outgoing queues empty once stream receipts
+come back; 400 and time-to-reach-queue expiry end in the dead-letter queues."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.app import make_app
+from gateway.appkeys import STATE_KEY
+from gateway.settings import Settings, parse_settings
+from tests.helpers import free_port
+
+FAST = {"links.resend": ["1s"], "links.retry_max": "200ms", "links.request_timeout": "5s"}
+
+
+@pytest.fixture
+def gateway_factory(aiohttp_client: Any, tmp_path: Path) -> Callable[..., Any]:
+    """A gateway app served on a known loopback port (so it knows its own URL)."""
+
+    async def make(name: str, port: int = 0, **overrides: Any) -> tuple[Any, int]:
+        port = port or free_port()
+        dotted = {"store.data_dir": str(tmp_path / name), "server.listen": f"127.0.0.1:{port}",
+                  **FAST, **{k.replace("__", "."): v for k, v in overrides.items()}}
+        app = make_app(parse_settings({}, dotted))
+        client = await aiohttp_client(app, server_kwargs={"port": port})
+        for _ in range(500):
+            if app[STATE_KEY].ready:
+                break
+            await asyncio.sleep(0.01)
+        return client, port
+
+    return make
+
+
+async def _bodies(client: Any, queue: str) -> list[bytes]:
+    found = await (await client.get(f"/v1/queues/{queue}/messages?limit=1000")).json()
+    return [base64.b64decode(m["body_base64"]) for m in found["messages"]]
+
+
+async def _until(check: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        result = await check()
+        if result or asyncio.get_running_loop().time() > deadline:
+            return result
+        await asyncio.sleep(0.05)
+
+
+async def _links(client: Any) -> list[dict[str, Any]]:
+    return list((await (await client.get("/v1/links")).json())["links"])
+
+
+async def _send(client: Any, destination: str, body: bytes, **headers: str) -> Any:
+    response = await client.post("/v1/messages", data=body,
+                                 headers={"Mq-Destination": destination, **headers})
+    assert response.status == 201, await response.text()
+    return response
+
+
+async def test_a_to_p_exactly_once_in_order(gateway_factory: Callable[..., Any]) -> None:
+    p, p_port = await gateway_factory("p")
+    await p.put("/v1/queues/private$/orders", json={"transactional": True})
+    await p.put("/v1/queues/plain", json={})
+    a, _ = await gateway_factory("a")
+    orders = f"DIRECT=HTTP://127.0.0.1:{p_port}/msmq/private$/orders"
+    for n in range(40):
+        await _send(a, orders, b"m%03d" % n, **{"Mq-Transaction": "single"})
+    await _send(a, f"DIRECT=HTTP://127.0.0.1:{p_port}/msmq/plain", b"plain")
+    expected = [b"m%03d" % n for n in range(40)]
+
+    async def arrived() -> bool:
+        return await _bodies(p, "private$/orders") == expected
+
+    assert await _until(arrived), await _bodies(p, "private$/orders")
+    assert await _until(lambda: _bodies(p, "plain")) == [b"plain"]
+
+    async def drained() -> bool:
+        return all(link["backlog"] == 0 and link["unacked"] == 0 for link in await _links(a))
+
+    assert await _until(drained), await _links(a)
+    [orders_link] = [x for x in await _links(a) if x["destination"].endswith("orders")]
+    assert orders_link["stream"].startswith("uid:") and orders_link["state"] == "active"
+
+
+async def test_refused_and_expired_messages_are_dead_lettered(
+        gateway_factory: Callable[..., Any]) -> None:
+    p, p_port = await gateway_factory("p")
+    a, _ = await gateway_factory("a")
+    await _send(a, f"DIRECT=HTTP://127.0.0.1:{p_port}/msmq/private$/missing", b"refused",
+                **{"Mq-Journal": "deadletter"})
+    dead_port = free_port()  # nothing listens there
+    await _send(a, f"DIRECT=HTTP://127.0.0.1:{dead_port}/msmq/private$/q", b"expired",
+                **{"Mq-Journal": "deadletter", "Mq-Time-To-Reach-Queue": "1",
+                   "Mq-Transaction": "single"})
+
+    async def dead() -> dict[str, str]:
+        found = {}
+        for queue in ("system$;deadletter", "system$;deadxact"):
+            listing = await (await a.get(f"/v1/queues/{queue}/messages")).json()
+            for m in listing["messages"]:
+                found[base64.b64decode(m["body_base64"]).decode()] = m["class"]
+        return found if len(found) == 2 else {}
+
+    assert await _until(dead) == {"refused": "MQMSG_CLASS_NACK_BAD_DST_Q",
+                                  "expired": "MQMSG_CLASS_NACK_REACH_QUEUE_TIMEOUT"}
+    waiting = [x for x in await _links(a) if str(dead_port) in x["destination"]]
+    assert waiting and waiting[0]["last_error"]
+
+
+async def test_through_a_store_and_forward_gateway_with_order_acks_coming_back(
+        gateway_factory: Callable[..., Any], tmp_path: Path) -> None:
+    """The mission's picture: A sends to P through F (outbound redirection); A publishes F's
+    logical receipt address; F forwards P's order acknowledgements to A's order queue."""
+    p, p_port = await gateway_factory("p")
+    await p.put("/v1/queues/private$/orders", json={"transactional": True})
+    f_port, a_port = free_port(), free_port()
+    f_map, a_map = tmp_path / "f-mapping", tmp_path / "a-mapping"
+    f_map.mkdir()
+    a_map.mkdir()
+    (f_map / "acks.xml").write_text(
+        '<redirections xmlns="msmq-queue-redirections.xml"><redirection>'
+        f"<from>http://127.0.0.1:{f_port}/msmq/orderack</from>"
+        f"<to>http://127.0.0.1:{a_port}/msmq/private$/order_queue$</to>"
+        "</redirection></redirections>")
+    (a_map / "out.xml").write_text(
+        '<outbound_redirections xmlns="msmq_outbound_mapping.xml"><redirection>'
+        f"<destination>http://127.0.0.1:{p_port}/*</destination>"
+        f"<through>http://127.0.0.1:{f_port}/msmq</through></redirection>"
+        "</outbound_redirections>")
+    (a_map / "receipts.xml").write_text(
+        '<StreamReceiptSetup xmlns="msmq-streamreceipt-mapping.xml"><setup>'
+        f"<LogicalAddress>http://127.0.0.1:{p_port}/*</LogicalAddress>"
+        f"<StreamReceiptURL>http://127.0.0.1:{f_port}/msmq/orderack</StreamReceiptURL>"
+        "</setup></StreamReceiptSetup>")
+    f, _ = await gateway_factory("f", f_port, srmp__forward=True, mapping__dir=str(f_map))
+    a, _ = await gateway_factory("a", a_port, mapping__dir=str(a_map))
+    orders = f"DIRECT=HTTP://127.0.0.1:{p_port}/msmq/private$/orders"
+    for n in range(30):
+        await _send(a, orders, b"t%02d" % n, **{"Mq-Transaction": "single"})
+    expected = [b"t%02d" % n for n in range(30)]
+    assert await _until(lambda: _eq(_bodies(p, "private$/orders"), expected))
+
+    async def a_drained() -> bool:
+        links = await _links(a)
+        return bool(links) and all(x["backlog"] == 0 and x["unacked"] == 0 for x in links)
+
+    assert await _until(a_drained), await _links(a)
+    f_links = await _links(f)  # F forwarded both ways (to P, and acks to A), kept nothing
+    assert {x["destination"].split("/")[2] for x in f_links} == {
+        f"127.0.0.1:{p_port}", f"127.0.0.1:{a_port}"}
+    assert all(x["backlog"] == 0 and x["sent"] > 0 for x in f_links), f_links
+    assert await _bodies(a, "system$;deadxact") == []
+
+
+async def _eq(got: Any, expected: list[bytes]) -> bool:
+    return bool(await got == expected)
