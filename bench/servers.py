@@ -67,9 +67,9 @@ def ceiling(mode: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def gateway(extra_args: tuple[str, ...] = ()) -> Iterator[str]:
+def gateway(extra_args: tuple[str, ...] = (), port: int = 0) -> Iterator[str]:
     """A real ``entrepot serve`` on a fresh data directory; yields its base URL."""
-    port = free_port()
+    port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="entrepot-bench-", dir=_scratch()) as tmp:
         args = [sys.executable, "-m", "gateway", "serve", "--listen", f"127.0.0.1:{port}",
                 "--data-dir", str(Path(tmp) / "data"), "--log-level", "warning", *extra_args]

@@ -27,6 +27,7 @@ from gateway.outbox import Outbox
 from gateway.receipt_sender import MessageIds, ReceiptSender
 from gateway.redrive import Redrive
 from gateway.srmp_http import add_srmp_routes
+from gateway.srmp_sequencer import StreamSequencer
 from gateway.srmp_signers import load_signers
 from gateway.srmp_streams import IncomingStreams
 from gateway.transactions import Transactions
@@ -156,6 +157,7 @@ def link_options(settings: Settings) -> LinkOptions:
     return LinkOptions(request_timeout_s=links.request_timeout,
                        idle_timeout_s=links.idle_timeout, retry_max_s=links.retry_max,
                        resend_s=links.resend, stream_element=links.stream_element,
+                       window=links.window,
                        public_url=(settings.srmp.public_url.rstrip("/")
                                    or f"{scheme}://{host}:{server.port}"))
 
@@ -223,6 +225,9 @@ async def _open_store(app: web.Application) -> None:
     state.streams = IncomingStreams(queue_manager, state.receipts, ids, app[METRICS_KEY],
                                     streams_max=srmp.streams_max,
                                     checkpoint_interval_s=srmp.stream_checkpoint_interval)
+    state.sequencer = StreamSequencer(queue_manager, state.streams,
+                                      reorder_wait_s=srmp.reorder_wait,
+                                      window=srmp.reorder_window)
     outbox = Outbox(queue_manager, state.receipts, ids, app[METRICS_KEY])
     state.links = Links(queue_manager, link_options(settings), app[METRICS_KEY],
                         lambda: state.mapping.rules if state.mapping is not None else None)

@@ -3,8 +3,9 @@
 - Transactional messages travel in the outgoing queue's stream (gateway.srmp.eod_sender):
   kept after their 200 until a stream receipt covers them, all resent when the receipt wait
   runs out. Others are removed once answered 200 (the receiver deduplicates by id).
-- Messages are sent one at a time in queue order, on one keep-alive session that is closed
-  after ``idle_timeout`` without traffic.
+- Stream messages are sent in order with up to ``window`` in flight (the receiver waits for
+  the ones before a message that overtook them); others a few at a time; on keep-alive
+  connections that are closed after ``idle_timeout`` without traffic.
 - Connection errors, time-outs and 5xx: retried with exponential back-off and jitter (state
   "waiting to connect"), the message keeps its place. 400: the receiver refuses it, so it
   leaves (dead-letter copy with MQMSG_CLASS_NACK_BAD_DST_Q when its journal level asks).
@@ -46,6 +47,7 @@ __all__ = ["Link", "LinkOptions"]
 
 _OUR_ID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
 _PULL = 256
+_PLAIN_WINDOW = 8  # non-transactional messages in flight at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,7 @@ class LinkOptions:
     retry_max_s: float
     resend_s: tuple[float, ...]
     stream_element: str
+    window: int  # stream messages in flight at once
     public_url: str  # this gateway as senders reach it (receipt and admin URLs)
 
 
@@ -80,6 +83,8 @@ class Link:
         found = outgoing.streams.get(queue.path.canonical)
         self.stream: SenderStream | None = found[0] if found is not None else None
         self._session: aiohttp.ClientSession | None = None
+        self._inflight: dict[int, asyncio.Task[None]] = {}  # stream number -> its send
+        self._plain_inflight: dict[int, asyncio.Task[None]] = {}  # sequence -> its send
         self._last_traffic = 0.0
         self._failures = 0
         self.sent = 0
@@ -121,6 +126,10 @@ class Link:
                     self.last_error = f"internal error: {exc!r}"
                     await asyncio.sleep(1.0)
         finally:
+            tasks = [*self._inflight.values(), *self._plain_inflight.values()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             if self._session is not None:
                 await self._session.close()
 
@@ -131,17 +140,37 @@ class Link:
         await self._pull()
         now = time.monotonic()
         stream = self.stream
-        if stream is not None and stream.resend_due(now, self.options.resend_s):
+        if (stream is not None and not self._inflight
+                and stream.resend_due(now, self.options.resend_s)):
             self.retries += len(stream.pending)
             server_log.info("link to %s: no stream receipt, resending %d message(s)",
                             self.destination, len(stream.pending))
-        pending = stream.to_send() if stream is not None else []
-        if pending:
-            await self._send_stream(pending[0])
-        elif self._plain:
-            await self._send_plain(self._plain[0])
-        else:
+        # Stream messages go out in order with up to ``window`` in flight (the receiver puts
+        # them back in order); others alongside, a few at a time.
+        for current in stream.to_send() if stream is not None else []:
+            if len(self._inflight) >= self.options.window:
+                break
+            if current not in self._inflight:
+                self._inflight[current] = asyncio.create_task(self._send_stream(current))
+        while self._plain and len(self._plain_inflight) < _PLAIN_WINDOW:
+            record = self._plain.popleft()
+            self._plain_inflight[record.seq] = asyncio.create_task(self._send_plain(record))
+        tasks = [*self._inflight.values(), *self._plain_inflight.values()]
+        if not tasks:
             await self._idle(stream)
+            return
+        self.queue.arrived.clear()
+        arrival = asyncio.ensure_future(self.queue.arrived.wait())
+        try:
+            await asyncio.wait([*tasks, arrival], return_when=asyncio.FIRST_COMPLETED,
+                               timeout=1.0)
+        finally:
+            arrival.cancel()
+        for table in (self._inflight, self._plain_inflight):
+            for key, task in list(table.items()):
+                if task.done():
+                    del table[key]
+                    task.result()  # a bug in a send surfaces in run()
 
     async def _idle(self, stream: SenderStream | None) -> None:
         deadline = stream.next_deadline(self.options.resend_s) if stream else None
@@ -181,8 +210,9 @@ class Link:
 
     async def _send_stream(self, current: int) -> None:
         stream = self.stream
-        assert stream is not None
-        record = self._in_stream[current]
+        record = self._in_stream.get(current)
+        if stream is None or record is None:
+            return  # acknowledged meanwhile
         message = self.qm.decode(self.queue, record)
         if self._expired(message):
             stream.left(current)
@@ -197,23 +227,26 @@ class Link:
             self.sent += 1
         elif 400 <= status < 500:
             stream.left(current)
-            del self._in_stream[current]
+            self._in_stream.pop(current, None)
             await self._leave(record, MessageClass.NACK_BAD_DST_Q)
+        else:
+            # Not delivered: the ones after it may have been refused as out of order, so
+            # they go again after it.
+            stream.sent.difference_update([c for c in stream.sent if c > current])
 
     async def _send_plain(self, record: StoredRecord) -> None:
         message = self.qm.decode(self.queue, record)
         if self._expired(message):
-            self._plain.popleft()
             await self._leave(record, MessageClass.NACK_REACH_QUEUE_TIMEOUT)
             return
         status = await self._post(*self._request(message, None))
         if 200 <= status < 300:
-            self._plain.popleft()
             self.sent += 1
             await self.delivered([record])
         elif 400 <= status < 500:
-            self._plain.popleft()
             await self._leave(record, MessageClass.NACK_BAD_DST_Q)
+        else:
+            self._plain.appendleft(record)  # its turn again after the back-off
 
     def _expired(self, message: ReceivedMessage) -> bool:
         deadline = message.properties.reach_queue_by_ms
@@ -289,7 +322,8 @@ class Link:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.options.request_timeout_s),
                 connector=aiohttp.TCPConnector(
-                    limit=1, keepalive_timeout=self.options.idle_timeout_s))
+                    limit=self.options.window + _PLAIN_WINDOW,
+                    keepalive_timeout=self.options.idle_timeout_s))
         return self._session
 
     # ---- leaving the outgoing queue ------------------------------------------------------

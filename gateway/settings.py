@@ -178,6 +178,10 @@ class SrmpSettings:
     # This gateway's base URL as remote queue managers reach it (receipt and admin queue
     # URLs in messages it sends); empty: http://<first of server.names, else listen address>.
     public_url: str = _text()
+    # A stream message ahead of the next expected one waits this long (within the window)
+    # for those before it: a sender keeps several in flight, so they may arrive out of order.
+    reorder_wait: float = _duration("2s", low="0s", high="1m")
+    reorder_window: int = _int(1024, low=1, high=1_000_000)
     # Transparent store-and-forward: accept and forward messages whose <to> names another
     # host (otherwise only when an inbound redirection leads to another host).
     forward: bool = _bool(False)
@@ -196,6 +200,8 @@ class LinkSettings:
         default=(30.0, 30.0, 30.0, 300.0, 300.0, 300.0, 1800.0, 1800.0, 1800.0, 21600.0),
         metadata={"spec": _Spec("durations")})
     stream_element: str = _choice("stream", "stream", "Stream")
+    # Transactional messages in flight at once per link (the receiver puts them in order).
+    window: int = _int(64, low=1, high=4096)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

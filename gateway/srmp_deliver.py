@@ -27,9 +27,8 @@ from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties, compose_id, encode_payload
 from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
-from gateway.srmp.eod import Verdict
 from gateway.srmp.model import Stream
-from gateway.srmp_streams import IncomingStreams
+from gateway.srmp_sequencer import StreamSequencer
 from gateway.store_errors import store_call
 from store.errors import QueueQuotaExceeded
 from store.records import SendSpec, StoredRecord
@@ -44,31 +43,14 @@ class Outcome(enum.Enum):
     QUOTA_DROPPED = "quota_dropped"
 
 
-async def deliver(qm: QueueManager, streams: IncomingStreams, queue: Queue,
+async def deliver(qm: QueueManager, sequencer: StreamSequencer, queue: Queue,
                   props: MessageProperties, body: bytes, *, stream: Stream | None,
                   queue_url: str) -> Outcome:
     """Raises: ProblemError (400 transactional mismatch, 503/507 store full or stopped)."""
     queue = qm.check_send(queue.path.display, transactional=stream is not None)
     if stream is None:
         return await _deliver_single(qm, queue, props, body)
-    key = (stream.stream_id, queue.path.canonical)
-    async with streams.hold(key):
-        verdict = streams.decide(key, stream)
-        if verdict is not Verdict.ACCEPT:
-            streams.rejected(key)
-            return Outcome.DUPLICATE if verdict is Verdict.DUPLICATE else Outcome.OUT_OF_ORDER
-        position, replaced = streams.position(key, stream, queue_url)
-        state = streams.table.get(key)
-        receipts_to = state.send_receipts_to if state else stream.send_receipts_to or ""
-        props = replace(props, extra={**props.extra, "stream_receipts_to": receipts_to})
-        committed = await _commit(qm, queue, props, body, [(streams.queue, position)], replaced)
-        if committed is None:
-            server_log.warning("queue %s over its quota: stream message %s/%d not accepted "
-                               "(the sender resends it)", queue.path.display,
-                               stream.stream_id, stream.current)
-            return Outcome.QUOTA_DROPPED
-        streams.accepted(key, stream, queue_url, committed[1])
-        return Outcome.STORED
+    return Outcome(await sequencer.deliver(queue, props, body, stream, queue_url))
 
 
 async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperties,

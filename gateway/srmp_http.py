@@ -56,8 +56,8 @@ def add_srmp_routes(app: web.Application, virtual_dirs: tuple[str, ...]) -> None
 async def srmp_post(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     metrics = request.app[METRICS_KEY]
-    qm, streams = state.queue_manager, state.streams
-    if qm is None or streams is None or not state.ready:
+    qm, sequencer = state.queue_manager, state.sequencer
+    if qm is None or sequencer is None or not state.ready:
         raise ProblemError(503, state.not_ready_reason() or "not ready", type_slug="not-ready",
                            headers={"Retry-After": "5"})
     raw = await request.read()
@@ -88,7 +88,7 @@ async def srmp_post(request: web.Request) -> web.Response:
         if authenticated:
             props = replace(props, extra={**props.extra, "authenticated": "xmldsig"})
         stream = message.envelope.stream if kind == Kind.USER else None
-        outcome = await deliver(qm, streams, queue, props, message.body, stream=stream,
+        outcome = await deliver(qm, sequencer, queue, props, message.body, stream=stream,
                                 queue_url=message.envelope.path.to)
     except (SrmpError, ProblemError) as exc:
         metrics.srmp_messages.labels(kind, "rejected").inc()

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from gateway.links import Links
     from gateway.receipt_sender import ReceiptSender
     from gateway.redrive import Redrive
+    from gateway.srmp_sequencer import StreamSequencer
     from gateway.srmp_streams import IncomingStreams
     from gateway.transactions import Transactions
     from store.message_store import MessageStore
@@ -30,6 +31,7 @@ class GatewayState:
     transactions: Transactions | None = None
     redrive: Redrive | None = None
     streams: IncomingStreams | None = None
+    sequencer: StreamSequencer | None = None
     receipts: ReceiptSender | None = None
     links: Links | None = None
     ready: bool = False

@@ -77,13 +77,17 @@ class StreamTable:
     def get(self, key: StreamKey) -> InStream | None:
         return self._streams.get(key)
 
-    def decide(self, key: StreamKey, stream: Stream) -> Verdict:
+    def decide(self, key: StreamKey, stream: Stream, *, last: int | None = None) -> Verdict:
+        """``last``: the last number accepted counting messages still being stored (the
+        receiver decides the next message before the previous one is on disk)."""
         state = self._streams.get(key)
-        if state is None:
+        if state is None and not last:
             if stream.current == 1 and stream.send_receipts_to:
                 return Verdict.ACCEPT
             return Verdict.OUT_OF_ORDER
-        last = state.incoming_seq
+        if last is None:
+            assert state is not None
+            last = state.incoming_seq
         if stream.current == last + 1:
             return Verdict.ACCEPT
         if stream.current > last and stream.previous is not None and stream.previous <= last:

@@ -43,7 +43,8 @@ async def receipts(aiohttp_server: Any) -> Any:
 
 async def _gateway(aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> Any:
     client = await ready_client(aiohttp_client, settings_factory(
-        server__names=["gw"], srmp__stream_checkpoint_interval="100ms"))
+        server__names=["gw"], srmp__stream_checkpoint_interval="100ms",
+        srmp__reorder_wait="200ms"))
     await client.put("/v1/queues/private$/orders", json={"transactional": True})
     return client
 
@@ -147,3 +148,23 @@ async def test_final_stream_receipt_when_a_dead_letter_message_leaves(
     assert env.commitment_receipt is not None
     assert env.commitment_receipt.decision == "positive"
     assert env.commitment_receipt.id.startswith("uuid:1001@")
+
+
+async def test_concurrent_out_of_order_arrivals_are_put_in_order(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], receipts: Any) -> None:
+    """A sender with a window of messages in flight: they overtake each other on the way;
+    the receiver waits for the ones before and stores them in order, many per commit."""
+    import random
+
+    client = await ready_client(aiohttp_client, settings_factory(
+        server__names=["gw"], srmp__reorder_wait="5s"))
+    await client.put("/v1/queues/private$/orders", json={"transactional": True})
+    to = str(receipts.make_url("/msmq/private$/order_queue$"))
+    numbers = list(range(1, 81))
+    random.Random(7).shuffle(numbers)
+    responses = await asyncio.gather(*(
+        post(client, stream_message(ORDERS, b"m%02d" % n, n, receipts_to=to))
+        for n in numbers))
+    assert {r.status for r in responses} == {200}
+    assert await _bodies(client) == [b"m%02d" % n for n in range(1, 81)]
+    assert await _last_ordinal(receipts, want=80) == 80

@@ -1,0 +1,190 @@
+"""Stream messages in, in order, many per store commit.
+
+A sender with several stream messages in flight (gateway.link keeps a window of them) makes
+them arrive in any order and faster than one commit each. Here a message that is not next
+yet waits (up to ``reorder_wait_s``, within ``window`` numbers) for the ones before it; a
+message that is next is accepted at once and joins the stream's batch, and one task per
+stream commits the batch — every message and the stream's new position in one atomic
+commit — while the next batch gathers. If a batch cannot be stored (a full queue), none of
+it counted: the stream's position stays where the last stored batch left it and messages
+decided on top of the failed batch are answered as out of order, so the sender resends
+them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field, replace
+
+from gateway.copies import ack_specs
+from gateway.errors import ProblemError
+from gateway.logs import server_log
+from gateway.msmq.classes import MessageClass
+from gateway.msmq.message import MessageProperties, compose_id, encode_payload
+from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
+from gateway.srmp.eod import StreamKey, Verdict
+from gateway.srmp.model import Stream
+from gateway.srmp_streams import IncomingStreams
+from gateway.store_errors import store_call
+from store.errors import QueueQuotaExceeded
+from store.records import SendSpec
+
+__all__ = ["StreamSequencer", "Outcome"]
+
+
+class Outcome:
+    STORED = "stored"
+    DUPLICATE = "duplicate"
+    OUT_OF_ORDER = "out_of_order"
+    QUOTA_DROPPED = "quota_dropped"
+
+
+@dataclass(slots=True)
+class _Item:
+    stream: Stream
+    props: MessageProperties
+    body: bytes
+    future: asyncio.Future[str]
+
+
+@dataclass(slots=True)
+class _Line:
+    tail: int
+    queue: Queue
+    queue_url: str
+    waiting: list[_Item] = field(default_factory=list)
+    committing: bool = False
+    users: int = 0
+    advanced: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class StreamSequencer:
+    def __init__(self, qm: QueueManager, streams: IncomingStreams, *, reorder_wait_s: float,
+                 window: int) -> None:
+        self.qm = qm
+        self.streams = streams
+        self.reorder_wait_s = reorder_wait_s
+        self.window = window
+        self._lines: dict[StreamKey, _Line] = {}
+
+    async def deliver(self, queue: Queue, props: MessageProperties, body: bytes,
+                      stream: Stream, queue_url: str) -> str:
+        """Raises: ProblemError when the store refuses the batch (503/507)."""
+        key = (stream.stream_id, queue.path.canonical)
+        line = self._lines.get(key)
+        if line is None:
+            state = self.streams.table.get(key)
+            line = _Line(state.incoming_seq if state else 0, queue, queue_url)
+            self._lines[key] = line
+        line.users += 1
+        try:
+            return await self._deliver(key, line, props, body, stream)
+        finally:
+            line.users -= 1
+            if not line.users and not line.committing and not line.waiting:
+                self._lines.pop(key, None)
+
+    async def _deliver(self, key: StreamKey, line: _Line, props: MessageProperties,
+                       body: bytes, stream: Stream) -> str:
+        deadline = time.monotonic() + self.reorder_wait_s
+        while True:
+            verdict = self.streams.table.decide(key, stream, last=line.tail or None)
+            if verdict is Verdict.ACCEPT:
+                break
+            remaining = deadline - time.monotonic()
+            if (verdict is Verdict.DUPLICATE or remaining <= 0
+                    or stream.current - line.tail > self.window):
+                self.streams.rejected(key)
+                return Outcome.DUPLICATE if verdict is Verdict.DUPLICATE \
+                    else Outcome.OUT_OF_ORDER
+            event = line.advanced
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+        line.tail = stream.current
+        item = _Item(stream, props, body, asyncio.get_running_loop().create_future())
+        line.waiting.append(item)
+        self._advance(line)
+        if not line.committing:
+            line.committing = True
+            asyncio.create_task(self._commit_loop(key, line), name="stream-commit")
+        return await item.future
+
+    @staticmethod
+    def _advance(line: _Line) -> None:
+        line.advanced.set()
+        line.advanced = asyncio.Event()
+
+    async def _commit_loop(self, key: StreamKey, line: _Line) -> None:
+        try:
+            while line.waiting:
+                batch, line.waiting = line.waiting, []
+                try:
+                    stored = await self._commit(key, line, batch)
+                except BaseException as exc:
+                    for item in [*batch, *line.waiting]:
+                        if not item.future.done():
+                            item.future.set_exception(exc)
+                    line.waiting = []
+                    state = self.streams.table.get(key)
+                    line.tail = state.incoming_seq if state else 0
+                    if not isinstance(exc, Exception):
+                        raise
+                    return
+                outcome = Outcome.STORED if stored else Outcome.QUOTA_DROPPED
+                for item in batch:
+                    item.future.set_result(outcome)
+                if not stored:
+                    state = self.streams.table.get(key)
+                    line.tail = state.incoming_seq if state else 0
+                    for item in line.waiting:
+                        item.future.set_result(Outcome.OUT_OF_ORDER)
+                    line.waiting = []
+                    self._advance(line)
+        finally:
+            line.committing = False
+            if not line.users and not line.waiting:
+                self._lines.pop(key, None)
+
+    async def _commit(self, key: StreamKey, line: _Line, batch: list[_Item]) -> bool:
+        """One atomic commit: the batch's messages, their delivery acknowledgements and the
+        stream's new position. False when the queue is over its quota."""
+        qm, queue = self.qm, line.queue
+        now_ms = int(time.time() * 1000)
+        state = self.streams.table.get(key)
+        receipts_to = (state.send_receipts_to if state else
+                       batch[0].stream.send_receipts_to or "")
+        specs: list[SendSpec] = []
+        acks: list[tuple[Queue, SendSpec]] = []
+        for item in batch:
+            props = replace(item.props, arrived_at_ms=now_ms, priority=0, recoverable=True,
+                            extra={**item.props.extra, "stream_receipts_to": receipts_to})
+            seq = qm.store.reserve_seq(queue.queue_id)
+            message = ReceivedMessage(props.message_id or compose_id(
+                qm.qm_guid, queue.queue_id, seq), queue.path.display, seq, props, item.body)
+            acks.extend(ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE, now_ms))
+            specs.append(SendSpec(queue.queue_id, encode_payload(props, item.body),
+                                  priority=0, expires_ms=props.receive_by_ms, seq=seq))
+        last = batch[-1].stream
+        async with self.streams.hold(key):
+            position, replaced = self.streams.position(key, last, line.queue_url)
+            try:
+                made = await store_call(qm.store.commit(
+                    [*specs, position, *(s for _, s in acks)], removes=replaced))
+            except ProblemError as exc:
+                if isinstance(exc.__cause__, QueueQuotaExceeded):
+                    server_log.warning("queue %s over its quota: %d stream message(s) of %s "
+                                       "not accepted (the sender resends them)",
+                                       queue.path.display, len(batch), key[0])
+                    return False
+                raise
+            for record in made[:len(specs)]:
+                qm.arrived(queue, record)
+            for (target, _), record in zip(acks, made[len(specs) + 1:]):
+                qm.arrived(target, record)
+            for item in batch[:-1]:
+                self.streams.table.accepted(key, item.stream, queue_url=line.queue_url,
+                                            now=time.monotonic())
+            self.streams.accepted(key, last, line.queue_url, made[len(specs)])
+        return True
