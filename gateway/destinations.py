@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from gateway.copies import ack_specs, dead_letter_spec
 from gateway.errors import ProblemError
+from gateway.internal_queues import DEDUP_QUEUE
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties, compose_id, encode_payload
 from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
@@ -138,11 +139,13 @@ def resolve_local(text: str, local: LocalNames) -> list[str]:
 
 async def send_to_destinations(qm: QueueManager, paths: list[str], body: bytes,
                                properties: MessageProperties, *, transactional: bool,
-                               remote: Sequence[tuple[Queue, str]] = ()
-                               ) -> tuple[list[ReceivedMessage], list[dict[str, str]]]:
+                               remote: Sequence[tuple[Queue, str]] = (),
+                               dedup_key: tuple[str, str] | None = None
+                               ) -> dict[str, object]:
     """One copy per destination in one atomic commit (a remote one in its outgoing queue,
-    ``remote`` = (outgoing queue, destination URL)); returns the stored copies and the
-    destinations whose copy was dead-lettered."""
+    ``remote`` = (outgoing queue, destination URL)); returns the answer: the stored copies
+    and the destinations whose copy was dead-lettered. With ``dedup_key`` (key, digest) the
+    answer is remembered in the duplicate window in the same commit."""
     now_ms = int(time.time() * 1000)
     specs: list[tuple[Queue, SendSpec]] = []
     stored: list[tuple[Queue, ReceivedMessage]] = []
@@ -187,7 +190,21 @@ async def send_to_destinations(qm: QueueManager, paths: list[str], body: bytes,
         stored.append((queue, message))
     if not specs:
         raise ProblemError(400, "no destination", type_slug="bad-request")
+    answer = answer_of([m for _, m in stored], dead)
+    if dedup_key is not None:  # remembered in the same commit as the messages
+        assert qm.dedup is not None
+        specs.append((qm.internal(DEDUP_QUEUE), qm.dedup.spec(dedup_key[0], dedup_key[1],
+                                                              answer)))
     made = await store_call(qm.store.commit([spec for _, spec in specs]))
     for (queue, _), record in zip(specs, made):
-        qm.arrived(queue, record)
-    return [m for _, m in stored], dead
+        if queue.path.canonical == DEDUP_QUEUE and dedup_key is not None and qm.dedup:
+            qm.dedup.done(dedup_key[0], dedup_key[1], answer, record)
+        else:
+            qm.arrived(queue, record)
+    return answer
+
+
+def answer_of(stored: list[ReceivedMessage], dead: list[dict[str, str]]
+              ) -> dict[str, object]:
+    return {"messages": [{"id": m.message_id, "queue": m.queue, "seq": m.seq}
+                         for m in stored], "dead_lettered": dead}

@@ -18,9 +18,9 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import hashlib
+import heapq
 import random
 import re
 import time
@@ -47,7 +47,9 @@ __all__ = ["Link", "LinkOptions"]
 
 _OUR_ID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
 _PULL = 256
+_BUFFERED = 65_536  # records of messages outside the link's own stream held in order
 _PLAIN_WINDOW = 8  # non-transactional messages in flight at once
+_OVERTAKEN_S = 0.05  # before resending a stream message the receiver took as out of order
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,11 @@ class LinkOptions:
     stream_element: str
     window: int  # stream messages in flight at once
     public_url: str  # this gateway as senders reach it (receipt and admin URLs)
+
+
+def _plain_order(extra: dict[str, str], seq: int) -> tuple[str, int, int]:
+    stream = extra.get("stream_id", "")
+    return (stream, int(extra.get("stream_current", "0")) if stream else seq, seq)
 
 
 class Link:
@@ -77,11 +84,15 @@ class Link:
         self.paused = False
         self._resume = asyncio.Event()
         self._cursor = 0
-        self._plain: collections.deque[StoredRecord] = collections.deque()
+        # Messages outside this link's own stream, in sending order: forwarded stream
+        # messages by their stream and number (so the receiver gets them nearly in order),
+        # others by arrival.
+        self._plain: list[tuple[tuple[str, int, int], StoredRecord]] = []
         self._in_stream: dict[int, StoredRecord] = {}
         self._seen_at: dict[int, float] = {}  # seq -> when this link first saw it
         found = outgoing.streams.get(queue.path.canonical)
         self.stream: SenderStream | None = found[0] if found is not None else None
+        self._stream_ended = False
         self._session: aiohttp.ClientSession | None = None
         self._inflight: dict[int, asyncio.Task[None]] = {}  # stream number -> its send
         self._plain_inflight: dict[int, asyncio.Task[None]] = {}  # sequence -> its send
@@ -153,7 +164,7 @@ class Link:
             if current not in self._inflight:
                 self._inflight[current] = asyncio.create_task(self._send_stream(current))
         while self._plain and len(self._plain_inflight) < _PLAIN_WINDOW:
-            record = self._plain.popleft()
+            _, record = heapq.heappop(self._plain)
             self._plain_inflight[record.seq] = asyncio.create_task(self._send_plain(record))
         tasks = [*self._inflight.values(), *self._plain_inflight.values()]
         if not tasks:
@@ -185,20 +196,27 @@ class Link:
 
     async def _pull(self) -> None:
         """Take new messages of the outgoing queue into the stream or the plain line."""
-        if len(self._plain) + len(self.stream.to_send() if self.stream else ()) >= _PULL:
+        # Forwarded stream messages wait here for their turn, in stream order; the one a
+        # receiver needs next may have arrived after many later ones, so the buffer is
+        # deep (records are small: where a message is, not the message).
+        if len(self._plain) >= _BUFFERED or (self.stream and len(
+                self.stream.to_send()) >= _PULL):
             return
         for record in self.qm.store.first_records(self.queue.queue_id, self._cursor, _PULL):
             self._cursor = record.seq
             self._seen_at.setdefault(record.seq, time.monotonic())
             props = self.qm.decode(self.queue, record).properties
             if not props.transactional or props.extra.get("forward"):
-                self._plain.append(record)
+                heapq.heappush(self._plain, (_plain_order(props.extra, record.seq), record))
                 continue
             stream = self.stream
-            if stream is None or (stream.finished and not self._in_stream):
+            # A stream ends when everything in it was acknowledged during this run; one
+            # restored from disk goes on (its pending messages are being pulled right now).
+            if stream is None or (self._stream_ended and not self._in_stream):
                 stream = await self.outgoing.new_stream(self.queue, record.seq,
                                                         self._receipts_to(self.destination))
                 self.stream = stream
+                self._stream_ended = False
             if record.seq < stream.base_seq:
                 server_log.error("link to %s: message %d precedes its stream; dropped",
                                  self.destination, record.seq)
@@ -221,32 +239,35 @@ class Link:
             return
         position = StreamPosition(stream.stream_id, current, stream.previous(current),
                                   stream.send_receipts_to, self.options.stream_element)
-        status = await self._post(*self._request(message, position))
+        status, verdict = await self._post(*self._request(message, position))
         if 200 <= status < 300:
-            stream.mark_sent(current, time.monotonic())
             self.sent += 1
+            if verdict == "out_of_order" and stream.pending and current != stream.pending[0]:
+                await asyncio.sleep(_OVERTAKEN_S)  # it overtook one still on its way
+                return
+            stream.mark_sent(current, time.monotonic())
         elif 400 <= status < 500:
             stream.left(current)
             self._in_stream.pop(current, None)
             await self._leave(record, MessageClass.NACK_BAD_DST_Q)
-        else:
-            # Not delivered: the ones after it may have been refused as out of order, so
-            # they go again after it.
-            stream.sent.difference_update([c for c in stream.sent if c > current])
 
     async def _send_plain(self, record: StoredRecord) -> None:
         message = self.qm.decode(self.queue, record)
         if self._expired(message):
             await self._leave(record, MessageClass.NACK_REACH_QUEUE_TIMEOUT)
             return
-        status = await self._post(*self._request(message, None))
-        if 200 <= status < 300:
+        status, verdict = await self._post(*self._request(message, None))
+        order = (_plain_order(message.properties.extra, record.seq), record)
+        if 200 <= status < 300 and verdict == "out_of_order":
+            await asyncio.sleep(_OVERTAKEN_S)  # a forwarded stream message: its turn comes
+            heapq.heappush(self._plain, order)
+        elif 200 <= status < 300:
             self.sent += 1
             await self.delivered([record])
         elif 400 <= status < 500:
             await self._leave(record, MessageClass.NACK_BAD_DST_Q)
         else:
-            self._plain.appendleft(record)  # its turn again after the back-off
+            heapq.heappush(self._plain, order)  # its turn again after the back-off
 
     def _expired(self, message: ReceivedMessage) -> bool:
         deadline = message.properties.reach_queue_by_ms
@@ -288,17 +309,19 @@ class Link:
             return url_of_format_name(name)
         return f"{self.options.public_url}/msmq/{name}"
 
-    async def _post(self, body: bytes, content_type: str) -> int:
-        """One attempt; 0 when there was no answer. Failures back off here."""
+    async def _post(self, body: bytes, content_type: str) -> tuple[int, str]:
+        """One attempt: (status, the receiver's stream verdict or ""); status 0 when there
+        was no answer. Failures back off here."""
         url = self._route(self.destination)
         headers = {"Content-Type": content_type, "SOAPAction": '"MSMQMessage"',
                    "Proxy-Accept": "NonInteractiveClient"}
-        status, problem = 0, ""
+        status, problem, verdict = 0, "", ""
         try:
             async with self._client().post(url, data=body, headers=headers,
                                            allow_redirects=False) as response:
                 await response.read()
                 status = response.status
+                verdict = response.headers.get("Mq-Stream-Verdict", "")
                 problem = f"HTTP {status} from {url}"
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             problem = f"{type(exc).__name__} posting to {url}: {exc}"
@@ -308,14 +331,14 @@ class Link:
             self.state = "active"
             if status >= 300:
                 self.last_error = problem
-            return status
+            return status, verdict
         self._failures += 1
         self.retries += 1
         self.last_error = problem
         self.state = "waiting to connect" if status == 0 else "inactive"
         delay = min(self.options.retry_max_s, 0.1 * 2.0 ** min(self._failures, 30))
         await asyncio.sleep(delay * (0.5 + random.random() / 2))
-        return status
+        return status, verdict
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -372,6 +395,7 @@ class Link:
             return 0
         done = stream.acknowledged(last_ordinal)
         records = [self._in_stream.pop(c) for c in done if c in self._in_stream]
+        self._stream_ended = stream.finished and not self._in_stream
         if records:
             await self.delivered(records)
         self.queue.arrived.set()

@@ -58,8 +58,19 @@ async def send_by_format_name(request: web.Request) -> web.Response:
                                   "seq": message.seq}, status=201)
     transactional = tx == "single" or (tx is None and any(q.settings.transactional
                                                           for q in queues))
-    stored, dead = await send_to_destinations(qm, paths, body, send.properties,
-                                              transactional=transactional, remote=remote)
-    return web.json_response({"messages": [{"id": m.message_id, "queue": m.queue,
-                                            "seq": m.seq} for m in stored],
-                              "dead_lettered": dead}, status=201)
+    key = send.idempotency_key
+    assert qm.dedup is not None
+    digest = qm.dedup.digest(body, destination)
+    if key is not None:
+        prior = await qm.dedup.seen(key, digest)
+        if prior:
+            return web.json_response(prior, status=201)
+        qm.dedup.begin(key)
+    try:
+        answer = await send_to_destinations(
+            qm, paths, body, send.properties, transactional=transactional, remote=remote,
+            dedup_key=(key, digest) if key is not None else None)
+    finally:
+        if key is not None:
+            qm.dedup.failed(key)  # no-op once stored
+    return web.json_response(answer, status=201)

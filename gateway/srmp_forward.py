@@ -3,7 +3,9 @@ destination as it arrived (envelope, body, framing), to be sent on by that queue
 
 The message is not interpreted here: a stream message keeps its sender's stream, and the
 final receiver's exactly-once rule (and its receipts, addressed to the original sender)
-make the hop at-least-once without harm. Only a redirection re-addresses it (``<to>``).
+make the hop at-least-once without harm. Only a redirection re-addresses it (``<to>``). A
+resend of a message already stored here is not stored again (the duplicate window, by its
+SRMP id): this gateway's link delivers the copy it has.
 """
 
 from __future__ import annotations
@@ -20,8 +22,30 @@ __all__ = ["forward"]
 
 
 async def forward(qm: QueueManager, links: Links, url: str, props: MessageProperties,
-                  body: bytes, *, content_type: str, readdressed: bool) -> None:
-    """Raises: ProblemError when the store refuses (quota, disk: 503/507)."""
+                  body: bytes, *, content_type: str, readdressed: bool) -> bool:
+    """False when the message is already on its way (a resend of one stored here before).
+
+    Raises: ProblemError when the store refuses (quota, disk: 503/507)."""
+    dedup = qm.dedup
+    assert dedup is not None
+    key = f"forward:{props.message_id}" if props.message_id else None
+    digest = dedup.digest(b"", url)
+    if key is not None:
+        if await dedup.seen(key, digest):
+            return False
+        dedup.begin(key)
+    try:
+        await _store(qm, links, url, props, body, content_type, readdressed)
+        if key is not None:
+            dedup.remember(key, digest, {"id": props.message_id}, durable=props.recoverable)
+        return True
+    finally:
+        if key is not None:
+            dedup.failed(key)  # no-op once remembered
+
+
+async def _store(qm: QueueManager, links: Links, url: str, props: MessageProperties,
+                 body: bytes, content_type: str, readdressed: bool) -> None:
     queue = await links.queue_for(url)
     extra = {**props.extra, "forward": "1", "srmp_to": url, "srmp_content_type": content_type}
     if readdressed:

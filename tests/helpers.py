@@ -42,8 +42,8 @@ class GatewayProcess:
 
     def __init__(self, data_dir: Path, *, extra_args: Sequence[str] = (),
                  env: dict[str, str] | None = None, cwd: Path | None = None,
-                 cafile: Path | None = None) -> None:
-        self.port = free_port()
+                 cafile: Path | None = None, port: int = 0) -> None:
+        self.port = port or free_port()
         self.cafile = cafile
         self.url = f"{'https' if cafile else 'http'}://127.0.0.1:{self.port}"
         self.data_dir = data_dir

@@ -161,3 +161,14 @@ async def test_through_a_store_and_forward_gateway_with_order_acks_coming_back(
 
 async def _eq(got: Any, expected: list[bytes]) -> bool:
     return bool(await got == expected)
+
+
+async def test_idempotency_key_for_remote_destinations(gateway_factory: Callable[..., Any]
+                                                       ) -> None:
+    a, _ = await gateway_factory("a")
+    destination = f"DIRECT=HTTP://127.0.0.1:{free_port()}/msmq/private$/q"  # nobody there
+    first = await (await _send(a, destination, b"once", **{"Idempotency-Key": "k1"})).json()
+    again = await (await _send(a, destination, b"once", **{"Idempotency-Key": "k1"})).json()
+    assert first == again and len(first["messages"]) == 1
+    [link] = await _links(a)
+    assert link["backlog"] == 1

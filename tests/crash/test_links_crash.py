@@ -1,0 +1,179 @@
+"""The mission's picture under faults: internal queue manager A sends transactional messages
+to partner P through the store-and-forward gateway F; fault proxies drop, duplicate, delay and
+reorder requests and responses on A->F, F->P and P's order acknowledgements back to F; each of
+A, F and P is killed with SIGKILL at a random moment and restarted. Every message ends in P's
+queue exactly once and in order, A's outgoing queue empties, and no dead letter appears."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import random
+import signal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.fault.proxy import FaultProxy
+from tests.helpers import GatewayProcess, free_port, http_get
+
+MESSAGES = int(os.environ.get("ENTREPOT_LINKS_CRASH_MESSAGES", "2000"))
+WORKERS = 16
+COMMON = """
+[links]
+resend = ["3s"]
+retry_max = "300ms"
+request_timeout = "5s"
+[srmp]
+reorder_wait = "1s"
+"""
+
+
+def _write(root: Path, name: str, config: str, mapping: dict[str, str]) -> list[str]:
+    (root / f"{name}-mapping").mkdir(parents=True)
+    for file, text in mapping.items():
+        (root / f"{name}-mapping" / file).write_text(text)
+    path = root / f"{name}.toml"
+    path.write_text(config.replace("MAPPING_DIR", str(root / f"{name}-mapping")))
+    return ["--config", str(path)]
+
+
+def _configs(root: Path, ports: dict[str, int]) -> dict[str, list[str]]:
+    a, f, p = ports["a"], ports["f"], ports["p"]
+    p_args = _write(root, "p", COMMON + """
+[[queues]]
+path = "private$/orders"
+transactional = true
+""", {})
+    f_args = _write(root, "f", COMMON.replace("[srmp]", "[srmp]\nforward = true") + """
+[mapping]
+dir = "MAPPING_DIR"
+""", {
+        "acks.xml": '<redirections xmlns="msmq-queue-redirections.xml"><redirection>'
+                    f'<from>http://127.0.0.1:{ports["pf"]}/msmq/orderack</from>'
+                    f"<to>http://127.0.0.1:{a}/msmq/private$/order_queue$</to>"
+                    "</redirection></redirections>",
+        "out.xml": '<outbound_redirections xmlns="msmq_outbound_mapping.xml"><redirection>'
+                   f"<destination>http://127.0.0.1:{p}/*</destination>"
+                   f'<through>http://127.0.0.1:{ports["fp"]}/msmq</through></redirection>'
+                   "</outbound_redirections>"})
+    a_args = _write(root, "a", COMMON + """
+[mapping]
+dir = "MAPPING_DIR"
+""", {
+        "out.xml": '<outbound_redirections xmlns="msmq_outbound_mapping.xml"><redirection>'
+                   f"<destination>http://127.0.0.1:{p}/*</destination>"
+                   f'<through>http://127.0.0.1:{ports["af"]}/msmq</through></redirection>'
+                   "</outbound_redirections>",
+        "receipts.xml": '<StreamReceiptSetup xmlns="msmq-streamreceipt-mapping.xml"><setup>'
+                        f"<LogicalAddress>http://127.0.0.1:{p}/*</LogicalAddress>"
+                        f'<StreamReceiptURL>http://127.0.0.1:{ports["pf"]}/msmq/orderack'
+                        "</StreamReceiptURL></setup></StreamReceiptSetup>"})
+    return {"a": a_args, "f": f_args, "p": p_args}
+
+
+async def _sender(url: str, p_port: int, worker: int, acked: list[tuple[int, int]]) -> None:
+    destination = f"DIRECT=HTTP://127.0.0.1:{p_port}/msmq/private$/orders"
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for number in range(worker, MESSAGES, WORKERS):
+            while True:  # the same Idempotency-Key until A says 201: stored once at A
+                try:
+                    async with session.post(url + "/v1/messages", data=b"%d:%d" % (
+                            worker, number), headers={
+                            "Mq-Destination": destination, "Mq-Transaction": "single",
+                            "Idempotency-Key": f"m{number}"}) as response:
+                        if response.status == 201:
+                            acked.append((worker, number))
+                            break
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                    pass
+                await asyncio.sleep(0.2)
+
+
+def _orders(url: str) -> list[tuple[int, int]]:
+    found, after = [], 0
+    while True:
+        status, _, raw = http_get(f"{url}/v1/queues/private$/orders/messages?after={after}"
+                                  "&limit=1000")
+        assert status == 200
+        page = json.loads(raw)
+        for message in page["messages"]:
+            worker, number = base64.b64decode(message["body_base64"]).decode().split(":")
+            found.append((int(worker), int(number)))
+        if not page["messages"]:
+            return found
+        after = page["next"]
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(900)
+async def test_a_to_p_through_f_with_faults_and_kills(tmp_path: Path) -> None:
+    ports = {name: free_port() for name in ("a", "f", "p", "af", "fp", "pf")}
+    args = _configs(tmp_path, ports)
+    seed = int(os.environ.get("ENTREPOT_SEED", "11"))
+    proxies = [FaultProxy(f"http://127.0.0.1:{ports[up]}", drop=0.05, drop_response=0.05,
+                          duplicate=0.05, delay=0.1, seed=seed + i)
+               for i, up in enumerate(("f", "p", "f"))]
+    for proxy, name in zip(proxies, ("af", "fp", "pf")):
+        await proxy.start(ports[name])
+    procs: dict[str, GatewayProcess] = {}
+
+    def start(name: str) -> None:
+        procs[name] = GatewayProcess(tmp_path / f"{name}-data", extra_args=args[name],
+                                     port=ports[name])
+        procs[name].wait_ready(60)
+
+    loop = asyncio.get_running_loop()
+    for name in ("p", "f", "a"):
+        await loop.run_in_executor(None, start, name)
+    acked: list[tuple[int, int]] = []
+    senders = [asyncio.create_task(_sender(procs["a"].url, ports["p"], w, acked))
+               for w in range(WORKERS)]
+    rng = random.Random(seed)
+    try:
+        kills = int(os.environ.get("ENTREPOT_LINKS_CRASH_KILLS", "3"))
+        for victim in rng.sample(["a", "f", "p"], kills):  # each one killed once
+            await asyncio.sleep(rng.uniform(0.5, 2.0))
+            procs[victim].stop(signal.SIGKILL)
+            await asyncio.sleep(rng.uniform(0.1, 1.0))
+            await loop.run_in_executor(None, start, victim)
+        await asyncio.wait_for(asyncio.gather(*senders), 300)
+        deadline = loop.time() + 120
+        while loop.time() < deadline:
+            got = await loop.run_in_executor(None, _orders, procs["p"].url)
+            if len(got) >= MESSAGES:
+                break
+            await asyncio.sleep(0.5)
+        got = await loop.run_in_executor(None, _orders, procs["p"].url)
+        assert len(got) == len(set(got)), "duplicates in P's queue"
+        links = {name: http_get(procs[name].url + "/v1/links")[2].decode()
+                 for name in ("a", "f")}
+        assert set(got) == set(acked) and len(acked) == MESSAGES, (
+            len(got), len(acked), links, [p.counts for p in proxies])
+        for worker in range(WORKERS):  # each sender's messages in the order it sent them
+            numbers = [n for w, n in got if w == worker]
+            assert numbers == sorted(numbers), f"worker {worker} out of order"
+        status, _, raw = http_get(procs["a"].url + "/v1/links")
+        deadline = loop.time() + 60
+        while loop.time() < deadline and any(
+                link["backlog"] for link in json.loads(raw)["links"]):
+            await asyncio.sleep(0.5)
+            status, _, raw = http_get(procs["a"].url + "/v1/links")
+        assert all(link["backlog"] == 0 for link in json.loads(raw)["links"]), raw
+        for name in ("a", "f", "p"):
+            for queue in ("system$;deadletter", "system$;deadxact"):
+                _, _, listing = http_get(f"{procs[name].url}/v1/queues/{queue}/messages")
+                assert json.loads(listing)["messages"] == [], (name, queue)
+        assert sum(p.counts["dropped"] + p.counts["responses_dropped"] for p in proxies) > 0
+    finally:
+        for task in senders:
+            task.cancel()
+        for proc in procs.values():
+            proc.stop()
+        for proxy in proxies:
+            await proxy.stop()
