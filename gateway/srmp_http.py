@@ -24,7 +24,7 @@ from aiohttp import web
 from gateway.appkeys import METRICS_KEY, SETTINGS_KEY, SIGNERS_KEY, STATE_KEY
 from gateway.auth.middleware import principal_of
 from gateway.auth.principal import NOBODY
-from gateway.destinations import LocalNames, redirect_inbound, resolve_local, split_destinations
+from gateway.destinations import LocalNames, resolve_local, split_destinations
 from gateway.errors import ProblemError
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
@@ -37,6 +37,7 @@ from gateway.srmp.properties import message_properties
 from gateway.srmp.signature import BadSignature, verify_signature
 from gateway.srmp_deliver import Outcome, deliver
 from gateway.srmp_forward import forward
+from mapping.engine import route_inbound
 
 __all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX", "VERDICT_HEADER"]
 
@@ -135,7 +136,13 @@ def _destination(request: web.Request, message: SrmpMessage) -> Queue | tuple[st
                            "and other transports are not served here)",
                            type_slug="MQ_ERROR_ILLEGAL_FORMATNAME")
     rules = state.mapping.rules if state.mapping is not None else None
-    redirected = redirect_inbound("DIRECT=" + to, rules)
+    # The rules see the URL as it came: a logical address need not be a queue URL (V09's
+    # receipt address ends in "receipts?SenderStream=XRntV").
+    found = route_inbound(rules, to) if rules is not None else None
+    redirected = "DIRECT=" + to
+    if found is not None:
+        redirected = ("DIRECT=" + found.target if "://" in found.target
+                      else "DIRECT=OS:.\\" + found.target.replace("/", "\\"))
     paths, urls = split_destinations(redirected, state.local)
     if urls:
         readdressed = redirected != "DIRECT=" + to

@@ -22,6 +22,7 @@ from tests.fault.proxy import FaultProxy
 from tests.helpers import GatewayProcess, free_port, http_get
 
 MESSAGES = int(os.environ.get("ENTREPOT_LINKS_CRASH_MESSAGES", "2000"))
+SLOW_MESSAGES = 100_000
 WORKERS = 16
 COMMON = """
 [links]
@@ -76,11 +77,12 @@ dir = "MAPPING_DIR"
     return {"a": a_args, "f": f_args, "p": p_args}
 
 
-async def _sender(url: str, p_port: int, worker: int, acked: list[tuple[int, int]]) -> None:
+async def _sender(url: str, p_port: int, worker: int, acked: list[tuple[int, int]],
+                  messages: int) -> None:
     destination = f"DIRECT=HTTP://127.0.0.1:{p_port}/msmq/private$/orders"
     timeout = aiohttp.ClientTimeout(total=10)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        for number in range(worker, MESSAGES, WORKERS):
+        for number in range(worker, messages, WORKERS):
             while True:  # the same Idempotency-Key until A says 201: stored once at A
                 try:
                     async with session.post(url + "/v1/messages", data=b"%d:%d" % (
@@ -113,6 +115,17 @@ def _orders(url: str) -> list[tuple[int, int]]:
 @pytest.mark.crash
 @pytest.mark.timeout(900)
 async def test_a_to_p_through_f_with_faults_and_kills(tmp_path: Path) -> None:
+    await _scenario(tmp_path, MESSAGES)
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.timeout(7200)
+async def test_a_to_p_through_f_with_faults_and_kills_long(tmp_path: Path) -> None:
+    await _scenario(tmp_path, SLOW_MESSAGES)
+
+
+async def _scenario(tmp_path: Path, messages: int) -> None:
     ports = {name: free_port() for name in ("a", "f", "p", "af", "fp", "pf")}
     args = _configs(tmp_path, ports)
     seed = int(os.environ.get("ENTREPOT_SEED", "11"))
@@ -132,7 +145,7 @@ async def test_a_to_p_through_f_with_faults_and_kills(tmp_path: Path) -> None:
     for name in ("p", "f", "a"):
         await loop.run_in_executor(None, start, name)
     acked: list[tuple[int, int]] = []
-    senders = [asyncio.create_task(_sender(procs["a"].url, ports["p"], w, acked))
+    senders = [asyncio.create_task(_sender(procs["a"].url, ports["p"], w, acked, messages))
                for w in range(WORKERS)]
     rng = random.Random(seed)
     try:
@@ -142,18 +155,18 @@ async def test_a_to_p_through_f_with_faults_and_kills(tmp_path: Path) -> None:
             procs[victim].stop(signal.SIGKILL)
             await asyncio.sleep(rng.uniform(0.1, 1.0))
             await loop.run_in_executor(None, start, victim)
-        await asyncio.wait_for(asyncio.gather(*senders), 300)
-        deadline = loop.time() + 120
+        await asyncio.wait_for(asyncio.gather(*senders), 300 + messages / 50)
+        deadline = loop.time() + 120 + messages / 100
         while loop.time() < deadline:
             got = await loop.run_in_executor(None, _orders, procs["p"].url)
-            if len(got) >= MESSAGES:
+            if len(got) >= messages:
                 break
             await asyncio.sleep(0.5)
         got = await loop.run_in_executor(None, _orders, procs["p"].url)
         assert len(got) == len(set(got)), "duplicates in P's queue"
         links = {name: http_get(procs[name].url + "/v1/links")[2].decode()
                  for name in ("a", "f")}
-        assert set(got) == set(acked) and len(acked) == MESSAGES, (
+        assert set(got) == set(acked) and len(acked) == messages, (
             len(got), len(acked), links, [p.counts for p in proxies])
         for worker in range(WORKERS):  # each sender's messages in the order it sent them
             numbers = [n for w, n in got if w == worker]

@@ -72,7 +72,8 @@ async def test_a_to_p_exactly_once_in_order(gateway_factory: Callable[..., Any])
     orders = f"DIRECT=HTTP://127.0.0.1:{p_port}/msmq/private$/orders"
     for n in range(40):
         await _send(a, orders, b"m%03d" % n, **{"Mq-Transaction": "single"})
-    await _send(a, f"DIRECT=HTTP://127.0.0.1:{p_port}/msmq/plain", b"plain")
+    await _send(a, f"DIRECT=HTTP://127.0.0.1:{p_port}/msmq/plain", b"plain",
+                **{"Mq-Journal": "journal"})
     expected = [b"m%03d" % n for n in range(40)]
 
     async def arrived() -> bool:
@@ -80,6 +81,8 @@ async def test_a_to_p_exactly_once_in_order(gateway_factory: Callable[..., Any])
 
     assert await _until(arrived), await _bodies(p, "private$/orders")
     assert await _until(lambda: _bodies(p, "plain")) == [b"plain"]
+    # Positive source journaling: once delivered, a copy in A's machine journal.
+    assert await _until(lambda: _bodies(a, "system$;journal")) == [b"plain"]
 
     async def drained() -> bool:
         return all(link["backlog"] == 0 and link["unacked"] == 0 for link in await _links(a))
@@ -172,3 +175,33 @@ async def test_idempotency_key_for_remote_destinations(gateway_factory: Callable
     assert first == again and len(first["messages"]) == 1
     [link] = await _links(a)
     assert link["backlog"] == 1
+
+
+async def test_order_acks_at_a_published_logical_address_advance_the_sender(
+        gateway_factory: Callable[..., Any], tmp_path: Path) -> None:
+    """Issue 6's wiring: a stream-receipt setup publishes a logical URL on this gateway as
+    sendReceiptsTo; order acknowledgements arriving there reach the order queue and move
+    the stream on (nothing else maps that URL)."""
+    p, p_port = await gateway_factory("p")
+    await p.put("/v1/queues/private$/orders", json={"transactional": True})
+    a_port = free_port()
+    mapping = tmp_path / "a-mapping"
+    mapping.mkdir()
+    (mapping / "receipts.xml").write_text(
+        '<StreamReceiptSetup xmlns="msmq-streamreceipt-mapping.xml"><setup>'
+        f"<LogicalAddress>http://127.0.0.1:{p_port}/*</LogicalAddress>"
+        f"<StreamReceiptURL>http://127.0.0.1:{a_port}/msmq/logical/orderack</StreamReceiptURL>"
+        "</setup></StreamReceiptSetup>")
+    a, _ = await gateway_factory("a", a_port, mapping__dir=str(mapping))
+    for n in range(5):
+        await _send(a, f"DIRECT=HTTP://127.0.0.1:{p_port}/msmq/private$/orders", b"%d" % n,
+                    **{"Mq-Transaction": "single"})
+
+    async def drained() -> bool:
+        links = await _links(a)
+        return bool(links) and links[0]["backlog"] == 0
+
+    assert await _until(drained), await _links(a)
+    metrics = await (await a.get("/metrics")).text()
+    assert 'entrepot_srmp_messages_total{kind="stream-receipt",outcome="stream_advanced"}' \
+        in metrics
