@@ -158,6 +158,7 @@ def link_options(settings: Settings) -> LinkOptions:
                        idle_timeout_s=links.idle_timeout, retry_max_s=links.retry_max,
                        resend_s=links.resend, stream_element=links.stream_element,
                        window=links.window,
+                       restart_after_rounds=links.restart_stream_after,
                        public_url=(settings.srmp.public_url.rstrip("/")
                                    or f"{scheme}://{host}:{server.port}"))
 

@@ -49,7 +49,8 @@ _OUR_ID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
 _PULL = 256
 _BUFFERED = 65_536  # records of messages outside the link's own stream held in order
 _PLAIN_WINDOW = 8  # non-transactional messages in flight at once
-_OVERTAKEN_S = 0.05  # before resending a stream message the receiver took as out of order
+_OVERTAKEN_S = 0.05
+_LOST_STATE_REFUSALS = 3  # the first pending message refused in a row: the receiver forgot  # before resending a stream message the receiver took as out of order
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,7 @@ class LinkOptions:
     resend_s: tuple[float, ...]
     stream_element: str
     window: int  # stream messages in flight at once
+    restart_after_rounds: int  # resend rounds without a receipt before a new stream
     public_url: str  # this gateway as senders reach it (receipt and admin URLs)
 
 
@@ -93,6 +95,7 @@ class Link:
         found = outgoing.streams.get(queue.path.canonical)
         self.stream: SenderStream | None = found[0] if found is not None else None
         self._stream_ended = False
+        self._first_refused = 0  # out-of-order answers in a row to the first pending one
         self._session: aiohttp.ClientSession | None = None
         self._inflight: dict[int, asyncio.Task[None]] = {}  # stream number -> its send
         self._plain_inflight: dict[int, asyncio.Task[None]] = {}  # sequence -> its send
@@ -156,6 +159,10 @@ class Link:
             self.retries += len(stream.pending)
             server_log.info("link to %s: no stream receipt, resending %d message(s)",
                             self.destination, len(stream.pending))
+            if stream.round >= self.options.restart_after_rounds:
+                await self._restart_stream("no stream receipt for "
+                                           f"{stream.round} resend rounds")
+                return
         # Stream messages go out in order with up to ``window`` in flight (the receiver puts
         # them back in order); others alongside, a few at a time.
         for current in stream.to_send() if stream is not None else []:
@@ -242,8 +249,14 @@ class Link:
         status, verdict = await self._post(*self._request(message, position))
         if 200 <= status < 300:
             self.sent += 1
-            if verdict == "out_of_order" and stream.pending and current != stream.pending[0]:
+            first = bool(stream.pending) and current == stream.pending[0]
+            if verdict == "out_of_order" and not first:
                 await asyncio.sleep(_OVERTAKEN_S)  # it overtook one still on its way
+                return
+            self._first_refused = self._first_refused + 1 if (
+                first and verdict == "out_of_order") else 0
+            if self._first_refused >= _LOST_STATE_REFUSALS and self.stream is stream:
+                await self._restart_stream("the receiver does not know the stream")
                 return
             stream.mark_sent(current, time.monotonic())
         elif 400 <= status < 500:
@@ -387,6 +400,23 @@ class Link:
                                self.destination, record.seq, reason.msmq_name)
         finally:
             self.qm.release(self.queue, record, removed=removed)
+
+    async def _restart_stream(self, why: str) -> None:
+        """The receiver lost the stream's state (seed 002): the messages still waiting move
+        to a new stream, numbered from 1 with a ``<start>``. A receiver that had kept its
+        state would take them again, so this waits for clear signs."""
+        old = self.stream
+        if old is None or not self._in_stream:
+            return
+        records = sorted(self._in_stream.values(), key=lambda r: r.seq)
+        stream = await self.outgoing.new_stream(self.queue, records[0].seq,
+                                                self._receipts_to(self.destination))
+        self._in_stream = {stream.add(r.seq): r for r in records}
+        self.stream = stream
+        self._first_refused = 0
+        server_log.warning("link to %s: %s; %d message(s) moved from stream %s to a new "
+                           "stream %s", self.destination, why, len(records), old.stream_id,
+                           stream.stream_id)
 
     async def receipt(self, last_ordinal: int) -> int:
         """A stream receipt for this link's stream; returns how many it acknowledged."""

@@ -202,6 +202,9 @@ class LinkSettings:
     stream_element: str = _choice("stream", "stream", "Stream")
     # Transactional messages in flight at once per link (the receiver puts them in order).
     window: int = _int(64, low=1, high=4096)
+    # Resend rounds without any stream receipt after which the receiver is taken to have
+    # lost the stream (seed 002) and the waiting messages move to a new stream.
+    restart_stream_after: int = _int(9, low=1, high=1000)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

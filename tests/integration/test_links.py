@@ -205,3 +205,52 @@ async def test_order_acks_at_a_published_logical_address_advance_the_sender(
     metrics = await (await a.get("/metrics")).text()
     assert 'entrepot_srmp_messages_total{kind="stream-receipt",outcome="stream_advanced"}' \
         in metrics
+
+
+async def test_a_receiver_that_lost_the_stream_gets_a_new_one(
+        gateway_factory: Callable[..., Any], tmp_path: Path) -> None:
+    """Seed 002: P acknowledged message 1 of a stream, message 2 is still on its way, and P's
+    data is lost (a new install at the same address). P refuses number 2 of a stream it does
+    not know; A moves the waiting message to a new stream, which P takes."""
+    from tests.fault.proxy import FaultProxy
+
+    p_port, proxy_port = free_port(), free_port()
+    p, _ = await gateway_factory("p", p_port)
+    await p.put("/v1/queues/private$/orders", json={"transactional": True})
+    proxy = FaultProxy(f"http://127.0.0.1:{p_port}")
+    await proxy.start(proxy_port)
+    mapping = tmp_path / "a-mapping"
+    mapping.mkdir()
+    (mapping / "out.xml").write_text(
+        '<outbound_redirections xmlns="msmq_outbound_mapping.xml"><redirection>'
+        f"<destination>http://127.0.0.1:{p_port}/*</destination>"
+        f"<through>http://127.0.0.1:{proxy_port}/msmq</through></redirection>"
+        "</outbound_redirections>")
+    try:
+        a, _ = await gateway_factory("a", mapping__dir=str(mapping))
+        orders = f"DIRECT=HTTP://127.0.0.1:{p_port}/msmq/private$/orders"
+        await _send(a, orders, b"one", **{"Mq-Transaction": "single"})
+        assert await _until(lambda: _eq(_bodies(p, "private$/orders"), [b"one"]))
+        proxy.drop = 1.0  # number 2 does not get through for now
+        await _send(a, orders, b"two", **{"Mq-Transaction": "single"})
+
+        async def one_acked() -> bool:
+            links = await _links(a)
+            return bool(links) and links[0]["backlog"] == 1 and links[0]["unacked"] == 1
+
+        assert await _until(one_acked), await _links(a)
+        first_stream = (await _links(a))[0]["stream"]
+        await p.close()
+        fresh, _ = await gateway_factory("p-fresh", p_port)
+        await fresh.put("/v1/queues/private$/orders", json={"transactional": True})
+        proxy.drop = 0.0
+        assert await _until(lambda: _eq(_bodies(fresh, "private$/orders"), [b"two"]))
+
+        async def drained() -> bool:
+            links = await _links(a)
+            return links[0]["backlog"] == 0
+
+        assert await _until(drained)
+        assert (await _links(a))[0]["stream"] != first_stream
+    finally:
+        await proxy.stop()
