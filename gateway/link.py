@@ -49,8 +49,8 @@ _OUR_ID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
 _PULL = 256
 _BUFFERED = 65_536  # records of messages outside the link's own stream held in order
 _PLAIN_WINDOW = 8  # non-transactional messages in flight at once
-_OVERTAKEN_S = 0.05
-_LOST_STATE_REFUSALS = 3  # the first pending message refused in a row: the receiver forgot  # before resending a stream message the receiver took as out of order
+_OVERTAKEN_S = 0.05  # before resending a stream message the receiver took as out of order
+_LOST_STATE_REFUSALS = 3  # the first pending message refused in a row: the receiver forgot
 
 
 @dataclass(frozen=True, slots=True)
