@@ -13,6 +13,7 @@ waits for the first's answer.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import time
@@ -61,6 +62,8 @@ class DedupWindow:
 
     @staticmethod
     def digest(body: bytes, destination: str) -> str:
+        if not body:
+            return _id_digest(destination)
         return hashlib.sha256(destination.lower().encode() + b"\0" + body).hexdigest()
 
     async def seen(self, key: str, digest: str) -> dict[str, object] | None:
@@ -172,3 +175,9 @@ class DedupWindow:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@functools.lru_cache(maxsize=4096)
+def _id_digest(destination: str) -> str:
+    """The digest of keys that stand for themselves (SRMP ids): one per destination."""
+    return hashlib.sha256(destination.lower().encode() + b"\0").hexdigest()

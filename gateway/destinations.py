@@ -10,6 +10,7 @@ NACK_NOT_TRANSACTIONAL_Q and a negative acknowledgement goes to the admin queue 
 
 from __future__ import annotations
 
+import functools
 import socket
 import time
 from collections.abc import Iterable, Sequence
@@ -96,6 +97,12 @@ def split_destinations(text: str, local: LocalNames) -> tuple[list[str], list[st
     Raises:
         ProblemError: 400 for a bad format name; 422 for a remote element SRMP cannot reach.
     """
+    paths, urls = _split(text, local)  # senders repeat the same few names: parsed once
+    return list(paths), list(urls)
+
+
+@functools.lru_cache(maxsize=1024)
+def _split(text: str, local: LocalNames) -> tuple[tuple[str, ...], tuple[str, ...]]:
     try:
         parsed = parse_format_name(text)
     except FormatNameError as exc:
@@ -113,7 +120,7 @@ def split_destinations(text: str, local: LocalNames) -> tuple[list[str], list[st
             raise ProblemError(422, f"{element.format_name()} is not on this gateway and "
                                "SRMP links reach only DIRECT=HTTP(S) format names",
                                type_slug="no-route")
-    return paths, urls
+    return tuple(paths), tuple(urls)
 
 
 def resolve_local(text: str, local: LocalNames) -> list[str]:

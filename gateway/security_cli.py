@@ -44,7 +44,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _days(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 3650:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 3650:
         raise argparse.ArgumentTypeError(f"days must be 1..3650, not {text!r}")
     return int(text)
 

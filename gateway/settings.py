@@ -295,7 +295,7 @@ def parse_listen(text: str) -> tuple[str, int]:
         raise ValueError(f"expected HOST:PORT, got {text!r}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
         raise ValueError(f"port must be 1..65535 in {text!r}")
     return host, int(port_text)
 

@@ -244,7 +244,8 @@ def _authority(authority: str, scheme: str, text: str) -> tuple[str, int]:
         host, _, port_text = authority.rpartition(":")
     if not _HOST.match(host):
         raise FormatNameError(f"{text!r}: {host!r} is not a host name or address")
-    if port_text and (not port_text.isdigit() or not 0 < int(port_text) < 65536):
+    if port_text and (not (port_text.isascii() and port_text.isdigit())
+                      or not 0 < int(port_text) < 65536):
         raise FormatNameError(f"{text!r}: port {port_text!r} is not 1..65535")
     return host.lower(), int(port_text) if port_text else _DEFAULT_PORTS[scheme]
 

@@ -54,7 +54,7 @@ def parse_authorization(value: str) -> SignedRequest:
     missing = [k for k in ("partner", "ts", "nonce", "sig") if not fields.get(k)]
     if missing:
         raise SignatureError(f"{SCHEME} lacks {', '.join(missing)}")
-    if not fields["ts"].isdigit() or len(fields["ts"]) > 12:
+    if not (fields["ts"].isascii() and fields["ts"].isdigit()) or len(fields["ts"]) > 12:
         raise SignatureError("ts is not a Unix time in seconds")
     if not _NONCE.match(fields["nonce"]):
         raise SignatureError("nonce must be 16-64 characters of A-Z a-z 0-9 _ . ~ -")

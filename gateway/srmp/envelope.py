@@ -146,7 +146,7 @@ def _optional(found: dict[str, _El], name: str) -> str | None:
 
 
 def _number(text: str, name: str, high: int) -> int:
-    if not text.isdigit() or int(text) > high:
+    if not (text.isascii() and text.isdigit()) or int(text) > high:
         raise EnvelopeError(f"<{name}> {text[:40]!r} is not a number in 0..{high}")
     return int(text)
 

@@ -113,7 +113,7 @@ def _content_length(headers: dict[str, str], where: str) -> int | None:
     raw = headers.get("content-length")
     if raw is None:
         return None
-    if not raw.isdigit() or len(raw) > 12:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:
         raise MimeError(f"{where}: Content-Length {raw!r} is not a byte count")
     return int(raw)
 

@@ -172,6 +172,8 @@ def test_preamble_and_epilogue_ignored_and_start_parameter_honoured() -> None:
     (b"--X\r\nContent-Type: text/xml\r\n", "not terminated by an empty line"),
     (b"--X\r\nbad header\r\n\r\ndata--X--", "malformed header"),
     (b"--X\r\nContent-Length: -1\r\n\r\ndata--X--", "not a byte count"),
+    # Found by the property test: "\u00b2" (superscript two) passes str.isdigit.
+    ("--X\r\nContent-Length: \u00b274\r\n\r\ndata--X--".encode(), "not a byte count"),
     (b"--X\r\n\r\ndata", "no closing boundary"),
     (b"--X\r\n\r\n1--X\r\n\r\n2--X\r\n\r\n3--X\r\n\r\n4--X\r\n\r\n5--X\r\n\r\n6--X\r\n\r\n7"
      b"--X\r\n\r\n8--X\r\n\r\n9--X--", "more than 8 parts"),
@@ -232,6 +234,10 @@ def test_stream_element_accepted_in_either_case_and_example_only_children_ignore
                  b"<Priority>9</Priority><BodyType>0</BodyType><SourceQmGuid>"
                  b"11111111-2222-3333-4444-555555555555</SourceQmGuid></Msmq></se:Header>"),
      "Priority"),
+    (ENV.replace(b"</se:Header>", "<Msmq xmlns='msmq.namespace.xml'><Class>\u00b2</Class>"
+                 "<Priority>3</Priority><BodyType>0</BodyType><SourceQmGuid>"
+                 "11111111-2222-3333-4444-555555555555</SourceQmGuid></Msmq></se:Header>"
+                 .encode()), "Class"),
     (ENV.replace(b"</se:Header>", b"<stream><streamId>uid:bad</streamId><current>1</current>"
                  b"</stream></se:Header>"), "streamId"),
     (ENV.replace(b"</se:Header>", b"<stream><streamId>uid:11111111-2222-3333-4444-5555555555"
