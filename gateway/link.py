@@ -96,6 +96,8 @@ class Link:
         self.stream: SenderStream | None = found[0] if found is not None else None
         self._stream_ended = False
         self._first_refused = 0  # out-of-order answers in a row to the first pending one
+        # (stream id, number) -> delivered stream messages waiting for their final receipt
+        self._awaiting_final: dict[tuple[str, int], StoredRecord] = {}
         self._session: aiohttp.ClientSession | None = None
         self._inflight: dict[int, asyncio.Task[None]] = {}  # stream number -> its send
         self._plain_inflight: dict[int, asyncio.Task[None]] = {}  # sequence -> its send
@@ -424,9 +426,35 @@ class Link:
         if stream is None:
             return 0
         done = stream.acknowledged(last_ordinal)
-        records = [self._in_stream.pop(c) for c in done if c in self._in_stream]
+        records = []
+        for current in done:
+            record = self._in_stream.pop(current, None)
+            if record is None:
+                continue
+            if self.qm.decode(self.queue, record).properties.journal == "deadletter":
+                # DeadLetter/ asked for a final stream receipt: kept until it comes.
+                self._awaiting_final[(stream.stream_id, current)] = record
+            else:
+                records.append(record)
         self._stream_ended = stream.finished and not self._in_stream
         if records:
             await self.delivered(records)
         self.queue.arrived.set()
-        return len(records)
+        return len(done)
+
+    async def final_receipt(self, stream_id: str, ordinal: int, positive: bool,
+                            message_class: int) -> bool:
+        """A final stream receipt (srmp.md §2.6): the kept copy is removed when the message
+        was read, moved to ``system$;deadxact`` with the receipt's class when it was not."""
+        record = self._awaiting_final.pop((stream_id, ordinal), None)
+        if record is None:
+            return False
+        if positive:
+            await self.delivered([record])
+        else:
+            try:
+                reason = MessageClass(message_class)
+            except ValueError:
+                reason = MessageClass.NACK_Q_PURGED
+            await self._leave(record, reason)
+        return True

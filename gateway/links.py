@@ -71,8 +71,15 @@ class Links:
         mapped = receipt_url_for(rules, destination) if rules is not None else None
         return mapped or f"{self.options.public_url}/msmq/{ORDER_QUEUE}"
 
-    async def on_stream_receipt(self, stream_id: str, last_ordinal: int) -> bool:
-        """Advance the stream a receipt names; False when no link has it."""
+    async def on_stream_receipt(self, stream_id: str, last_ordinal: int,
+                                final: tuple[bool, int] | None = None) -> bool:
+        """Advance the stream a receipt names, or settle the message a final receipt names
+        (``final`` = (positive, class)); False when no link has it."""
+        if final is not None:
+            for link in self.links.values():
+                if await link.final_receipt(stream_id, last_ordinal, *final):
+                    return True
+            return False
         for link in self.links.values():
             if link.stream is not None and link.stream.stream_id == stream_id:
                 done = await link.receipt(last_ordinal)

@@ -116,7 +116,8 @@ class Outbox:
                 stream_id=extra["final_stream_id"], last_ordinal=int(extra["final_ordinal"]),
                 send_to=url, queue_url=queue_url, qm_guid=self.qm.qm_guid,
                 ordinal=self.ids.next(), now_s=now_s,
-                final=CommitmentReceipt(format_srmp_time(now_s), decision, srmp_id))
+                final=CommitmentReceipt(format_srmp_time(now_s), decision, srmp_id),
+                final_class=message_class)
         if message_class == MessageClass.ACK_REACH_QUEUE:
             received = int(extra.get("received_at_ms") or now_s * 1000) // 1000
             return delivery_receipt(original_id=srmp_id, label=label, send_to=url,

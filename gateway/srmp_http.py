@@ -172,10 +172,15 @@ async def _forward(request: web.Request, message: SrmpMessage, raw: bytes, url: 
 async def _receipt(request: web.Request, message: SrmpMessage) -> bool:
     """A stream receipt for one of our outgoing streams moves it on (not stored)."""
     links = request.app[STATE_KEY].links
-    receipt = message.envelope.stream_receipt
+    envelope = message.envelope
+    receipt = envelope.stream_receipt
     if links is None or receipt is None:
         return False
-    return await links.on_stream_receipt(receipt.stream_id, receipt.last_ordinal)
+    final = None
+    if envelope.commitment_receipt is not None:
+        final = (envelope.commitment_receipt.decision == "positive",
+                 envelope.msmq.message_class if envelope.msmq is not None else 0)
+    return await links.on_stream_receipt(receipt.stream_id, receipt.last_ordinal, final)
 
 
 def _authenticate(request: web.Request, message: SrmpMessage, queue: Queue) -> bool:

@@ -33,15 +33,16 @@ def _msmq(qm_guid: str, message_class: int, priority: int, now_s: int,
 
 def stream_receipt(*, stream_id: str, last_ordinal: int, send_to: str, queue_url: str,
                    qm_guid: str, ordinal: int, now_s: int,
-                   final: CommitmentReceipt | None = None) -> Envelope:
-    """An order acknowledgement (class 255), or with ``final`` a final stream receipt."""
+                   final: CommitmentReceipt | None = None, final_class: int = 0) -> Envelope:
+    """An order acknowledgement (class 255), or with ``final`` a final stream receipt, whose
+    class says how the message left (ACK_RECEIVE, NACK_Q_PURGED, ...; srmp.md §1.9)."""
     return Envelope(
         path=Path(action=ORDER_ACK_ACTION, to=send_to, id=format_message_id(ordinal, qm_guid),
                   rev_via=queue_url),
         expires_at=INFINITE_TEXT, sent_at=format_srmp_time(now_s),
         commitment_receipt=final,
         stream_receipt=StreamReceipt(stream_id, last_ordinal),
-        msmq=_msmq(qm_guid, 255, 0, now_s))
+        msmq=_msmq(qm_guid, final_class if final is not None else 255, 0, now_s))
 
 
 def delivery_receipt(*, original_id: str, label: str, send_to: str, queue_url: str,

@@ -254,3 +254,29 @@ async def test_a_receiver_that_lost_the_stream_gets_a_new_one(
         assert (await _links(a))[0]["stream"] != first_stream
     finally:
         await proxy.stop()
+
+
+async def test_final_stream_receipts_settle_dead_letter_messages(
+        gateway_factory: Callable[..., Any]) -> None:
+    """srmp.md §2.6: a stream message with DeadLetter/ stays in A's outgoing queue after its
+    stream receipt, until P's final receipt says how it left P's queue: read -> removed,
+    purged -> A's system$;deadxact with the receipt's class."""
+    p, p_port = await gateway_factory("p")
+    await p.put("/v1/queues/private$/orders", json={"transactional": True})
+    a, _ = await gateway_factory("a")
+    orders = f"DIRECT=HTTP://127.0.0.1:{p_port}/msmq/private$/orders"
+
+    async def kept(count: int) -> bool:
+        links = await _links(a)
+        return bool(links) and links[0]["backlog"] == count and links[0]["unacked"] == 0
+
+    for body, settle in ((b"read", "receive"), (b"purged", "purge")):
+        await _send(a, orders, body, **{"Mq-Transaction": "single",
+                                        "Mq-Journal": "deadletter"})
+        assert await _until(lambda: _eq(_bodies(p, "private$/orders"), [body]))
+        assert await _until(lambda: kept(1)), await _links(a)  # acknowledged, still kept
+        assert (await p.post(f"/v1/queues/private$/orders/{settle}")).status == 200
+        assert await _until(lambda: kept(0)), await _links(a)
+    dead = await (await a.get("/v1/queues/system$;deadxact/messages")).json()
+    assert [(base64.b64decode(m["body_base64"]), m["class"]) for m in dead["messages"]] == [
+        (b"purged", "MQMSG_CLASS_NACK_Q_PURGED")]
