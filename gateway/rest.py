@@ -33,8 +33,7 @@ routes = web.RouteTableDef()
 def _qm(request: web.Request) -> QueueManager:
     state = request.app[STATE_KEY]
     if state.queue_manager is None or not state.ready:
-        raise ProblemError(503, state.not_ready_reason() or "not ready", type_slug="not-ready",
-                           headers={"Retry-After": "1"})
+        raise state.unavailable()
     return state.queue_manager
 
 

@@ -17,8 +17,7 @@ routes = web.RouteTableDef()
 def _links(request: web.Request) -> Links:
     state = request.app[STATE_KEY]
     if state.links is None or not state.ready:
-        raise ProblemError(503, state.not_ready_reason() or "not ready", type_slug="not-ready",
-                           headers={"Retry-After": "1"})
+        raise state.unavailable()
     return state.links
 
 

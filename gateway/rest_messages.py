@@ -22,8 +22,7 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     qm, transactions = state.queue_manager, state.transactions
     if qm is None or transactions is None or not state.ready:
-        raise ProblemError(503, state.not_ready_reason() or "not ready", type_slug="not-ready",
-                           headers={"Retry-After": "1"})
+        raise state.unavailable()
     destination = request.headers.get("Mq-Destination")
     if not destination:
         raise ProblemError(400, "Mq-Destination: a format name is required",

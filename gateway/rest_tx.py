@@ -27,8 +27,7 @@ BATCH_MESSAGES_MAX = 10_000
 def _ready(request: web.Request) -> tuple[QueueManager, Transactions]:
     state = request.app[STATE_KEY]
     if state.queue_manager is None or state.transactions is None or not state.ready:
-        raise ProblemError(503, state.not_ready_reason() or "not ready", type_slug="not-ready",
-                           headers={"Retry-After": "1"})
+        raise state.unavailable()
     return state.queue_manager, state.transactions
 
 

@@ -60,8 +60,7 @@ async def srmp_post(request: web.Request) -> web.Response:
     metrics = request.app[METRICS_KEY]
     qm, sequencer = state.queue_manager, state.sequencer
     if qm is None or sequencer is None or not state.ready:
-        raise ProblemError(503, state.not_ready_reason() or "not ready", type_slug="not-ready",
-                           headers={"Retry-After": "5"})
+        raise state.unavailable(5)
     raw = await request.read()
     kind = "unknown"
     try:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gateway.destinations import LocalNames
+from gateway.errors import ProblemError
 
 if TYPE_CHECKING:
     from mapping.loader import MappingLoader
@@ -41,6 +42,11 @@ class GatewayState:
     local: LocalNames = LocalNames(frozenset(), frozenset())
     mapping: MappingLoader | None = None
     reload_mapping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def unavailable(self, retry_after_s: int = 1) -> ProblemError:
+        """The 503 every route answers while the gateway cannot serve it."""
+        return ProblemError(503, self.not_ready_reason() or "not ready", type_slug="not-ready",
+                            headers={"Retry-After": str(retry_after_s)})
 
     def not_ready_reason(self) -> str:
         if self.stopping:

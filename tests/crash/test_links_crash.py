@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import random
@@ -84,16 +85,16 @@ async def _sender(url: str, p_port: int, worker: int, acked: list[tuple[int, int
     async with aiohttp.ClientSession(timeout=timeout) as session:
         for number in range(worker, messages, WORKERS):
             while True:  # the same Idempotency-Key until A says 201: stored once at A
-                try:
+                status = 0  # no answer: A is down (killed) or the connection broke
+                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
                     async with session.post(url + "/v1/messages", data=b"%d:%d" % (
                             worker, number), headers={
                             "Mq-Destination": destination, "Mq-Transaction": "single",
                             "Idempotency-Key": f"m{number}"}) as response:
-                        if response.status == 201:
-                            acked.append((worker, number))
-                            break
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                    pass
+                        status = response.status
+                if status == 201:
+                    acked.append((worker, number))
+                    break
                 await asyncio.sleep(0.2)
 
 
