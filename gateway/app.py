@@ -11,7 +11,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway import admin, health, openapi, rest, rest_links, rest_messages, rest_tx
-from gateway.auth.authenticator import Authenticator
+from gateway.auth.authenticator import Authenticator, read_secret
 from gateway.auth.middleware import make_auth_middleware
 from gateway.destinations import local_host_names
 from gateway.errors import GatewayError
@@ -64,6 +64,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     ``file_ops`` is the store's file seam (tests inject faults through it).
     """
     metrics = Metrics()
+    load_webhooks(settings)  # a webhook's unreadable secret stops the start (exit 2)
     gate = make_auth_middleware(settings, Authenticator(settings))
     app = web.Application(
         client_max_size=settings.server.request_body_max,
@@ -146,6 +147,16 @@ async def _mapping_ctx(app: web.Application) -> AsyncIterator[None]:
     watcher.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await watcher
+
+
+def load_webhooks(settings: Settings) -> list[tuple[str, str, bytes]]:
+    """Raises: ConfigError when a webhook's secret file cannot be read."""
+    out = []
+    for hook in settings.webhooks:
+        secret = (read_secret(hook.hmac_secret_file, f"webhooks.{hook.url}.hmac_secret_file")
+                  if hook.hmac_secret_file else b"")
+        out.append((hook.url, hook.name, secret))
+    return out
 
 
 def link_options(settings: Settings) -> LinkOptions:
@@ -231,7 +242,8 @@ async def _open_store(app: web.Application) -> None:
                                       window=srmp.reorder_window)
     outbox = Outbox(queue_manager, state.receipts, ids, app[METRICS_KEY])
     state.links = Links(queue_manager, link_options(settings), app[METRICS_KEY],
-                        lambda: state.mapping.rules if state.mapping is not None else None)
+                        lambda: state.mapping.rules if state.mapping is not None else None,
+                        webhooks=load_webhooks(settings))
     state.links.start()
     await state.links.outgoing.drop_stale()
     state.tasks.append(asyncio.create_task(outbox.run(), name="srmp-outbox"))

@@ -23,12 +23,15 @@ import hashlib
 import heapq
 import random
 import re
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
 
 import aiohttp
 
+from gateway.auth.hmac_sig import sign
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import encode_payload
@@ -65,6 +68,24 @@ class LinkOptions:
     public_url: str  # this gateway as senders reach it (receipt and admin URLs)
 
 
+def webhook_headers(message: ReceivedMessage, name: str, secret: bytes, url: str
+                    ) -> dict[str, str]:
+    """A message's properties as headers (the REST API's names), signed when a secret is set
+    (the same EP-HMAC-SHA256 scheme partners use towards this gateway)."""
+    props = message.properties
+    headers = {"Mq-Message-Id": message.message_id, "Idempotency-Key": message.message_id,
+               "Mq-Label": props.label, "Mq-Priority": str(props.priority),
+               "Mq-Correlation-Id": props.correlation_id,
+               "Mq-Sent-At": str(props.sent_at_ms)}
+    headers = {k: v for k, v in headers.items() if v}
+    if secret:
+        target = urlsplit(url)
+        path_qs = target.path + (f"?{target.query}" if target.query else "")
+        headers["Authorization"] = sign(secret, "POST", path_qs, int(time.time()),
+                                        secrets.token_urlsafe(18), message.body, name)
+    return headers
+
+
 def _plain_order(extra: dict[str, str], seq: int) -> tuple[str, int, int]:
     stream = extra.get("stream_id", "")
     return (stream, int(extra.get("stream_current", "0")) if stream else seq, seq)
@@ -73,7 +94,8 @@ def _plain_order(extra: dict[str, str], seq: int) -> tuple[str, int, int]:
 class Link:
     def __init__(self, qm: QueueManager, outgoing: Outgoing, queue: Queue,
                  options: LinkOptions, *, route: Callable[[str], str],
-                 receipts_to: Callable[[str], str]) -> None:
+                 receipts_to: Callable[[str], str],
+                 webhook: tuple[str, bytes] | None = None) -> None:
         self.qm = qm
         self.outgoing = outgoing
         self.queue = queue
@@ -81,6 +103,9 @@ class Link:
         self.destination = Outgoing.destination_of(queue)
         self._route = route  # destination -> the URL to POST to (outbound redirection)
         self._receipts_to = receipts_to  # destination -> sendReceiptsTo of a new stream
+        # A webhook (partner name, HMAC secret or b""): messages are POSTed as they are, one
+        # at a time in order, done on 2xx; no SRMP, no stream.
+        self.webhook = webhook
         self.state = "active"
         self.last_error = ""
         self.paused = False
@@ -172,7 +197,8 @@ class Link:
                 break
             if current not in self._inflight:
                 self._inflight[current] = asyncio.create_task(self._send_stream(current))
-        while self._plain and len(self._plain_inflight) < _PLAIN_WINDOW:
+        plain_window = 1 if self.webhook else _PLAIN_WINDOW  # a webhook gets them in order
+        while self._plain and len(self._plain_inflight) < plain_window:
             _, record = heapq.heappop(self._plain)
             self._plain_inflight[record.seq] = asyncio.create_task(self._send_plain(record))
         tasks = [*self._inflight.values(), *self._plain_inflight.values()]
@@ -215,7 +241,7 @@ class Link:
             self._cursor = record.seq
             self._seen_at.setdefault(record.seq, time.monotonic())
             props = self.qm.decode(self.queue, record).properties
-            if not props.transactional or props.extra.get("forward"):
+            if not props.transactional or props.extra.get("forward") or self.webhook:
                 heapq.heappush(self._plain, (_plain_order(props.extra, record.seq), record))
                 continue
             stream = self.stream
@@ -271,7 +297,12 @@ class Link:
         if self._expired(message):
             await self._leave(record, MessageClass.NACK_REACH_QUEUE_TIMEOUT)
             return
-        status, verdict = await self._post(*self._request(message, None))
+        if self.webhook is not None:
+            status, verdict = await self._post(message.body, message.properties.content_type,
+                                               webhook_headers(message, *self.webhook,
+                                                               self.destination))
+        else:
+            status, verdict = await self._post(*self._request(message, None))
         order = (_plain_order(message.properties.extra, record.seq), record)
         if 200 <= status < 300 and verdict == "out_of_order":
             await asyncio.sleep(_OVERTAKEN_S)  # a forwarded stream message: its turn comes
@@ -324,12 +355,14 @@ class Link:
             return url_of_format_name(name)
         return f"{self.options.public_url}/msmq/{name}"
 
-    async def _post(self, body: bytes, content_type: str) -> tuple[int, str]:
+    async def _post(self, body: bytes, content_type: str,
+                    extra_headers: dict[str, str] | None = None) -> tuple[int, str]:
         """One attempt: (status, the receiver's stream verdict or ""); status 0 when there
         was no answer. Failures back off here."""
-        url = self._route(self.destination)
+        url = self._route(self.destination) if self.webhook is None else self.destination
         headers = {"Content-Type": content_type, "SOAPAction": '"MSMQMessage"',
-                   "Proxy-Accept": "NonInteractiveClient"}
+                   "Proxy-Accept": "NonInteractiveClient"} if extra_headers is None else {
+            "Content-Type": content_type, **extra_headers}
         status, problem, verdict = 0, "", ""
         try:
             async with self._client().post(url, data=body, headers=headers,

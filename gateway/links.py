@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from gateway.internal_queues import OUTGOING_PREFIX
@@ -19,14 +19,15 @@ from gateway.outgoing import Outgoing
 from gateway.queue_manager import Queue, QueueManager
 from mapping.engine import receipt_url_for, route_outbound
 from mapping.names import ORDER_QUEUE
-from mapping.rules import RuleSet
+from mapping.rules import Pattern, RuleSet, normalise_address
 
 __all__ = ["Links"]
 
 
 class Links:
     def __init__(self, qm: QueueManager, options: LinkOptions, metrics: Metrics,
-                 rules: Callable[[], RuleSet | None]) -> None:
+                 rules: Callable[[], RuleSet | None],
+                 webhooks: Sequence[tuple[str, str, bytes]] = ()) -> None:
         self.qm = qm
         self.options = options
         self.metrics = metrics
@@ -34,14 +35,20 @@ class Links:
         self.outgoing = Outgoing(qm)
         self.links: dict[str, Link] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        # (normalised URL or prefix, partner name, secret), as [[webhooks]] declares them
+        self._webhooks = [(Pattern.parse(url), name, secret) for url, name, secret in webhooks]
 
     def start(self) -> None:
         for queue in self.outgoing.queues():
             self._start(queue)
 
     def _start(self, queue: Queue) -> Link:
+        destination = Outgoing.destination_of(queue)
+        webhook = next(((name or urlsplit(destination).hostname or "", secret)
+                        for pattern, name, secret in self._webhooks
+                        if pattern.matches(normalise_address(destination))), None)
         link = Link(self.qm, self.outgoing, queue, self.options, route=self.route,
-                    receipts_to=self.receipts_to)
+                    receipts_to=self.receipts_to, webhook=webhook)
         self.links[queue.path.canonical] = link
         self._tasks[queue.path.canonical] = asyncio.create_task(
             link.run(), name=f"link {link.destination}")

@@ -34,6 +34,7 @@ __all__ = [
     "LinkSettings",
     "AuthSettings",
     "PartnerDeclaration",
+    "WebhookDeclaration",
     "LogSettings",
     "TransactionSettings",
     "QueueDeclaration",
@@ -236,6 +237,16 @@ class PartnerDeclaration:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WebhookDeclaration:
+    """A ``[[webhooks]]`` table: destinations that are plain HTTP endpoints, not queue
+    managers; their links POST each message's body with its properties as headers."""
+
+    url: str = _str("webhook")  # a destination URL, or a prefix ending in *
+    name: str = _text()  # the partner name in the signature (default: the URL's host)
+    hmac_secret_file: str = _text()  # signs each POST (EP-HMAC-SHA256) when set
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TransactionSettings:
     """Explicit transactions (REST /v1/transactions)."""
 
@@ -282,6 +293,7 @@ class Settings:
     log: LogSettings = field(default_factory=LogSettings)
     queues: tuple[QueueDeclaration, ...] = ()
     partners: tuple[PartnerDeclaration, ...] = ()
+    webhooks: tuple[WebhookDeclaration, ...] = ()
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -316,7 +328,11 @@ def parse_settings(
     merged: dict[str, dict[str, object]] = {}
     queues: tuple[QueueDeclaration, ...] = ()
     partners: tuple[PartnerDeclaration, ...] = ()
+    webhooks: tuple[WebhookDeclaration, ...] = ()
     for section_name, table in doc.items():
+        if section_name == "webhooks":
+            webhooks = tuple(_array_of_tables("webhooks", "url", WebhookDeclaration, table))
+            continue
         if section_name == "queues":
             queues = _parse_queues(table)
             continue
@@ -334,7 +350,7 @@ def parse_settings(
     sections: dict[str, Any] = {
         name: _parse_section(name, merged.get(name, {})) for name in _SECTIONS
     }
-    settings = Settings(**sections, queues=queues, partners=partners)
+    settings = Settings(**sections, queues=queues, partners=partners, webhooks=webhooks)
     _check_relations(settings)
     return settings
 

@@ -25,7 +25,22 @@ from gateway.auth.tls import subject_matches
 from gateway.errors import ConfigError
 from gateway.settings import Settings
 
-__all__ = ["Authenticator", "Credentials", "AuthError"]
+__all__ = ["Authenticator", "Credentials", "AuthError", "read_secret"]
+
+
+def read_secret(path: str, key: str) -> bytes:
+    """A shared secret from its file (kept out of the config).
+
+    Raises:
+        ConfigError: naming ``key`` when the file cannot be read or holds under 16 bytes.
+    """
+    try:
+        secret = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from exc
+    if len(secret) < 16:
+        raise ConfigError(f"{key}: the secret is shorter than 16 bytes")
+    return secret
 
 
 class AuthError(Exception):
@@ -61,14 +76,7 @@ class Authenticator:
             if p.api_key_sha256:
                 self._keys[p.api_key_sha256] = principal
             if p.hmac_secret_file:
-                try:
-                    secret = Path(p.hmac_secret_file).read_bytes().strip()
-                except OSError as exc:
-                    raise ConfigError(f"partners.{p.name}.hmac_secret_file: cannot read "
-                                      f"{p.hmac_secret_file}: {exc.strerror}") from exc
-                if len(secret) < 16:
-                    raise ConfigError(f"partners.{p.name}.hmac_secret_file: the secret is "
-                                      "shorter than 16 bytes")
+                secret = read_secret(p.hmac_secret_file, f"partners.{p.name}.hmac_secret_file")
                 self._secrets[p.name] = (principal, secret)
             if p.cert_subject:
                 self._subjects.append((p.cert_subject, principal))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,12 @@ FAST = {"links.resend": ["1s"], "links.retry_max": "200ms", "links.request_timeo
 def gateway_factory(aiohttp_client: Any, tmp_path: Path) -> Callable[..., Any]:
     """A gateway app served on a known loopback port (so it knows its own URL)."""
 
-    async def make(name: str, port: int = 0, **overrides: Any) -> tuple[Any, int]:
+    async def make(name: str, port: int = 0, doc: dict[str, Any] | None = None,
+                   **overrides: Any) -> tuple[Any, int]:
         port = port or free_port()
         dotted = {"store.data_dir": str(tmp_path / name), "server.listen": f"127.0.0.1:{port}",
                   **FAST, **{k.replace("__", "."): v for k, v in overrides.items()}}
-        app = make_app(parse_settings({}, dotted))
+        app = make_app(parse_settings(doc or {}, dotted))
         client = await aiohttp_client(app, server_kwargs={"port": port})
         for _ in range(500):
             if app[STATE_KEY].ready:
@@ -280,3 +282,45 @@ async def test_final_stream_receipts_settle_dead_letter_messages(
     dead = await (await a.get("/v1/queues/system$;deadxact/messages")).json()
     assert [(base64.b64decode(m["body_base64"]), m["class"]) for m in dead["messages"]] == [
         (b"purged", "MQMSG_CLASS_NACK_Q_PURGED")]
+
+
+async def test_webhook_link_posts_signed_messages_in_order(
+        gateway_factory: Callable[..., Any], aiohttp_server: Any, tmp_path: Path) -> None:
+    """A partner that is not a queue manager: each message POSTed as it is, properties as
+    headers, signed with the shared secret, in order; a 4xx sends it to the dead letters."""
+    from aiohttp import web
+
+    from gateway.auth.hmac_sig import parse_authorization, verify
+
+    secret = b"webhook-secret-0123456789"
+    (tmp_path / "hook.secret").write_bytes(secret)
+    got: list[tuple[bytes, str]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        body = await request.read()
+        signed = parse_authorization(request.headers["Authorization"])
+        verify(signed, secret, method="POST", path_qs=request.path_qs, body=body,
+               now=time.time(), window_s=300)
+        if body == b"refuse me":
+            return web.Response(status=422)
+        got.append((body, request.headers["Mq-Label"]))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hooks/orders", hook)
+    server = await aiohttp_server(app)
+    a, _ = await gateway_factory("a", doc={"webhooks": [{
+        "url": f"http://127.0.0.1:{server.port}/hooks/*", "name": "a-gateway",
+        "hmac_secret_file": str(tmp_path / "hook.secret")}]})
+    destination = f"DIRECT=HTTP://127.0.0.1:{server.port}/hooks/orders"
+    for n in range(5):
+        await _send(a, destination, b"order %d" % n, **{"Mq-Label": f"L{n}",
+                                                         "Mq-Transaction": "single"})
+    await _send(a, destination, b"refuse me", **{"Mq-Journal": "deadletter"})
+
+    async def delivered() -> bool:
+        return len(got) == 5
+
+    assert await _until(delivered)
+    assert got == [(b"order %d" % n, f"L{n}") for n in range(5)]
+    assert await _until(lambda: _eq(_bodies(a, "system$;deadletter"), [b"refuse me"]))
