@@ -129,18 +129,9 @@ def resolve_local(text: str, local: LocalNames) -> list[str]:
     Raises:
         ProblemError: 400 for a bad format name; 422 when an element is not local.
     """
-    try:
-        parsed = parse_format_name(text)
-    except FormatNameError as exc:
-        raise ProblemError(400, str(exc), type_slug=exc.code) from exc
-    elements: tuple[SingleFormatName, ...] = (
-        parsed.elements if isinstance(parsed, MultipleFormatName) else (parsed,))
-    paths = []
-    for element in elements:
-        if not isinstance(element, DirectFormatName) or not local.owns(element):
-            raise ProblemError(422, f"{element.format_name()} is not on this gateway and no "
-                               "outgoing link is configured for it", type_slug="no-route")
-        paths.append(element.display_queue or element.queue)
+    paths, urls = split_destinations(text, local)
+    if urls:
+        raise ProblemError(422, f"{urls[0]} is not on this gateway", type_slug="no-route")
     return paths
 
 
