@@ -23,6 +23,7 @@ from gateway.identity import load_guid
 from gateway.queue_manager import QueueManager, QueueSettings
 from gateway.link import LinkOptions
 from gateway.links import Links
+from gateway.range_consumers import RangeConsumers
 from gateway.outbox import Outbox
 from gateway.receipt_sender import MessageIds, ReceiptSender
 from gateway.redrive import Redrive
@@ -216,6 +217,8 @@ async def _open_store(app: web.Application) -> None:
                                    label=q.label, anonymous=q.anonymous,
                                    authenticate=q.authenticate))
             for q in settings.queues])
+        consumers = RangeConsumers(queue_manager)
+        await consumers.start()
     except (OSError, ValueError, KeyError, StoreError, GatewayError) as exc:
         state.failure = f"queue manager cannot start: {exc}"
         server_log.critical("%s", state.failure)
@@ -228,6 +231,7 @@ async def _open_store(app: web.Application) -> None:
     transactions.restore_prepared()
     state.transactions = transactions
     state.redrive = Redrive(queue_manager)
+    state.consumers = consumers
     state.queue_manager = queue_manager
     srmp = settings.srmp
     state.receipts = ReceiptSender(app[METRICS_KEY], timeout_s=srmp.receipt_timeout,

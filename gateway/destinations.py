@@ -144,8 +144,20 @@ async def send_to_destinations(qm: QueueManager, paths: list[str], body: bytes,
     ``remote`` = (outgoing queue, destination URL)); returns the answer: the stored copies
     and the destinations whose copy was dead-lettered. With ``dedup_key`` (key, digest) the
     answer is remembered in the duplicate window in the same commit."""
-    now_ms = int(time.time() * 1000)
     specs: list[tuple[Queue, SendSpec]] = []
+    try:
+        return await _send(qm, paths, body, properties, transactional, remote, dedup_key,
+                           specs)
+    except BaseException:
+        qm.store.release_sends([spec for _, spec in specs])
+        raise
+
+
+async def _send(qm: QueueManager, paths: list[str], body: bytes,
+                properties: MessageProperties, transactional: bool,
+                remote: Sequence[tuple[Queue, str]], dedup_key: tuple[str, str] | None,
+                specs: list[tuple[Queue, SendSpec]]) -> dict[str, object]:
+    now_ms = int(time.time() * 1000)
     stored: list[tuple[Queue, ReceivedMessage]] = []
     dead: list[dict[str, str]] = []
     for outgoing, url in remote:

@@ -76,6 +76,10 @@ class Expiry:
 
     async def _expire(self, queue_id: int, records: list[StoredRecord], now_ms: int) -> None:
         queue = self._qm.queue_by_id(queue_id)
+        if queue.pin is not None:  # a log for its range consumers: retention removes them
+            records = [r for r in records if r.seq < queue.pin]
+            if not records:
+                return
         queue.reserved.update(r.seq for r in records)
         try:
             await self._qm.finish(queue, records, ack=MessageClass.NACK_RECEIVE_TIMEOUT,

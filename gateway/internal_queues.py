@@ -6,14 +6,15 @@ guard, which is what makes them survive a crash together.
 
 from __future__ import annotations
 
-__all__ = ["DEDUP_QUEUE", "STREAMS_QUEUE", "OUTBOX_QUEUE", "LINKS_QUEUE", "INTERNAL_QUEUES",
-           "OUTGOING_PREFIX", "is_internal"]
+__all__ = ["DEDUP_QUEUE", "STREAMS_QUEUE", "OUTBOX_QUEUE", "LINKS_QUEUE", "CONSUMERS_QUEUE",
+           "INTERNAL_QUEUES", "OUTGOING_PREFIX", "is_internal"]
 
 DEDUP_QUEUE = "private$/entrepot_dedup$"  # duplicate-detection window (gateway.dedup)
 STREAMS_QUEUE = "private$/entrepot_streams$"  # incoming stream positions (gateway.srmp_streams)
 OUTBOX_QUEUE = "private$/entrepot_outbox$"  # SRMP receipts to remote admin queues (outbox)
 LINKS_QUEUE = "private$/entrepot_links$"  # outgoing streams: id and first sequence (links)
-INTERNAL_QUEUES = (DEDUP_QUEUE, STREAMS_QUEUE, OUTBOX_QUEUE, LINKS_QUEUE)
+CONSUMERS_QUEUE = "private$/entrepot_consumers$"  # range consumers and floors (range_consumers)
+INTERNAL_QUEUES = (DEDUP_QUEUE, STREAMS_QUEUE, OUTBOX_QUEUE, LINKS_QUEUE, CONSUMERS_QUEUE)
 # Outgoing queues, one per remote destination: this prefix + a hash of the destination.
 OUTGOING_PREFIX = "private$/entrepot_out$"
 

@@ -96,6 +96,9 @@ class Queue:
     order: list[collections.deque[int]]  # sequences by priority (index 0 = priority 7)
     reserved: set[int] = field(default_factory=set)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    # The lowest committed position of its registered range consumers (None: none). Nothing
+    # at or above it may be removed except by a purge (``gateway.range_consumers``).
+    pin: int | None = None
 
     @property
     def queue_id(self) -> int:
@@ -335,18 +338,22 @@ class QueueManager:
         if journal_copy or wants_ack(props, MessageClass.ACK_REACH_QUEUE) or dedup_key:
             # The copies name the original's id, so its sequence number is taken first.
             seq = self.store.reserve_seq(queue.queue_id)
-            original_id = props.message_id or compose_id(self.qm_guid, queue.queue_id, seq)
-            original = ReceivedMessage(original_id, queue.path.display, seq, props, body)
-            if journal_copy:
-                target = self._queues[MACHINE_JOURNAL]
-                extra.append((target, self._copy_spec(MACHINE_JOURNAL, props, body,
-                                                      original_id)))
-            extra.extend(ack_specs(self, queue, original, MessageClass.ACK_REACH_QUEUE,
-                                         now_ms))
-            if dedup_key is not None:
-                answer = {"id": original_id, "queue": queue.path.display, "seq": seq}
-                extra.append((self._queues[DEDUP_QUEUE],
-                               self.dedup.spec(dedup_key, digest, answer)))
+            try:
+                original_id = props.message_id or compose_id(self.qm_guid, queue.queue_id, seq)
+                original = ReceivedMessage(original_id, queue.path.display, seq, props, body)
+                if journal_copy:
+                    target = self._queues[MACHINE_JOURNAL]
+                    extra.append((target, self._copy_spec(MACHINE_JOURNAL, props, body,
+                                                          original_id)))
+                extra.extend(ack_specs(self, queue, original, MessageClass.ACK_REACH_QUEUE,
+                                       now_ms))
+                if dedup_key is not None:
+                    answer = {"id": original_id, "queue": queue.path.display, "seq": seq}
+                    extra.append((self._queues[DEDUP_QUEUE],
+                                  self.dedup.spec(dedup_key, digest, answer)))
+            except BaseException:
+                self.store.release_seq(queue.queue_id, seq)
+                raise
         spec = SendSpec(queue.queue_id, payload, priority=props.priority,
                         expires_ms=props.receive_by_ms, express=not props.recoverable, seq=seq)
         if transactional or extra:
@@ -397,7 +404,12 @@ class QueueManager:
 
     async def wait_and_take(self, queue: Queue, max_messages: int, wait_s: float
                             ) -> list[StoredRecord]:
-        """Reserve up to ``max_messages`` deliverable messages, waiting for the first."""
+        """Reserve up to ``max_messages`` deliverable messages, waiting for the first.
+
+        Raises:
+            ProblemError: 409 when registered range consumers read the queue as a log.
+        """
+        self.check_removable(queue)
         max_messages = max(1, min(max_messages, RECEIVE_MAX))
         deadline = time.monotonic() + max(0.0, min(wait_s, RECEIVE_WAIT_S_MAX))
         while True:
@@ -412,6 +424,15 @@ class QueueManager:
                 await asyncio.wait_for(queue.arrived.wait(), remaining)
             except TimeoutError:
                 return []
+
+    @staticmethod
+    def check_removable(queue: Queue, seq: int | None = None) -> None:
+        """Refuse to remove what a registered range consumer has not passed yet."""
+        if queue.pin is not None and (seq is None or seq >= queue.pin):
+            raise ProblemError(409, f"{queue.path.display} is read by registered range "
+                               "consumers: its messages leave only by their commits (or a "
+                               "purge); unregister them to receive or delete",
+                               type_slug="queue-has-consumers")
 
     def hold(self, queue: Queue, record: StoredRecord) -> None:
         """Reserve a message that is not in the delivery order any more (a prepared
@@ -568,6 +589,7 @@ class QueueManager:
     async def delete(self, name: str, message_id: str) -> None:
         queue = self.queue(name)
         record = self.find(queue, message_id)
+        self.check_removable(queue, record.seq)
         if record.seq in queue.reserved:
             raise ProblemError(409, f"message {message_id!r} is being received",
                                type_slug="message-busy")

@@ -95,6 +95,8 @@ class Redrive:
 
     async def _move(self, queue: Queue, records: list[StoredRecord], target: str | None
                     ) -> list[ReceivedMessage]:
+        for record in records:
+            self.qm.check_removable(queue, record.seq)
         queue.reserved.update(r.seq for r in records)
         try:
             specs, targets, moved = [], [], []

@@ -7,7 +7,6 @@ contains ``/``, and what follows it names the sub-resource.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -15,10 +14,12 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from gateway import rest_range
 from gateway.appkeys import STATE_KEY
 from gateway.auth.middleware import principal_of, require, require_admin
 from gateway.errors import ProblemError
 from gateway.queue_manager import QueueManager, QueueSettings, ReceivedMessage
+from gateway.rest_body import json_body
 from gateway.rest_codec import HeaderError, message_json, parse_send_headers
 from gateway.redrive import Redrive, RedriveFilter
 from gateway.transactions import Transactions
@@ -92,12 +93,14 @@ async def queue_tree(request: web.Request) -> web.StreamResponse:
         return await _dispatch(method, {"POST": _receive}, request, qm, name)
     if rest == ["purge"]:
         return await _dispatch(method, {"POST": _purge}, request, qm, name)
+    if rest[0] in ("head", "range", "consumers"):
+        return await rest_range.handle(request, qm, name, rest)
     if rest == ["requeue"]:
         return await _dispatch(method, {"POST": _requeue_bulk}, request, qm, name)
     if len(rest) == 3 and rest[0] == "messages" and rest[2] == "requeue":
         if method != "POST":
             raise web.HTTPMethodNotAllowed(method, ["POST"])
-        body = await _json_body(request, allow_empty=True)
+        body = await json_body(request, allow_empty=True)
         moved = await _redrive(request).one(name, unquote(rest[1]), _target(body))
         return web.json_response({"id": moved.message_id, "queue": moved.queue})
     if len(rest) == 2 and rest[0] == "messages":
@@ -120,6 +123,8 @@ def _authorize(request: web.Request, name: str, rest: list[str]) -> None:
         require(request, "send", name)
     elif rest in (["messages"], ["receive"]) or (len(rest) == 2 and rest[0] == "messages"):
         require(request, "receive", name)
+    elif rest and rest[0] in ("head", "range", "consumers"):
+        require(request, "receive", name)  # a range consumer is a receiver that keeps a log
     elif not rest and method == "GET":
         principal = principal_of(request)
         if not (principal.may("send", _canonical(name))
@@ -150,7 +155,7 @@ async def _show(request: web.Request, qm: QueueManager, name: str) -> web.Respon
 
 
 async def _put(request: web.Request, qm: QueueManager, name: str) -> web.Response:
-    body = await _json_body(request, allow_empty=True)
+    body = await json_body(request, allow_empty=True)
     known = {"transactional", "quota", "journal", "journal_quota", "label", "anonymous",
              "authenticate"}
     unknown = set(body) - known
@@ -168,12 +173,15 @@ async def _put(request: web.Request, qm: QueueManager, name: str) -> web.Respons
 
 
 async def _delete(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    queue = qm.queue(name)
     await qm.delete_queue(name)
+    await rest_range.consumers_of(request).drop_queue(queue)
     return web.Response(status=204)
 
 
 async def _purge(request: web.Request, qm: QueueManager, name: str) -> web.Response:
-    return web.json_response({"purged": await qm.purge(name)})
+    return web.json_response({"purged": await rest_range.consumers_of(request).purge(
+        qm.queue(name))})
 
 
 async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Response:
@@ -232,7 +240,7 @@ def _target(body: dict[str, object]) -> str | None:
 async def _requeue_bulk(request: web.Request, qm: QueueManager, name: str) -> web.Response:
     """Body: optional ``queue`` (target), ``class``, ``source_queue``, ``after`` and ``before``
     (ISO 8601 times of dead-lettering), ``limit`` (<= 10000)."""
-    body = await _json_body(request, allow_empty=True)
+    body = await json_body(request, allow_empty=True)
     unknown = set(body) - {"queue", "class", "source_queue", "after", "before", "limit"}
     if unknown:
         raise ProblemError(400, f"unknown filter fields: {', '.join(sorted(unknown))}",
@@ -265,19 +273,6 @@ def _time_ms(body: dict[str, object], key: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
-
-
-async def _json_body(request: web.Request, *, allow_empty: bool) -> dict[str, object]:
-    raw = await request.read()
-    if not raw.strip() and allow_empty:
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise ProblemError(400, f"body is not JSON: {exc}", type_slug="bad-request") from exc
-    if not isinstance(body, dict):
-        raise ProblemError(400, "body must be a JSON object", type_slug="bad-request")
-    return body
 
 
 def _bool(body: dict[str, object], key: str) -> bool:

@@ -86,9 +86,14 @@ async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body
     now_ms = int(time.time() * 1000)
     props = _arrived(props, now_ms)
     seq = qm.store.reserve_seq(queue.queue_id)
-    message = ReceivedMessage(props.message_id or compose_id(qm.qm_guid, queue.queue_id, seq),
-                              queue.path.display, seq, props, body)
-    acks = ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE, now_ms)
+    try:
+        message = ReceivedMessage(props.message_id or compose_id(qm.qm_guid, queue.queue_id,
+                                                                  seq),
+                                  queue.path.display, seq, props, body)
+        acks = ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE, now_ms)
+    except BaseException:
+        qm.store.release_seq(queue.queue_id, seq)
+        raise
     spec = SendSpec(queue.queue_id, encode_payload(props, body), priority=props.priority,
                     expires_ms=props.receive_by_ms, express=not props.recoverable, seq=seq)
     try:

@@ -150,22 +150,31 @@ class StreamSequencer:
     async def _commit(self, key: StreamKey, line: _Line, batch: list[_Item]) -> bool:
         """One atomic commit: the batch's messages, their delivery acknowledgements and the
         stream's new position. False when the queue is over its quota."""
-        qm, queue = self.qm, line.queue
-        now_ms = int(time.time() * 1000)
         state = self.streams.table.get(key)
         receipts_to = (state.send_receipts_to if state else
                        batch[0].stream.send_receipts_to or "")
         specs: list[SendSpec] = []
+        try:
+            return await self._store(key, line, batch, receipts_to, specs)
+        except BaseException:
+            self.qm.store.release_sends(specs)
+            raise
+
+    async def _store(self, key: StreamKey, line: _Line, batch: list[_Item], receipts_to: str,
+                     specs: list[SendSpec]) -> bool:
+        qm, queue = self.qm, line.queue
+        now_ms = int(time.time() * 1000)
         acks: list[tuple[Queue, SendSpec]] = []
         for item in batch:
             props = replace(item.props, arrived_at_ms=now_ms, priority=0, recoverable=True,
                             extra={**item.props.extra, "stream_receipts_to": receipts_to})
+            payload = encode_payload(props, item.body)
             seq = qm.store.reserve_seq(queue.queue_id)
+            specs.append(SendSpec(queue.queue_id, payload, priority=0,
+                                  expires_ms=props.receive_by_ms, seq=seq))
             message = ReceivedMessage(props.message_id or compose_id(
                 qm.qm_guid, queue.queue_id, seq), queue.path.display, seq, props, item.body)
             acks.extend(ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE, now_ms))
-            specs.append(SendSpec(queue.queue_id, encode_payload(props, item.body),
-                                  priority=0, expires_ms=props.receive_by_ms, seq=seq))
         last = batch[-1].stream
         async with self.streams.hold(key):
             position, replaced = self.streams.position(key, last, line.queue_url)

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from mapping.loader import MappingLoader
     from gateway.queue_manager import QueueManager
     from gateway.links import Links
+    from gateway.range_consumers import RangeConsumers
     from gateway.receipt_sender import ReceiptSender
     from gateway.redrive import Redrive
     from gateway.srmp_sequencer import StreamSequencer
@@ -35,6 +36,7 @@ class GatewayState:
     sequencer: StreamSequencer | None = None
     receipts: ReceiptSender | None = None
     links: Links | None = None
+    consumers: RangeConsumers | None = None
     ready: bool = False
     failure: str | None = None
     stopping: bool = False

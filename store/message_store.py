@@ -32,6 +32,7 @@ from store.engine import Engine
 from store.errors import MessageTooLarge, StoreClosed, StoreError, UnknownRecord
 from store.fileops import FileOps, RealFileOps
 from store.framing import RECORD_HEADER_SIZE, RecordFlags, max_payload, record_size
+from store.inflight import InFlight
 from store.logs import recovery_log
 from store.lqs import QueueInfo, QueueRegistry
 from store.options import StoreOptions
@@ -73,6 +74,11 @@ class MessageStore:
         self._next_seq: dict[int, int] = dict(engine.next_seq)
         self._next_tx = engine.next_tx
         engine.seq_floor = self._seq_snapshot
+        # Numbered but not yet visible (or dropped): what bounds a range reader's head.
+        self._inflight = InFlight()
+        for tx in prepared.values():
+            for record in tx.records:
+                self._inflight.add(record.queue_id, record.seq)
         # Express messages in RAM: key -> body; StoredRecord.segment == 0 marks them.
         self._ram: dict[int, bytes] = {}
         self._ram_bytes = 0
@@ -198,12 +204,17 @@ class MessageStore:
         if len(send.payload) + self._ram_bytes > self.options.express_memory:
             job = await self._submit_sends(Job("express", sends=[send]))
             return job.records[0]
-        send = self._prepare_sends([send])[0]
-        size = record_size(len(send.payload))
-        charges = [Charge(send.queue_id, size, send.journal)]
-        self.quotas.check(charges)
+        try:
+            send = self._prepare_sends([send])[0]
+            size = record_size(len(send.payload))
+            charges = [Charge(send.queue_id, size, send.journal)]
+            self.quotas.check(charges)
+        except BaseException:
+            self._forget([send])
+            raise
         self.quotas.charge(charges)
         send = self._number([send])[0]
+        self._inflight.discard(send.queue_id, send.seq)
         key = next(self._ram_keys)
         self._ram[key] = send.payload
         self._ram_bytes += len(send.payload)
@@ -234,6 +245,7 @@ class MessageStore:
     async def commit_prepared(self, tx_id: int) -> list[StoredRecord]:
         job = await self._submit(Job("commit_prepared", tx_id=tx_id,
                                      removed_keys=self._prepared_keys.get(tx_id, [])))
+        self._resolve(job.records)
         self.prepared.pop(tx_id, None)
         self._prepared_keys.pop(tx_id, None)
         return job.records
@@ -243,6 +255,7 @@ class MessageStore:
         aborted = self.prepared.pop(tx_id, None)
         if aborted is not None:
             self.quotas.release(_charge(r) for r in aborted.records)
+            self._resolve(aborted.records)
         self._prepared_keys.pop(tx_id, None)
 
     async def remove(self, records: Sequence[StoredRecord]) -> None:
@@ -264,19 +277,32 @@ class MessageStore:
                                    removed_keys=_keys(durable)))
 
     async def _submit_sends(self, job: Job) -> Job:
-        """Check sizes and quotas, charge them, number the messages, then submit the job."""
-        if self._writer is None:
-            raise StoreClosed("the store is not started")
-        sends = self._prepare_sends(job.sends, transactional=job.op not in ("append", "express"))
-        charges = [Charge(s.queue_id, record_size(len(s.payload)), s.journal) for s in sends]
-        self.quotas.check(charges)
-        self.quotas.charge(charges)
+        """Check sizes and quotas, charge them, number the messages, then submit the job.
+        Whatever fails, the job's sequence numbers (reserved ones included) are resolved."""
+        try:
+            if self._writer is None:
+                raise StoreClosed("the store is not started")
+            sends = self._prepare_sends(job.sends,
+                                        transactional=job.op not in ("append", "express"))
+            charges = [Charge(s.queue_id, record_size(len(s.payload)), s.journal)
+                       for s in sends]
+            self.quotas.check(charges)
+            self.quotas.charge(charges)
+        except BaseException:
+            self._forget(job.sends)
+            raise
         job.sends = self._number(sends)
         try:
             return await self._submit(job)
         except BaseException:
             self.quotas.release(charges)
+            self._forget(job.sends)
             raise
+
+    def _forget(self, sends: Sequence[SendSpec]) -> None:
+        for send in sends:
+            if send.seq:
+                self._inflight.discard(send.queue_id, send.seq)
 
     def _prepare_sends(self, sends: Sequence[SendSpec], *,
                        transactional: bool = False) -> list[SendSpec]:
@@ -309,7 +335,26 @@ class MessageStore:
         with self._seq_lock:
             seq = self._next_seq.get(queue_id, 1)
             self._next_seq[queue_id] = seq + 1
-            return seq
+        self._inflight.add(queue_id, seq)
+        return seq
+
+    def release_seq(self, queue_id: int, seq: int) -> None:
+        """Give up a reservation whose send will not be submitted (its number stays unused).
+        Harmless after the send resolved: a caller may release on any failure path."""
+        self._inflight.discard(queue_id, seq)
+
+    def release_sends(self, sends: Sequence[SendSpec]) -> None:
+        """``release_seq`` for every numbered send of a batch that failed to be built."""
+        self._forget(sends)
+
+    def readable_end(self, queue_id: int) -> int:
+        """The queue's stable head: every sequence below it is resolved for good (visible,
+        removed, or never to be used), so a range read below it returns the same records
+        every time until they are removed."""
+        with self._seq_lock:
+            next_seq = self._next_seq.get(queue_id, 1)
+        lowest = self._inflight.lowest(queue_id)
+        return next_seq if lowest is None else min(lowest, next_seq)
 
     def _number(self, sends: list[SendSpec]) -> list[SendSpec]:
         with self._seq_lock:
@@ -320,6 +365,7 @@ class MessageStore:
                     continue
                 seq = self._next_seq.get(send.queue_id, 1)
                 self._next_seq[send.queue_id] = seq + 1
+                self._inflight.add(send.queue_id, seq)
                 # The constructor, not dataclasses.replace: this runs once per message.
                 numbered.append(SendSpec(send.queue_id, send.payload, send.priority,
                                          send.expires_ms, send.flags, send.journal,
@@ -342,10 +388,15 @@ class MessageStore:
             if job.op in ("append", "commit", "commit_prepared", "express"):
                 for record in job.records:
                     self._queues.setdefault(record.queue_id, {})[record.seq] = record
+                self._resolve(job.records)
             for queue_id, seq in job.removed_keys:
                 gone = self._queues.get(queue_id, {}).pop(seq, None)
                 if gone is not None:
                     self.quotas.release([_charge(gone)])
+
+    def _resolve(self, records: Sequence[StoredRecord]) -> None:
+        for record in records:
+            self._inflight.discard(record.queue_id, record.seq)
 
     # ---- reads ---------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ __all__ = [
     "MessageFormatError",
     "encode_payload",
     "decode_payload",
+    "split_payload",
     "compose_id",
     "parse_id",
     "LABEL_CHARS_MAX",
@@ -96,6 +97,21 @@ def decode_payload(payload: bytes) -> DecodedMessage:
     except (ValueError, TypeError) as exc:
         raise MessageFormatError(f"message header unreadable: {exc}") from exc
     return DecodedMessage(properties, payload[_HEAD.size + length:])
+
+
+def split_payload(payload: bytes) -> tuple[memoryview, memoryview]:
+    """(header JSON, body) of a payload without parsing the header: range reads pass the
+    header through as it is.
+
+    Raises: MessageFormatError as ``decode_payload``.
+    """
+    if len(payload) < _HEAD.size:
+        raise MessageFormatError("payload shorter than its header")
+    magic, version, length = _HEAD.unpack_from(payload, 0)
+    if magic != _MAGIC or version != _VERSION or _HEAD.size + length > len(payload):
+        raise MessageFormatError("not a message payload of format version 1")
+    view = memoryview(payload)
+    return view[_HEAD.size: _HEAD.size + length], view[_HEAD.size + length:]
 
 
 _DEFAULTS = asdict(MessageProperties())

@@ -22,6 +22,8 @@ PURE_MODULES = [
     "gateway/msmq/classes.py",
     "gateway/msmq/message.py",
     "gateway/rest_codec.py",
+    "gateway/range_wire.py",
+    "store/inflight.py",
     "gateway/srmp/errors.py",
     "gateway/srmp/mime.py",
     "gateway/srmp/model.py",

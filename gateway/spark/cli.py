@@ -1,0 +1,126 @@
+"""``entrepot spark-ingest`` and ``entrepot spark-report``: argument parsing and exit codes
+(0 done, 1 the Spark job failed — its reason on one stderr line, 2 bad usage)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from gateway.units import parse_duration
+
+__all__ = ["add_commands"]
+
+
+def add_commands(commands: Any) -> None:
+    ingest = commands.add_parser(
+        "spark-ingest", help="stream queues into Parquet through Spark, exactly once",
+        description="Run a Spark streaming query from the gateway at --source into files at "
+        "--output with its checkpoint at --checkpoint. Restart it with the same checkpoint to "
+        "continue where it stopped; a new checkpoint is a new consumer.")
+    ingest.add_argument("--source", required=True, metavar="URL", help="the gateway's URL")
+    ingest.add_argument("--queue", required=True, action="append", metavar="Q",
+                        help="queue path (repeat or comma-separate for several)")
+    ingest.add_argument("--output", required=True, metavar="PATH")
+    ingest.add_argument("--checkpoint", required=True, metavar="PATH")
+    ingest.add_argument("--format", default="parquet", choices=("parquet", "json"),
+                        help="parquet (default) or json (JSON Lines)")
+    ingest.add_argument("--master", default="local[*]",
+                        help="Spark master: local[*] (default) or spark://host:7077")
+    when = ingest.add_mutually_exclusive_group()
+    when.add_argument("--available-now", action="store_true",
+                      help="ingest what is there now (in bounded batches), then stop")
+    when.add_argument("--trigger", type=_duration, default=10.0, metavar="DURATION",
+                      help="micro-batch interval when running continuously (default 10s)")
+    ingest.add_argument("--consumer", default="spark",
+                        help="consumer name registered at the gateway (default spark)")
+    ingest.add_argument("--starting-offsets", choices=("earliest", "latest"),
+                        default="earliest", help="where a new checkpoint starts")
+    ingest.add_argument("--max-messages-per-batch", type=_count, default=0, metavar="N",
+                        help="admission control: at most N messages per micro-batch")
+    ingest.add_argument("--max-messages-per-partition", type=_count, default=20_000,
+                        metavar="N", help="sequence range per Spark task (default 20000)")
+    ingest.add_argument("--token-file", metavar="FILE",
+                        help="file holding the API key (else $ENTREPOT_TOKEN)")
+    ingest.add_argument("--cafile", default="", help="CA bundle for an https --source")
+    ingest.add_argument("--driver-memory", default="", help="e.g. 2g")
+    ingest.set_defaults(handler=_cmd_ingest)
+
+    report = commands.add_parser(
+        "spark-report", help="report on an ingested table (volume, latency, dead letters)",
+        description="Read the table spark-ingest wrote at --input and write report.json, "
+        "volume.csv, latency.csv, dead_letters.csv and report.png into --output.")
+    report.add_argument("--input", required=True, metavar="PATH")
+    report.add_argument("--output", required=True, metavar="PATH")
+    report.add_argument("--format", default="parquet", choices=("parquet", "json"))
+    report.add_argument("--master", default="local[*]")
+    report.set_defaults(handler=_cmd_report)
+
+
+def _duration(text: str) -> float:
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be positive")
+    return seconds
+
+
+def _count(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    return int(text)
+
+
+def _token(args: argparse.Namespace) -> str:
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="utf-8") as handle:
+                return handle.read().strip()
+        except OSError as exc:
+            raise SystemExit(f"entrepot: --token-file {args.token_file}: {exc.strerror}")
+    return os.environ.get("ENTREPOT_TOKEN", "")
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from gateway.spark.ingest import IngestJob, run_ingest
+
+    if not args.source.startswith(("http://", "https://")):
+        print(f"entrepot: --source {args.source!r}: expected an http(s) URL", file=sys.stderr)
+        return 2
+    queues = tuple(q.strip() for item in args.queue for q in item.split(",") if q.strip())
+    job = IngestJob(source=args.source, queues=queues, output=args.output,
+                    checkpoint=args.checkpoint, fmt=args.format, master=args.master,
+                    available_now=args.available_now, trigger_s=args.trigger,
+                    consumer=args.consumer, token=_token(args), cafile=args.cafile,
+                    starting_offsets=args.starting_offsets,
+                    max_messages_per_batch=args.max_messages_per_batch,
+                    max_messages_per_partition=args.max_messages_per_partition,
+                    driver_memory=args.driver_memory)
+    try:
+        summary = run_ingest(job)
+    except Exception as exc:  # noqa: BLE001 - the job's failure, on one line
+        print(f"entrepot: spark-ingest failed: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from gateway.spark.report import run_report
+
+    try:
+        summary = run_report(args.input, args.output, fmt=args.format, master=args.master)
+    except Exception as exc:  # noqa: BLE001
+        print(f"entrepot: spark-report failed: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary))
+    return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:2000] or type(exc).__name__

@@ -1,0 +1,45 @@
+"""One way to start Spark for entrepot's jobs and tests, with the settings that matter.
+
+Workers must run this interpreter (``PYSPARK_PYTHON``: pyarrow and the ``gateway`` package
+live in its environment); a local master stays on loopback; the UI and progress bar are off
+unless asked. The source is registered explicitly: registration is per session.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["spark_session", "is_local"]
+
+
+def is_local(master: str) -> bool:
+    return master.startswith("local")
+
+
+def spark_session(master: str = "local[*]", app_name: str = "entrepot",
+                  extra: Mapping[str, str] | None = None) -> Any:
+    """A SparkSession (reused when one is running) with the ``entrepot`` source registered."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if is_local(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from gateway.spark.source import EntrepotDataSource
+
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC"))
+    if is_local(master):
+        builder = (builder.config("spark.driver.host", "127.0.0.1")
+                   .config("spark.driver.bindAddress", "127.0.0.1"))
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(os.environ.get("ENTREPOT_SPARK_LOG_LEVEL", "WARN"))
+    session.dataSource.register(EntrepotDataSource)
+    return session

@@ -1,0 +1,191 @@
+"""Range reads and registered consumers over REST, in-process on a real store: the contract
+the Spark source relies on (same bytes every time, retention only past every consumer, 410
+for a trimmed range, a head that never shows a sequence that could still change)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gateway.range_wire import CONTENT_TYPE, columns_of, decode_records
+from gateway.settings import Settings
+from tests.helpers import ready_client
+
+PROBLEM = "application/problem+json"
+Q = "/v1/queues/private$/feed"
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> Any:
+    client = await ready_client(aiohttp_client, settings_factory())
+    assert (await client.put(Q, json={})).status == 201
+    return client
+
+
+async def _send(client: Any, count: int, start: int = 0) -> None:
+    for i in range(start, start + count):
+        response = await client.post(f"{Q}/messages", data=f"m{i}".encode(),
+                                     headers={"Mq-Label": f"l{i}", "Mq-Priority": "5",
+                                              "Mq-Correlation-Id": f"c{i}"})
+        assert response.status == 201, await response.text()
+
+
+async def _range(client: Any, start: int, stop: int) -> tuple[bytes, Any]:
+    response = await client.get(f"{Q}/range", params={"from": start, "to": stop})
+    assert response.status == 200, await response.text()
+    assert response.headers["Content-Type"] == CONTENT_TYPE
+    return await response.read(), response.headers
+
+
+async def _problem(response: Any, status: int) -> dict[str, Any]:
+    assert response.status == status, await response.text()
+    assert response.headers["Content-Type"] == PROBLEM
+    body: dict[str, Any] = await response.json(content_type=PROBLEM)
+    return body
+
+
+async def _count(client: Any) -> int:
+    count: int = (await (await client.get(Q)).json())["messages"]
+    return count
+
+
+async def test_range_read_returns_the_same_records_every_time(client: Any) -> None:
+    head = await (await client.get(f"{Q}/head")).json()
+    assert (head["first"], head["next"], head["consumers"]) == (1, 1, {})
+    await _send(client, 5)
+    first, headers = await _range(client, 1, 6)
+    again, _ = await _range(client, 1, 6)
+    assert first == again
+    assert headers["Entrepot-Next"] == "6"
+    records = decode_records(first)
+    assert [r.seq for r in records] == [1, 2, 3, 4, 5]
+    assert [r.body for r in records] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+    label, priority, cls, correlation, sent, arrived, ctype, others = columns_of(records[2].meta)
+    assert (label, priority, cls, correlation) == ("l2", 5, "MQMSG_CLASS_NORMAL", "c2")
+    assert 0 < sent <= arrived and ctype == "application/octet-stream"
+    shown = await (await client.get(f"{Q}/messages/{records[2].message_id}")).json()
+    assert shown["seq"] == 3, "the id in the range is the message's id"
+    # A range beyond the head ends at the head and says so.
+    partial, headers = await _range(client, 4, 50)
+    assert [r.seq for r in decode_records(partial)] == [4, 5]
+    assert headers["Entrepot-Next"] == "6"
+    as_json = await (await client.get(f"{Q}/range?from=2&to=4&format=json")).json()
+    assert [m["seq"] for m in as_json["messages"]] == [2, 3] and as_json["next"] == 4
+
+
+async def test_consumers_hold_retention_and_trimmed_ranges_are_gone(client: Any) -> None:
+    await _send(client, 10)
+    response = await client.put(f"{Q}/consumers/spark", json={"start": "earliest"})
+    assert response.status == 201
+    assert (await response.json())["position"] == 1
+    again = await client.put(f"{Q}/consumers/spark", json={"start": "latest"})
+    assert again.status == 200 and (await again.json())["position"] == 1, "registration is idempotent"
+    late = await (await client.put(f"{Q}/consumers/audit", json={"start": 4})).json()
+    assert late["position"] == 4
+
+    # A log now: receives and deletes are refused, nothing changes.
+    problem = await _problem(await client.post(f"{Q}/receive"), 409)
+    assert "range consumers" in problem["detail"]
+    assert await _count(client) == 10
+
+    committed = await (await client.post(f"{Q}/consumers/spark/commit",
+                                         json={"position": 8})).json()
+    assert committed["position"] == 8 and committed["first"] == 4, "audit still holds 4"
+    assert await _count(client) == 7
+    await client.post(f"{Q}/consumers/audit/commit", json={"position": 6})
+    assert await _count(client) == 5, "retention follows the slowest consumer"
+    problem = await _problem(await client.get(f"{Q}/range?from=2&to=9"), 410)
+    assert "[2, 6)" in problem["detail"] and problem["first"] == 6
+    body, _ = await _range(client, 6, 11)
+    assert [r.seq for r in decode_records(body)] == [6, 7, 8, 9, 10]
+    # A late commit below the position changes nothing; one beyond the head is refused.
+    stale = await (await client.post(f"{Q}/consumers/spark/commit", json={"position": 7})).json()
+    assert stale["position"] == 8
+    await _problem(await client.post(f"{Q}/consumers/spark/commit", json={"position": 99}), 409)
+    listed = await (await client.get(f"{Q}/consumers")).json()
+    assert listed["consumers"] == [{"name": "audit", "position": 6, "lag": 5},
+                                   {"name": "spark", "position": 8, "lag": 3}]
+    # Unregistering both makes it a queue again.
+    assert (await client.delete(f"{Q}/consumers/audit")).status == 204
+    assert (await client.delete(f"{Q}/consumers/spark")).status == 204
+    received = await (await client.post(f"{Q}/receive")).json()
+    assert received["messages"][0]["seq"] == 6
+
+
+async def test_purge_raises_the_floor(client: Any) -> None:
+    await _send(client, 4)
+    await client.put(f"{Q}/consumers/spark", json={})
+    assert (await (await client.post(f"{Q}/purge")).json())["purged"] == 4
+    await _send(client, 2, start=4)
+    head = await (await client.get(f"{Q}/head")).json()
+    assert (head["first"], head["next"]) == (5, 7)
+    problem = await _problem(await client.get(f"{Q}/range?from=1&to=7"), 410)
+    assert "[1, 5)" in problem["detail"]
+
+
+async def test_prepared_transaction_holds_the_head(client: Any) -> None:
+    await client.put("/v1/queues/private$/txq", json={"transactional": True})
+    tx = (await (await client.post("/v1/transactions")).json())["id"]
+    await client.post("/v1/queues/private$/txq/messages", data=b"held",
+                      headers={"Mq-Transaction": tx})
+    await client.post(f"/v1/transactions/{tx}/prepare")
+    await client.post("/v1/queues/private$/txq/messages", data=b"later")
+    head = await (await client.get("/v1/queues/private$/txq/head")).json()
+    assert head["next"] == 1, "seq 1 is prepared: nothing at or after it may be read yet"
+    await client.post(f"/v1/transactions/{tx}/commit")
+    head = await (await client.get("/v1/queues/private$/txq/head")).json()
+    assert head["next"] == 3
+    response = await client.get("/v1/queues/private$/txq/range?from=1&to=3")
+    assert [r.body for r in decode_records(await response.read())] == [b"held", b"later"]
+
+
+async def test_positions_and_floors_survive_a_restart(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    settings = settings_factory()
+    first = await ready_client(aiohttp_client, settings)
+    await first.put(Q, json={})
+    await _send(first, 6)
+    await first.put(f"{Q}/consumers/spark", json={})
+    await first.post(f"{Q}/consumers/spark/commit", json={"position": 4})
+    await first.close()
+    second = await ready_client(aiohttp_client, settings)
+    head = await (await second.get(f"{Q}/head")).json()
+    assert {k: head[k] for k in ("queue", "first", "next", "consumers", "messages")} == {
+        "queue": "private$/feed", "first": 4, "next": 7, "consumers": {"spark": 4},
+        "messages": 3}
+    assert head["average_bytes"] > 0
+    await _problem(await second.post(f"{Q}/receive"), 409)
+
+
+@pytest.mark.parametrize("query, fragment", [
+    ("to=5", "from is required"),
+    ("from=1", "to is required"),
+    ("from=x&to=5", "from='x'"),
+    ("from=-1&to=5", "from='-1'"),
+    ("from=5&to=2", "below from"),
+    ("from=1&to=200002", "wider than"),
+    ("from=1&to=2&format=csv", "format"),
+])
+async def test_bad_range_queries_are_refused(client: Any, query: str, fragment: str) -> None:
+    problem = await _problem(await client.get(f"{Q}/range?{query}"), 400)
+    assert fragment in problem["detail"]
+
+
+@pytest.mark.parametrize("method, path, body, status", [
+    ("PUT", "consumers/bad%20name", {}, 400),
+    ("PUT", "consumers/spark", {"start": "middle"}, 400),
+    ("PUT", "consumers/spark", {"start": 99}, 400),
+    ("POST", "consumers/ghost/commit", {"position": 1}, 404),
+    ("GET", "consumers/ghost", None, 404),
+    ("DELETE", "consumers/ghost", None, 404),
+    ("POST", "head", None, 405),
+])
+async def test_bad_consumer_requests_change_nothing(client: Any, method: str, path: str,
+                                                    body: Any, status: int) -> None:
+    response = await client.request(method, f"{Q}/{path}",
+                                    data=json.dumps(body) if body is not None else None)
+    assert response.status == status, await response.text()
+    assert (await (await client.get(f"{Q}/consumers")).json())["consumers"] == []
