@@ -21,7 +21,7 @@ from bench.scenarios import RECEIVE_PREFILL, SCENARIOS, Scenario
 
 # Scenarios measured inside one process (no HTTP), each a module printing JSON records.
 IN_PROCESS = {"store-commit": "bench.store_commit", "recovery": "bench.store_recovery",
-              "forward-tx": "bench.forward"}
+              "forward-tx": "bench.forward", "spark-ingest": "bench.spark_ingest"}
 STORE_LEVELS = (1, 16, 64, 256)
 
 
@@ -103,7 +103,8 @@ def main() -> int:
         extra = (["--mib", "64" if args.quick else "1024",
                   "--messages", "100000" if args.quick else "1000000"]
                  if name == "recovery" else [])
-        levels_arg = "64" if name == "forward-tx" else ",".join(map(str, STORE_LEVELS))
+        levels_arg = ("64" if name == "forward-tx" else "2" if name == "spark-ingest"
+                      else ",".join(map(str, STORE_LEVELS)))
         out = subprocess.run(
             [sys.executable, "-m", module, "--levels", levels_arg,
              "--requests", str(3000 if args.quick else 20000), *extra],

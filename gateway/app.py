@@ -14,7 +14,7 @@ from gateway import admin, health, openapi, rest, rest_links, rest_messages, res
 from gateway.auth.authenticator import Authenticator, read_secret
 from gateway.auth.middleware import make_auth_middleware
 from gateway.destinations import local_host_names
-from gateway.errors import GatewayError
+from gateway.errors import ConfigError, GatewayError
 from gateway.appkeys import FILE_OPS_KEY, METRICS_KEY, SETTINGS_KEY, SIGNERS_KEY, STATE_KEY
 from gateway.logs import server_log
 from gateway.metrics import Metrics
@@ -22,6 +22,7 @@ from gateway.middlewares import make_middlewares
 from gateway.identity import load_guid
 from gateway.queue_manager import QueueManager, QueueSettings
 from gateway.link import LinkOptions
+from gateway.landing import Landing, LandingSpec
 from gateway.links import Links
 from gateway.range_consumers import RangeConsumers
 from gateway.outbox import Outbox
@@ -66,6 +67,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     """
     metrics = Metrics()
     load_webhooks(settings)  # a webhook's unreadable secret stops the start (exit 2)
+    landing_specs(settings)  # so does a Parquet landing without pyarrow
     gate = make_auth_middleware(settings, Authenticator(settings))
     app = web.Application(
         client_max_size=settings.server.request_body_max,
@@ -158,6 +160,22 @@ def load_webhooks(settings: Settings) -> list[tuple[str, str, bytes]]:
                   if hook.hmac_secret_file else b"")
         out.append((hook.url, hook.name, secret))
     return out
+
+
+def landing_specs(settings: Settings) -> list[LandingSpec]:
+    """Raises: ConfigError when a Parquet landing cannot import pyarrow."""
+    specs = []
+    for index, landing in enumerate(settings.landings):
+        if landing.format == "parquet":
+            try:
+                import pyarrow.parquet  # noqa: F401 - only to know it is there
+            except ImportError:
+                raise ConfigError(f"landings[{index}].format: parquet needs pyarrow (pip "
+                                  "install 'entrepot[spark]') or use format = \"jsonl\"")
+        specs.append(LandingSpec(landing.queue, Path(landing.directory), landing.format,
+                                 landing.consumer, landing.file_messages, landing.file_bytes,
+                                 landing.file_delay))
+    return specs
 
 
 def link_options(settings: Settings) -> LinkOptions:
@@ -255,6 +273,10 @@ async def _open_store(app: web.Application) -> None:
     state.tasks.append(asyncio.create_task(state.streams.run_checkpoints(),
                                            name="srmp-checkpoints"))
     state.tasks.append(asyncio.create_task(transactions.reap(), name="transaction-reaper"))
+    for spec in landing_specs(settings):
+        landing = Landing(queue_manager, consumers, spec)
+        state.landings.append(landing)
+        state.tasks.append(asyncio.create_task(landing.run(), name=f"landing {spec.queue}"))
     state.tasks.append(asyncio.create_task(queue_manager.expiry.run(), name="expiry"))
     assert queue_manager.dedup is not None
     state.tasks.append(asyncio.create_task(queue_manager.dedup.run(), name="dedup-trim"))

@@ -35,6 +35,7 @@ _MQ_HEADERS = [
         ("Mq-Acknowledge", "MQMSG_ACKNOWLEDGMENT_* name or number."),
         ("Mq-Journal", "none, journal or deadletter."),
         ("Mq-App-Specific", "32-bit integer."),
+        ("Mq-Sent-Time", "ISO 8601 time the producer sent it (default: arrival)."),
         ("Mq-Transaction", "A transaction id, single, or none."),
         ("Idempotency-Key", "Same key and body within the window: stored once."),
     )

@@ -81,9 +81,27 @@ def parse_send_headers(headers: Mapping[str, str], *, now_ms: int) -> SendReques
         journal=journal,
         app_specific=_int(headers, "Mq-App-Specific", 0, _INT32_MIN, _INT32_MAX),
         content_type=headers.get("Content-Type", "application/octet-stream"),
-        sent_at_ms=now_ms,
+        sent_at_ms=_sent_time(headers, now_ms),
     )
     return SendRequest(properties, transaction, key)
+
+
+def _sent_time(headers: Mapping[str, str], now_ms: int) -> int:
+    """``Mq-Sent-Time``: when the producer sent it (ISO 8601; default now), so end-to-end
+    latency can be measured; at most a minute in the future (clock skew)."""
+    raw = headers.get("Mq-Sent-Time")
+    if raw is None:
+        return now_ms
+    try:
+        moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise HeaderError("Mq-Sent-Time", f"{raw!r} is not an ISO 8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    sent_ms = int(moment.timestamp() * 1000)
+    if not 0 < sent_ms <= now_ms + 60_000:
+        raise HeaderError("Mq-Sent-Time", f"{raw!r} is in the future or before 1970")
+    return sent_ms
 
 
 def _int(headers: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:

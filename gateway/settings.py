@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ __all__ = [
     "AuthSettings",
     "PartnerDeclaration",
     "WebhookDeclaration",
+    "LandingDeclaration",
     "LogSettings",
     "TransactionSettings",
     "QueueDeclaration",
@@ -247,6 +249,20 @@ class WebhookDeclaration:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LandingDeclaration:
+    """A ``[[landings]]`` table: a queue written out as immutable files (Parquet or JSON
+    Lines) into a directory that Spark's file source reads (``gateway.landing``)."""
+
+    queue: str = _str("")
+    directory: str = _str("")
+    format: str = _choice("parquet", "parquet", "jsonl")
+    consumer: str = _str("landing")  # its registered range consumer on the queue
+    file_messages: int = _int(10_000, low=1, high=100_000)
+    file_bytes: int = _size("64MiB", low="1KiB", high="1GiB")
+    file_delay: float = _duration("5s", low="10ms", high="1h")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TransactionSettings:
     """Explicit transactions (REST /v1/transactions)."""
 
@@ -294,6 +310,7 @@ class Settings:
     queues: tuple[QueueDeclaration, ...] = ()
     partners: tuple[PartnerDeclaration, ...] = ()
     webhooks: tuple[WebhookDeclaration, ...] = ()
+    landings: tuple[LandingDeclaration, ...] = ()
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -329,9 +346,13 @@ def parse_settings(
     queues: tuple[QueueDeclaration, ...] = ()
     partners: tuple[PartnerDeclaration, ...] = ()
     webhooks: tuple[WebhookDeclaration, ...] = ()
+    landings: tuple[LandingDeclaration, ...] = ()
     for section_name, table in doc.items():
         if section_name == "webhooks":
             webhooks = tuple(_array_of_tables("webhooks", "url", WebhookDeclaration, table))
+            continue
+        if section_name == "landings":
+            landings = _parse_landings(table)
             continue
         if section_name == "queues":
             queues = _parse_queues(table)
@@ -350,7 +371,8 @@ def parse_settings(
     sections: dict[str, Any] = {
         name: _parse_section(name, merged.get(name, {})) for name in _SECTIONS
     }
-    settings = Settings(**sections, queues=queues, partners=partners, webhooks=webhooks)
+    settings = Settings(**sections, queues=queues, partners=partners, webhooks=webhooks,
+                        landings=landings)
     _check_relations(settings)
     return settings
 
@@ -413,6 +435,27 @@ def _array_of_tables(name: str, key: str, cls: type[Any], raw: object) -> list[A
             raise ConfigError(f"{prefix}.{key}: missing (every entry of [[{name}]] needs one)")
         out.append(_parse_table(prefix, cls, table))
     return out
+
+
+def _parse_landings(raw: object) -> tuple[LandingDeclaration, ...]:
+    """``[[landings]]``: a valid queue path and a directory each, directories distinct."""
+    declared = _array_of_tables("landings", "queue", LandingDeclaration, raw)
+    directories: set[str] = set()
+    for index, landing in enumerate(declared):
+        prefix = f"landings[{index}]"
+        try:
+            parse_queue_path(landing.queue)
+        except QueueNameError as exc:
+            raise ConfigError(f"{prefix}.queue: {exc}") from None
+        if not landing.directory:
+            raise ConfigError(f"{prefix}.directory: missing (where the files land)")
+        if landing.directory in directories:
+            raise ConfigError(f"{prefix}.directory: {landing.directory!r} is used twice")
+        directories.add(landing.directory)
+        if not re.match(r"^[A-Za-z0-9._-]{1,64}$", landing.consumer):
+            raise ConfigError(f"{prefix}.consumer: {landing.consumer!r}: use 1-64 letters, "
+                              "digits, '.', '_' or '-'")
+    return tuple(declared)
 
 
 def _parse_queues(raw: object) -> tuple[QueueDeclaration, ...]:

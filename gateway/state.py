@@ -12,6 +12,7 @@ from gateway.errors import ProblemError
 if TYPE_CHECKING:
     from mapping.loader import MappingLoader
     from gateway.queue_manager import QueueManager
+    from gateway.landing import Landing
     from gateway.links import Links
     from gateway.range_consumers import RangeConsumers
     from gateway.receipt_sender import ReceiptSender
@@ -37,6 +38,7 @@ class GatewayState:
     receipts: ReceiptSender | None = None
     links: Links | None = None
     consumers: RangeConsumers | None = None
+    landings: list[Landing] = field(default_factory=list)
     ready: bool = False
     failure: str | None = None
     stopping: bool = False

@@ -42,12 +42,16 @@ class IngestJob:
 def run_ingest(job: IngestJob) -> dict[str, Any]:
     """Run the query until it ends (``available_now``) or until SIGTERM/SIGINT; returns a
     summary (rows, batches). Raises what the query failed with."""
-    from gateway.spark.session import spark_session
+    from gateway.spark.session import owned_session
 
     extra = {"spark.driver.memory": job.driver_memory} if job.driver_memory else {}
     if job.master.startswith("local"):
         extra.setdefault("spark.sql.shuffle.partitions", "2")
-    spark = spark_session(job.master, "entrepot-ingest", extra)
+    with owned_session(job.master, "entrepot-ingest", extra) as spark:
+        return _run(spark, job)
+
+
+def _run(spark: Any, job: IngestJob) -> dict[str, Any]:
     reader = (spark.readStream.format("entrepot").option("url", job.source)
               .option("queues", ",".join(job.queues)).option("consumer", job.consumer)
               .option("startingOffsets", job.starting_offsets)
@@ -90,4 +94,5 @@ def run_ingest(job: IngestJob) -> dict[str, Any]:
                 "batches": [int(p["batchId"]) for p in progress],
                 "output": job.output, "checkpoint": job.checkpoint}
     finally:
-        spark.stop()
+        if query.isActive:
+            query.stop()

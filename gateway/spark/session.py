@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["spark_session", "is_local"]
+__all__ = ["spark_session", "owned_session", "is_local"]
 
 
 def is_local(master: str) -> bool:
@@ -43,3 +44,19 @@ def spark_session(master: str = "local[*]", app_name: str = "entrepot",
     session.sparkContext.setLogLevel(os.environ.get("ENTREPOT_SPARK_LOG_LEVEL", "WARN"))
     session.dataSource.register(EntrepotDataSource)
     return session
+
+
+@contextmanager
+def owned_session(master: str, app_name: str, extra: Mapping[str, str] | None = None
+                  ) -> Iterator[Any]:
+    """``spark_session`` for a job: stopped at the end only when the job started it (a
+    notebook's or a test's running session is left running)."""
+    from pyspark.sql import SparkSession
+
+    running = SparkSession.getActiveSession()
+    session = spark_session(master, app_name, extra)
+    try:
+        yield session
+    finally:
+        if running is None:
+            session.stop()

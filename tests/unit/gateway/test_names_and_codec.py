@@ -84,3 +84,13 @@ def test_header_error_names_the_header() -> None:
     with pytest.raises(HeaderError) as info:
         parse_send_headers({"Mq-Priority": "8"}, now_ms=0)
     assert info.value.header == "Mq-Priority"
+
+
+def test_sent_time_header() -> None:
+    now = 1_800_000_000_000
+    request = parse_send_headers({"Mq-Sent-Time": "2026-11-20T10:00:00Z"}, now_ms=now)
+    assert request.properties.sent_at_ms == 1_795_168_800_000
+    assert parse_send_headers({}, now_ms=now).properties.sent_at_ms == now
+    for bad in ("yesterday", "2099-01-01T00:00:00Z"):
+        with pytest.raises(HeaderError, match="Mq-Sent-Time"):
+            parse_send_headers({"Mq-Sent-Time": bad}, now_ms=now)

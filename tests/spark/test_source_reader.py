@@ -1,0 +1,116 @@
+"""The ``entrepot`` source's reader called directly (as Spark's runner and executors call it)
+against a real gateway: offsets, admission control, partitions, reads, commits, 410s."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from gateway.spark.client import GatewayRequestError, RangeGone
+from gateway.spark.source import (
+    EntrepotDataSource, RangePartition, SourceOptionError, SourceOptions)
+from tests.helpers import GatewayProcess
+from tests.spark.support import call, create_queue, head, payload, produce
+
+_names = itertools.count(1)
+
+
+def _queue(gw: GatewayProcess) -> str:
+    name = f"reader{next(_names)}"
+    create_queue(gw.url, name)
+    return name
+
+
+def _reader(gw: GatewayProcess, queues: str, **options: str) -> Any:
+    source = EntrepotDataSource({"url": gw.url, "queues": queues, **options})
+    return source.streamReader(source.schema())
+
+
+def test_offsets_limits_partitions_and_reads(spark_gateway: GatewayProcess) -> None:
+    a, b = _queue(spark_gateway), _queue(spark_gateway)
+    produce(spark_gateway.url, a, 0, 30, size=64,
+            properties={"correlation_id": "corr", "sent_time": "2026-01-02T03:04:05Z"})
+    produce(spark_gateway.url, b, 100, 5, size=64)
+    reader = _reader(spark_gateway, f"{a},{b}", consumer="t1", maxMessagesPerBatch="20",
+                     maxMessagesPerPartition="8")
+    start = reader.initialOffset()
+    assert start == {a: 1, b: 1}
+    assert head(spark_gateway.url, a)["consumers"] == {"t1": 1}, "registered when planned"
+    assert isinstance(reader.getDefaultReadLimit(), ReadMaxRows)
+    end = reader.latestOffset(start, ReadMaxRows(20))
+    assert end == {a: 21, b: 1}, "the budget is spent on the first queue first"
+    assert reader.latestOffset(end, ReadAllAvailable()) == {a: 31, b: 6}
+    parts = reader.partitions(start, end)
+    assert [(p.queue, p.start, p.end) for p in parts] == [(a, 1, 9), (a, 9, 17), (a, 17, 21)]
+    assert reader.partitions(end, end) == []
+    [batch] = list(reader.read(parts[1]))
+    rows = batch.to_pylist()
+    assert [r["seq"] for r in rows] == list(range(9, 17))
+    assert rows[0]["body"] == payload(8, 64) and rows[0]["label"] == "i8"
+    assert rows[0]["class"] == "MQMSG_CLASS_NORMAL" and rows[0]["correlation_id"] == "corr"
+    assert rows[0]["sent_at"].year == 2026 and rows[0]["arrived_at"] > rows[0]["sent_at"]
+    assert rows[0]["id"].startswith("{") and rows[0]["queue"] == a
+    assert list(reader.read(RangePartition(a, 9, 17)))[0].equals(batch), "same bytes again"
+    # commit moves the consumer; retention trims what it passed; the range is then gone.
+    reader.commit(end)
+    assert head(spark_gateway.url, a)["first"] == 21
+    with pytest.raises(RangeGone, match=r"\[9, 21\)"):
+        list(reader.read(parts[1]))
+
+
+def test_available_now_freezes_its_target(spark_gateway: GatewayProcess) -> None:
+    q = _queue(spark_gateway)
+    produce(spark_gateway.url, q, 0, 10, size=16)
+    reader = _reader(spark_gateway, q, consumer="t2")
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    produce(spark_gateway.url, q, 10, 10, size=16)
+    assert reader.latestOffset(start, ReadAllAvailable()) == {q: 11}
+    assert reader.reportLatestOffset() == {q: 21}
+
+
+def test_latest_start_and_a_head_behind_the_checkpoint(spark_gateway: GatewayProcess) -> None:
+    q = _queue(spark_gateway)
+    produce(spark_gateway.url, q, 0, 4, size=16)
+    reader = _reader(spark_gateway, q, consumer="t3", startingOffsets="latest")
+    assert reader.initialOffset() == {q: 5}
+    assert head(spark_gateway.url, q)["consumers"] == {"t3": 5}
+    with pytest.raises(RuntimeError, match="behind the checkpoint"):
+        reader.latestOffset({q: 99}, ReadAllAvailable())
+
+
+def test_a_restarted_query_whose_offset_was_trimmed_fails_loudly(
+        spark_gateway: GatewayProcess) -> None:
+    q = _queue(spark_gateway)
+    produce(spark_gateway.url, q, 0, 6, size=16)
+    first = _reader(spark_gateway, q, consumer="t4")
+    first.initialOffset()
+    call(f"{spark_gateway.url}/v1/queues/{q}/consumers/t4", "DELETE")
+    call(f"{spark_gateway.url}/v1/queues/{q}/purge", "POST")
+    restarted = _reader(spark_gateway, q, consumer="t4")  # the checkpoint says 1
+    with pytest.raises(RuntimeError, match="checkpoint's offset 1 was trimmed"):
+        restarted.latestOffset({q: 1}, ReadAllAvailable())
+
+
+def test_unknown_queue_is_a_clear_error(spark_gateway: GatewayProcess) -> None:
+    reader = _reader(spark_gateway, "nosuchqueue", attempts="1")
+    with pytest.raises(GatewayRequestError, match="404"):
+        reader.initialOffset()
+
+
+@pytest.mark.parametrize("options, fragment", [
+    ({"url": "ftp://x", "queues": "q"}, "option url"),
+    ({"url": "http://127.0.0.1:1", "queues": " , "}, "option queues"),
+    ({"url": "http://127.0.0.1:1", "queues": "q", "startingOffsets": "middle"},
+     "startingOffsets"),
+    ({"url": "http://127.0.0.1:1", "queues": "q", "maxMessagesPerBatch": "ten"},
+     "maxmessagesperbatch='ten'"),
+    ({"url": "http://127.0.0.1:1", "queues": "q", "maxMessagesPerPartition": "200000"},
+     "at most 100000"),
+])
+def test_bad_options_name_themselves(options: dict[str, str], fragment: str) -> None:
+    with pytest.raises(SourceOptionError, match=fragment):
+        SourceOptions.parse(options)
