@@ -1,4 +1,8 @@
-# entrepot container image: docker build -t entrepot . && docker run -p 8080:8080 entrepot
+# entrepot container images.
+#   docker build -t entrepot .                       the gateway (default target)
+#   docker build --target spark -t entrepot-spark .   + Java 17 and PySpark for spark-ingest/report
+# Both run as a non-root user; the gateway keeps its data in the /var/lib/entrepot volume.
+
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -7,17 +11,34 @@ COPY store store
 COPY mapping mapping
 RUN python -m venv /opt/venv && /opt/venv/bin/pip install --no-cache-dir .
 
-FROM python:3.11-slim
+FROM build AS build-spark
+RUN /opt/venv/bin/pip install --no-cache-dir ".[spark]"
+
+FROM python:3.11-slim AS base
 RUN useradd --system --uid 10001 --home-dir /var/lib/entrepot entrepot \
     && mkdir -p /var/lib/entrepot /etc/entrepot && chown entrepot /var/lib/entrepot
-COPY --from=build /opt/venv /opt/venv
 COPY config /etc/entrepot
 WORKDIR /etc/entrepot
+ENV ENTREPOT_CONFIG=/etc/entrepot/entrepot.toml
+
+# spark-ingest / spark-report with a local Spark, or a driver for a cluster (--master spark://).
+FROM base AS spark
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build-spark /opt/venv /opt/venv
+ENV PYSPARK_PYTHON=/opt/venv/bin/python
+USER entrepot
+ENTRYPOINT ["/opt/venv/bin/entrepot"]
+CMD ["spark-ingest", "--help"]
+
+# The gateway (the default: the last stage).
+FROM base AS gateway
+COPY --from=build /opt/venv /opt/venv
 USER entrepot
 VOLUME ["/var/lib/entrepot"]
 EXPOSE 8080 8443
-ENV ENTREPOT_CONFIG=/etc/entrepot/entrepot.toml
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s \
-    CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/readyz', timeout=2).status != 200)"
+    CMD ["/opt/venv/bin/python", "-c", "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/readyz', timeout=2).status != 200)"]
 ENTRYPOINT ["/opt/venv/bin/entrepot"]
 CMD ["serve", "--listen", "0.0.0.0:8080", "--data-dir", "/var/lib/entrepot", "--mapping-dir", "/etc/entrepot/mapping"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import contextlib
 from collections.abc import AsyncIterator
 from functools import partial
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway import admin, health, openapi, rest, rest_links, rest_messages, rest_tx
+from gateway import admin, health, openapi, rest, rest_links, rest_messages, rest_tx, ui
 from gateway.auth.authenticator import Authenticator, read_secret
 from gateway.auth.middleware import make_auth_middleware
 from gateway.destinations import local_host_names
@@ -24,6 +25,8 @@ from gateway.queue_manager import QueueManager, QueueSettings
 from gateway.link import LinkOptions
 from gateway.landing import Landing, LandingSpec
 from gateway.links import Links
+from gateway.metrics_state import StateCollector
+from gateway.status import DeadLetterClasses, RecentErrors
 from gateway.range_consumers import RangeConsumers
 from gateway.outbox import Outbox
 from gateway.receipt_sender import MessageIds, ReceiptSender
@@ -88,10 +91,23 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     app.add_routes(rest_messages.routes)
     app.add_routes(rest_links.routes)
     app.add_routes(rest.routes)
+    app.add_routes(ui.routes)
     add_srmp_routes(app, settings.srmp.virtual_dirs)
+    app[ui.UI_DEAD] = DeadLetterClasses()
+    app[ui.UI_ERRORS] = RecentErrors()
+    metrics.registry.register(StateCollector(app[STATE_KEY], app[ui.UI_DEAD]))
+    app.cleanup_ctx.append(_errors_ctx)
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_mapping_ctx)
     return app
+
+
+async def _errors_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Collect recent warnings and errors for the status page while the app runs."""
+    handler = app[ui.UI_ERRORS]
+    logging.getLogger().addHandler(handler)
+    yield
+    logging.getLogger().removeHandler(handler)
 
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -82,8 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from gateway import mapping_cli, security_cli
 
+    from gateway import admin_cli
     from gateway.spark import cli as spark_cli
 
+    admin_cli.add_commands(commands, DEFAULT_CONFIG)
     mapping_cli.add_commands(commands, DEFAULT_CONFIG)
     security_cli.add_commands(commands)
     spark_cli.add_commands(commands)

@@ -20,6 +20,8 @@ _PATH = {"name": "path", "in": "path", "required": True, "schema": {"type": "str
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"},
        "description": "Message id `{QM GUID}\\\\counter`, URL-encoded."}
 _TX = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"},
+         "description": "A range consumer: 1-64 letters, digits, ., _ or -."}
 _PROBLEM = {"description": "Error (application/problem+json, RFC 9457)",
             "content": {"application/problem+json": {"schema": {"type": "object"}}}}
 _MQ_HEADERS = [
@@ -88,6 +90,24 @@ def document() -> dict[str, Any]:
         "/v1/queues/{path}/requeue": {
             "post": _op("Requeue dead letters matching a filter.", params=q, body=True),
         },
+        "/v1/queues/{path}/head": {"get": _op(
+            "Range reads: first and next readable sequence, registered consumers.", params=q)},
+        "/v1/queues/{path}/range": {"get": _op(
+            "Records with from <= seq < to (application/x-entrepot-records, or ?format=json); "
+            "410 below the floor.", params=q)},
+        "/v1/queues/{path}/consumers": {"get": _op("Registered range consumers.", params=q)},
+        "/v1/queues/{path}/consumers/{name}": {
+            "put": _op("Register a range consumer ({start}: earliest, latest or a sequence).",
+                       status="201", params=q + [_NAME], body=True),
+            "get": _op("A consumer's committed position.", params=q + [_NAME]),
+            "delete": _op("Unregister a consumer.", status="204", params=q + [_NAME]),
+        },
+        "/v1/queues/{path}/consumers/{name}/commit": {"post": _op(
+            "Commit a consumer's position ({position}); retention follows the slowest.",
+            params=q + [_NAME], body=True)},
+        "/ui": {"get": _op("The status page (HTML; admin; Basic or Bearer).")},
+        "/ui/status.json": {"get": _op("The status page's data: queues, links, dead letters "
+                                       "by class, recent errors.")},
         "/v1/transactions": {
             "get": _op("List open and prepared transactions."),
             "post": _op("Begin a transaction.", status="201"),
@@ -133,8 +153,11 @@ def document() -> dict[str, Any]:
                 "hmac": {"type": "apiKey", "in": "header", "name": "Authorization",
                          "description": "EP-HMAC-SHA256 partner=, ts=, nonce=, sig= (see "
                                         "README, Security)"},
+                "basic": {"type": "http", "scheme": "basic",
+                          "description": "Browsers: any user name, the API key as password"},
                 "clientCertificate": {"type": "mutualTLS"}}},
-            "security": [{"apiKey": []}, {"hmac": []}, {"clientCertificate": []}],
+            "security": [{"apiKey": []}, {"hmac": []}, {"basic": []},
+                         {"clientCertificate": []}],
             "paths": paths}
 
 

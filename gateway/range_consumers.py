@@ -52,6 +52,10 @@ class RangeConsumers:
         self._floors: dict[int, _Entry] = {}
         self._stale: list[StoredRecord] = []
         self._lock = asyncio.Lock()
+        # Retention runs behind the commits (a commit answers once its position is durable;
+        # Spark waits for it in walCommit); one trim at a time, and never during a purge.
+        self._trim_lock = asyncio.Lock()
+        self._trims: set[asyncio.Task[None]] = set()
         for record in self.store.records(self.own.queue_id):
             doc = json.loads(self.store.read(record))
             queue_id = int(doc["queue_id"])
@@ -171,9 +175,24 @@ class RangeConsumers:
             previous = self._saved_floor(queue)
             floor = max(previous, min([position, *others]))
             await self._save(queue, name, position, floor)
-            if floor > previous:
-                await self._trim(queue, floor, previous)
+        if floor > previous:
+            task = asyncio.create_task(self._trim(queue, floor, previous),
+                                       name=f"retention {queue.path.display}")
+            self._trims.add(task)
+            task.add_done_callback(self._trim_done)
         return position
+
+    def _trim_done(self, task: asyncio.Task[None]) -> None:
+        self._trims.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # The floor is durable: reads below it are 410 already, and the next start
+            # finishes the removal.
+            server_log.error("retention failed: %s", task.exception())
+
+    async def settle(self) -> None:
+        """Wait for the retention work started so far (tests, shutdown)."""
+        while self._trims:
+            await asyncio.gather(*list(self._trims), return_exceptions=True)
 
     async def unregister(self, queue: Queue, name: str) -> None:
         entry = self._entry(queue, name)
@@ -189,7 +208,7 @@ class RangeConsumers:
     async def purge(self, queue: Queue) -> int:
         """Purge the queue (every message, as ``QueueManager.purge``) and raise its floor to
         what the purge removed, so reads below it are 410; returns how many went."""
-        async with self._lock:
+        async with self._lock, self._trim_lock:
             end = self.store.readable_end(queue.queue_id)
             removed = await self.qm.purge(queue.path.canonical)
             if queue.pin is not None or queue.queue_id in self._floors:
@@ -267,21 +286,22 @@ class RangeConsumers:
         """Remove the queue's messages below ``below``, looking from ``start`` (the previous
         floor; everything under it is gone already) or, at start-up, from the lowest live
         one. The floor record is durable first, so an interrupted trim finishes later."""
-        if start is None:
-            start = self._lowest_live(queue)
-        chunk: list[StoredRecord] = []
-        for seq in range(start, below):
-            record = self.store.record(queue.queue_id, seq)
-            if record is not None:
-                chunk.append(record)
-            if len(chunk) >= _TRIM_CHUNK or (seq - start) % _TRIM_CHUNK == _TRIM_CHUNK - 1:
-                if chunk:
-                    await store_call(self.store.remove(chunk))
-                    chunk = []
-                else:
-                    await asyncio.sleep(0)  # a long run of gaps: let the loop breathe
-        if chunk:
-            await store_call(self.store.remove(chunk))
-        for lane in queue.order:
-            while lane and lane[0] < below:
-                lane.popleft()
+        async with self._trim_lock:
+            if start is None:
+                start = self._lowest_live(queue)
+            chunk: list[StoredRecord] = []
+            for seq in range(start, below):
+                record = self.store.record(queue.queue_id, seq)
+                if record is not None:
+                    chunk.append(record)
+                if len(chunk) >= _TRIM_CHUNK or (seq - start) % _TRIM_CHUNK == _TRIM_CHUNK - 1:
+                    if chunk:
+                        await store_call(self.store.remove(chunk))
+                        chunk = []
+                    else:
+                        await asyncio.sleep(0)  # a long run of gaps: let the loop breathe
+            if chunk:
+                await store_call(self.store.remove(chunk))
+            for lane in queue.order:
+                while lane and lane[0] < below:
+                    lane.popleft()

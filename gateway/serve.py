@@ -24,7 +24,9 @@ from gateway.appkeys import STATE_KEY
 from gateway.auth.tls import server_context
 from gateway.errors import StartupError
 from gateway.logs import access_log, server_log
+from gateway.sdnotify import Notifier
 from gateway.settings import Settings
+from gateway.state import GatewayState
 from store.datadir import probe_data_dir
 from store.errors import StoreError
 
@@ -105,12 +107,38 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
         Path(settings.store.data_dir).resolve(),
         config_source,
     )
+    notifier = Notifier()
+    state = app[STATE_KEY]
+    tasks = [asyncio.create_task(_announce_ready(notifier, state, stop)),
+             asyncio.create_task(notifier.watchdog(
+                 lambda: state.failure is None and (state.store is None
+                                                    or state.store.failed is None)))]
     await stop.wait()
+    notifier.send("STOPPING=1", "STATUS=stopping")
     server_log.info("stopping: no new connections, grace=%ss", settings.server.shutdown_grace)
+    for task in tasks:
+        task.cancel()
     marker.unlink(missing_ok=True)
     await runner.cleanup()
+    notifier.close()
     server_log.info("stopped")
     return 0
+
+
+async def _announce_ready(notifier: Notifier, state: GatewayState, stop: asyncio.Event) -> None:
+    """READY=1 once recovery is done (systemd holds dependants until then); a store that
+    cannot open is reported as the status instead."""
+    if not notifier.enabled:
+        return
+    notifier.send("STATUS=recovering the store")
+    while not stop.is_set():
+        if state.ready:
+            notifier.send("READY=1", "STATUS=serving")
+            return
+        if state.failure is not None:
+            notifier.send(f"STATUS=failed: {state.failure}")
+            return
+        await asyncio.sleep(0.05)
 
 
 def _warn_if_open(settings: Settings) -> None:

@@ -40,6 +40,7 @@ from store.pingpong import PingPong
 from store.quota import Charge, QuotaBook
 from store.records import Job, PreparedTx, SendSpec, StoredRecord
 from store.startup import RecoveryReport, open_engine
+from store.stats import Histogram
 from store.writer import GroupCommitter
 
 __all__ = ["MessageStore"]
@@ -416,6 +417,16 @@ class MessageStore:
     def records(self, queue_id: int) -> Iterator[StoredRecord]:
         """Live records of a queue in sequence order."""
         return iter(sorted(self._queues.get(queue_id, {}).values(), key=lambda r: r.seq))
+
+    def unordered(self, queue_id: int) -> Iterator[StoredRecord]:
+        """Live records of a queue in no particular order (no sort: for counting)."""
+        return iter(list(self._queues.get(queue_id, {}).values()))
+
+    def writer_histograms(self) -> tuple[Histogram, Histogram] | None:
+        """(batch write + fdatasync seconds, jobs per batch), or None before ``start``."""
+        if self._writer is None:
+            return None
+        return self._writer.sync_seconds, self._writer.batch_jobs
 
     def prepared_receives(self, tx_id: int) -> list[StoredRecord]:
         """The live messages a prepared transaction receives (they stay until it ends)."""

@@ -19,6 +19,7 @@ from store.engine import Engine
 from store.errors import StoreClosed, StoreError, StoreFailed
 from store.logs import commit_log
 from store.records import Job
+from store.stats import BATCH_BUCKETS, SYNC_BUCKETS_S, Histogram
 
 __all__ = ["GroupCommitter"]
 
@@ -44,6 +45,9 @@ class GroupCommitter:
         self.batches = 0
         self.jobs = 0
         self.sync_seconds_total = 0.0
+        # How long a batch's write + fdatasync takes, and how many jobs a batch carries.
+        self.sync_seconds = Histogram(SYNC_BUCKETS_S)
+        self.batch_jobs = Histogram(BATCH_BUCKETS)
         self._thread.start()
 
     async def submit(self, job: Job) -> Job:
@@ -127,7 +131,10 @@ class GroupCommitter:
             self._engine.failed = f"internal error: {exc!r}"
             for job in jobs:
                 job.error = StoreFailed(self._engine.failed)
-        self.sync_seconds_total += time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        self.sync_seconds_total += elapsed
+        self.sync_seconds.observe(elapsed)
+        self.batch_jobs.observe(len(jobs))
         self.batches += 1
         self.jobs += len(jobs)
         self._loop.call_soon_threadsafe(self._deliver, batch)

@@ -7,6 +7,8 @@ any credential is configured; then a request without one is 401.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 from dataclasses import dataclass
@@ -95,18 +97,28 @@ class Authenticator:
         if header.startswith(SCHEME):
             return self._signed(creds, now)
         if header[:7].lower() == "bearer ":
-            digest = hashlib.sha256(header[7:].strip().encode()).hexdigest()
-            for known, principal in self._keys.items():
-                if hmac.compare_digest(known, digest):
-                    return principal
-            raise AuthError("unknown API key")
+            return self._key(header[7:].strip())
+        if header[:6].lower() == "basic ":
+            # Browsers (the status page): any user name, the API key as the password.
+            try:
+                decoded = base64.b64decode(header[6:].strip(), validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                raise AuthError("malformed Basic credentials") from None
+            return self._key(decoded.partition(":")[2])
         if header:
-            raise AuthError(f"unsupported authorization scheme (use Bearer or {SCHEME})")
+            raise AuthError(f"unsupported authorization scheme (use Bearer, Basic or {SCHEME})")
         if creds.cert_subject:
             for subject, principal in self._subjects:
                 if subject_matches(subject, creds.cert_subject):
                     return principal
         return None
+
+    def _key(self, key: str) -> Principal:
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        for known, principal in self._keys.items():
+            if hmac.compare_digest(known, digest):
+                return principal
+        raise AuthError("unknown API key")
 
     def _signed(self, creds: Credentials, now: float) -> Principal:
         try:

@@ -30,7 +30,9 @@ __all__ = ["make_auth_middleware", "principal_of", "require", "require_admin", "
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/v1/openapi.json"})
 PRINCIPAL = web.RequestKey("principal", Principal)
-_CHALLENGE = {"WWW-Authenticate": f'Bearer realm="entrepot", {SCHEME} realm="entrepot"'}
+# Basic first: browsers (the status page) read the first challenge; API clients know theirs.
+_CHALLENGE = {"WWW-Authenticate": f'Basic realm="entrepot", Bearer realm="entrepot", '
+              f'{SCHEME} realm="entrepot"'}
 
 
 def make_auth_middleware(settings: Settings, authenticator: Authenticator) -> Middleware:

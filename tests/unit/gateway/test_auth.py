@@ -52,8 +52,12 @@ def test_api_keys_hmac_and_certificates_name_principals(tmp_path: Path) -> None:
     assert auth.authenticate(_creds(), now=0) is None
     with pytest.raises(AuthError, match="unknown API key"):
         auth.authenticate(_creds("Bearer nope"), now=0)
+    with pytest.raises(AuthError, match="unknown API key"):
+        auth.authenticate(_creds("Basic Zm9vOmJhcg=="), now=0)  # foo:bar
+    with pytest.raises(AuthError, match="malformed Basic"):
+        auth.authenticate(_creds("Basic !!!"), now=0)
     with pytest.raises(AuthError, match="unsupported"):
-        auth.authenticate(_creds("Basic Zm9vOmJhcg=="), now=0)
+        auth.authenticate(_creds("Digest username=x"), now=0)
 
 
 @pytest.mark.parametrize("mutate,match", [

@@ -1,0 +1,131 @@
+"""The admin commands against a real gateway process: tables, --json, exit codes, --yes,
+credentials, dead letters requeued in bulk, links, transactions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.cli import main
+from tests.helpers import GatewayProcess
+
+KEY = "admin-cli-key"
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    tmp = tmp_path_factory.mktemp("admin-cli")
+    config = tmp / "entrepot.toml"
+    config.write_text(f'[auth]\nadmin_key_sha256 = "{hashlib.sha256(KEY.encode()).hexdigest()}"\n')
+    proc = GatewayProcess(tmp / "data", extra_args=["--config", str(config)])
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+
+
+def run(capsys: Any, gw: GatewayProcess, *args: str, token: str = KEY) -> tuple[int, str, str]:
+    code = main([*args, "--url", gw.url, "--token", token])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_queue_lifecycle_with_tables_and_json(capsys: Any, gw: GatewayProcess) -> None:
+    code, out, _ = run(capsys, gw, "queue", "create", "private$/cli", "--quota", "1MiB",
+                       "--label", "orders")
+    assert code == 0 and "quota" in out and "1048576" in out
+    for i in range(3):
+        assert run(capsys, gw, "message", "send", "private$/cli", "--body", f"b{i}",
+                   "--label", f"l{i}", "--priority", "5")[0] == 0
+    code, out, _ = run(capsys, gw, "queue", "list")
+    header, *rows = out.splitlines()
+    assert header.split()[:3] == ["QUEUE", "MESSAGES", "BYTES"]
+    row = next(r for r in rows if r.startswith("private$/cli"))
+    assert row.split()[1] == "3"
+    code, out, _ = run(capsys, gw, "queue", "list", "--json")
+    assert {q["path"]: q["messages"] for q in json.loads(out)}["private$/cli"] == 3
+    code, out, _ = run(capsys, gw, "message", "peek", "private$/cli", "--json")
+    assert [m["label"] for m in json.loads(out)] == ["l0", "l1", "l2"]
+    code, out, _ = run(capsys, gw, "message", "receive", "private$/cli", "--max", "2")
+    assert code == 0 and "b0" in out and "b1" in out and "b2" not in out
+    code, _, err = run(capsys, gw, "queue", "purge", "private$/cli")
+    assert code == 2 and "--yes" in err
+    code, out, _ = run(capsys, gw, "queue", "purge", "private$/cli", "--yes")
+    assert code == 0 and "purged 1" in out
+    assert run(capsys, gw, "queue", "delete", "private$/cli", "--yes")[0] == 0
+    code, _, err = run(capsys, gw, "queue", "show", "private$/cli")
+    assert code == 4 and "404" in err
+
+
+def test_exit_codes_for_credentials_and_unreachable(capsys: Any, gw: GatewayProcess) -> None:
+    code, _, err = run(capsys, gw, "queue", "list", token="wrong")
+    assert code == 1 and "401" in err and "unknown API key" in err
+    code = main(["queue", "list", "--url", "http://127.0.0.1:1", "--token", KEY])
+    assert code == 3 and "cannot reach" in capsys.readouterr().err
+    code = main(["queue", "list", "--url", "ftp://x"])
+    assert code == 2 and "--url 'ftp://x'" in capsys.readouterr().err
+
+
+def test_dead_letters_list_show_requeue_delete(capsys: Any, gw: GatewayProcess) -> None:
+    run(capsys, gw, "queue", "create", "work")
+    for i in range(5):
+        main(["message", "send", "work", "--body", f"d{i}", "--url", gw.url, "--token", KEY])
+    capsys.readouterr()
+    # Five messages that expire into the dead-letter queue (time-to-be-received 0).
+    import urllib.request
+    for i in range(5):
+        urllib.request.urlopen(urllib.request.Request(
+            f"{gw.url}/v1/queues/work/messages", data=f"x{i}".encode(), method="POST",
+            headers={"Authorization": f"Bearer {KEY}", "Mq-Time-To-Be-Received": "0.01",
+                     "Mq-Journal": "deadletter"})).read()
+    deadline = time.monotonic() + 10
+    dead: list[dict[str, Any]] = []
+    while len(dead) < 5 and time.monotonic() < deadline:
+        dead = json.loads(run(capsys, gw, "dlq", "list", "--json")[1])
+        time.sleep(0.05)
+    assert len(dead) == 5 and {d["class"] for d in dead} == {"MQMSG_CLASS_NACK_RECEIVE_TIMEOUT"}
+    code, out, _ = run(capsys, gw, "dlq", "list")
+    assert "MQMSG_CLASS_NACK_RECEIVE_TIMEOUT" in out and "work" in out
+    code, out, _ = run(capsys, gw, "dlq", "show", dead[0]["id"])
+    assert code == 0 and "source_queue" in out and "2 bytes" in out
+    assert run(capsys, gw, "dlq", "delete", dead[0]["id"])[0] == 0
+    code, out, _ = run(capsys, gw, "dlq", "requeue", dead[1]["id"], "--to", "work")
+    assert code == 0 and "to work" in out
+    code, out, _ = run(capsys, gw, "dlq", "requeue", "--all", "--source-queue", "work",
+                       "--to", "work")
+    assert code == 0 and "requeued 3" in out
+    assert json.loads(run(capsys, gw, "dlq", "list", "--json")[1]) == []
+    shown = json.loads(run(capsys, gw, "queue", "show", "work", "--json")[1])
+    assert shown["messages"] == 5 + 4
+    assert run(capsys, gw, "dlq", "requeue")[0] == 2
+
+
+def test_links_and_transactions(capsys: Any, gw: GatewayProcess) -> None:
+    code, out, _ = run(capsys, gw, "link", "list")
+    assert code == 0 and "(no links)" in out
+    code, _, err = run(capsys, gw, "link", "pause", "nosuchlink")
+    assert code == 4
+    run(capsys, gw, "queue", "create", "txq", "--transactional")
+    import urllib.request
+    def post(path: str, headers: dict[str, str] | None = None) -> Any:
+        request = urllib.request.Request(f"{gw.url}{path}", data=b"m", method="POST",
+                                         headers={"Authorization": f"Bearer {KEY}",
+                                                  **(headers or {})})
+        return json.loads(urllib.request.urlopen(request).read())
+    tx = post("/v1/transactions")["id"]
+    post("/v1/queues/txq/messages", {"Mq-Transaction": tx})
+    post(f"/v1/transactions/{tx}/prepare")
+    code, out, _ = run(capsys, gw, "tx", "list")
+    assert tx in out and "prepared" in out
+    code, out, _ = run(capsys, gw, "tx", "commit", tx)
+    assert code == 0 and "committed" in out
+    assert json.loads(run(capsys, gw, "queue", "show", "txq", "--json")[1])["messages"] == 1
+    code, _, _ = run(capsys, gw, "tx", "abort", tx)
+    assert code == 4, "a finished transaction is gone"
