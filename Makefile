@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 
-.PHONY: run test test-slow typecheck bench clean
+.PHONY: run test test-slow typecheck bench torture clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "entrepot needs Python >= 3.11"'
@@ -34,6 +34,9 @@ test-slow: $(VENV)/.installed-dev
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy --strict gateway store mapping
+
+torture: $(VENV)/.installed-dev
+	$(BIN)/python -m tests.torture --json var/torture/report.json
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m bench --json bench/results/latest.json

@@ -25,6 +25,7 @@ from gateway.queue_manager import QueueManager, QueueSettings
 from gateway.link import LinkOptions
 from gateway.landing import Landing, LandingSpec
 from gateway.links import Links
+from gateway.peers import load_peers
 from gateway.metrics_state import StateCollector
 from gateway.status import DeadLetterClasses, RecentErrors
 from gateway.range_consumers import RangeConsumers
@@ -71,6 +72,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     metrics = Metrics()
     load_webhooks(settings)  # a webhook's unreadable secret stops the start (exit 2)
     landing_specs(settings)  # so does a Parquet landing without pyarrow
+    load_peers(settings)  # and a peer's TLS files that cannot be loaded
     gate = make_auth_middleware(settings, Authenticator(settings))
     app = web.Application(
         client_max_size=settings.server.request_body_max,
@@ -221,10 +223,6 @@ async def _stop_srmp(state: GatewayState) -> None:
             server_log.warning("incoming streams not checkpointed at stop: %s", exc)
     if state.receipts is not None:
         await state.receipts.close()
-    qm = state.queue_manager
-    if qm is not None and qm.dedup is not None and state.store is not None:
-        with contextlib.suppress(StoreError):
-            await qm.dedup.flush()
 
 
 async def _open_store(app: web.Application) -> None:
@@ -281,7 +279,7 @@ async def _open_store(app: web.Application) -> None:
     outbox = Outbox(queue_manager, state.receipts, ids, app[METRICS_KEY])
     state.links = Links(queue_manager, link_options(settings), app[METRICS_KEY],
                         lambda: state.mapping.rules if state.mapping is not None else None,
-                        webhooks=load_webhooks(settings))
+                        webhooks=load_webhooks(settings), peers=load_peers(settings))
     state.links.start()
     await state.links.outgoing.drop_stale()
     state.tasks.append(asyncio.create_task(outbox.run(), name="srmp-outbox"))

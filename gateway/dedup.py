@@ -49,9 +49,8 @@ class DedupWindow:
         self.window_s = window_s
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._pending: dict[str, asyncio.Future[dict[str, object]]] = {}
-        # Entries remembered lazily (SRMP ids), written together in one record per flush;
-        # a record shared by several entries is removed with the last of them.
-        self._unflushed: list[tuple[str, _Entry]] = []
+        # Records holding several entries (older versions flushed SRMP ids in groups) are
+        # removed with the last of their entries.
         self._sharing: dict[int, int] = {}
         for record in store.records(queue_id):
             doc = json.loads(store.read(record))
@@ -102,34 +101,15 @@ class DedupWindow:
         if future is not None and not future.done():
             future.set_result(answer)
 
-    def remember(self, key: str, digest: str, answer: dict[str, object], *,
-                 durable: bool = True) -> None:
-        """Remember ``key`` now, on disk with the next ``flush`` (a few per second): cheaper
-        than a record in the message's own commit. A sender resends only what it got no 200
-        for, so what this gives up is a resend after a crash within the flush interval of a
-        message whose 200 was also lost. Not ``durable``: memory only (an express message
-        is gone after a restart, so its resend must be taken again)."""
+    def remember(self, key: str, digest: str, answer: dict[str, object]) -> None:
+        """Remember ``key`` in memory only: for express messages, which do not survive a
+        restart either (a resend after one must be taken again)."""
         entry = _Entry(digest, answer, _now_ms(), None)
         self._entries[key] = entry
         self._entries.move_to_end(key)
-        if durable:
-            self._unflushed.append((key, entry))
         future = self._pending.pop(key, None)
         if future is not None and not future.done():
             future.set_result(answer)
-
-    async def flush(self) -> None:
-        """Write the lazily remembered entries in one record."""
-        batch, self._unflushed = self._unflushed, []
-        live = [(k, e) for k, e in batch if self._entries.get(k) is e]
-        if not live:
-            return
-        doc = {"entries": [{"key": k, "digest": e.digest, "answer": e.answer,
-                            "at_ms": e.at_ms} for k, e in live]}
-        record = await self.store.append(SendSpec(self.queue_id, json.dumps(doc).encode()))
-        self._sharing[record.seq] = len(live)
-        for _, entry in live:
-            entry.record = record
 
     def failed(self, key: str) -> None:
         future = self._pending.pop(key, None)
@@ -156,18 +136,14 @@ class DedupWindow:
             await self.store.remove(gone[start: start + 1000])
         return forgotten
 
-    async def run(self, flush_interval_s: float = 0.1) -> None:
-        trim_every = max(1, int(min(60.0, self.window_s / 10) / flush_interval_s))
-        ticks = 0
+    async def run(self, trim_interval_s: float = 10.0) -> None:
+        """Forget what left the window, every ``trim_interval_s`` (runs until cancelled)."""
         while True:
-            await asyncio.sleep(flush_interval_s)
+            await asyncio.sleep(min(trim_interval_s, self.window_s / 10))
             try:
-                await self.flush()
-            except StoreError as exc:  # the entries stay in memory; the store logs the cause
-                server_log.warning("duplicate-window entries not written: %s", exc)
-            ticks += 1
-            if ticks % trim_every == 0:
                 await self.trim()
+            except StoreError as exc:  # tried again next time; the store logs the cause
+                server_log.warning("duplicate-window trim failed: %s", exc)
 
     def _horizon_ms(self) -> int:
         return _now_ms() - int(self.window_s * 1000)

@@ -24,6 +24,7 @@ import heapq
 import random
 import re
 import secrets
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -95,7 +96,8 @@ class Link:
     def __init__(self, qm: QueueManager, outgoing: Outgoing, queue: Queue,
                  options: LinkOptions, *, route: Callable[[str], str],
                  receipts_to: Callable[[str], str],
-                 webhook: tuple[str, bytes] | None = None) -> None:
+                 webhook: tuple[str, bytes] | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.qm = qm
         self.outgoing = outgoing
         self.queue = queue
@@ -106,6 +108,7 @@ class Link:
         # A webhook (partner name, HMAC secret or b""): messages are POSTed as they are, one
         # at a time in order, done on 2xx; no SRMP, no stream.
         self.webhook = webhook
+        self._tls = tls  # a [[peers]] TLS context (CA bundle, client certificate), else None
         self.state = "active"
         self.last_error = ""
         self.paused = False
@@ -394,7 +397,8 @@ class Link:
                 timeout=aiohttp.ClientTimeout(total=self.options.request_timeout_s),
                 connector=aiohttp.TCPConnector(
                     limit=self.options.window + _PLAIN_WINDOW,
-                    keepalive_timeout=self.options.idle_timeout_s))
+                    keepalive_timeout=self.options.idle_timeout_s,
+                    ssl=self._tls if self._tls is not None else True))
         return self._session
 
     # ---- leaving the outgoing queue ------------------------------------------------------

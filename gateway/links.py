@@ -7,6 +7,7 @@ each use, so a reload applies at once.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 import contextlib
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
@@ -16,6 +17,7 @@ from gateway.link import Link, LinkOptions
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.outgoing import Outgoing
+from gateway.peers import Peer, peer_for
 from gateway.queue_manager import Queue, QueueManager
 from mapping.engine import receipt_url_for, route_outbound
 from mapping.names import ORDER_QUEUE
@@ -27,7 +29,8 @@ __all__ = ["Links"]
 class Links:
     def __init__(self, qm: QueueManager, options: LinkOptions, metrics: Metrics,
                  rules: Callable[[], RuleSet | None],
-                 webhooks: Sequence[tuple[str, str, bytes]] = ()) -> None:
+                 webhooks: Sequence[tuple[str, str, bytes]] = (),
+                 peers: Sequence[Peer] = ()) -> None:
         self.qm = qm
         self.options = options
         self.metrics = metrics
@@ -37,6 +40,7 @@ class Links:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         # (normalised URL or prefix, partner name, secret), as [[webhooks]] declares them
         self._webhooks = [(Pattern.parse(url), name, secret) for url, name, secret in webhooks]
+        self._peers = list(peers)
 
     def start(self) -> None:
         for queue in self.outgoing.queues():
@@ -47,8 +51,14 @@ class Links:
         webhook = next(((name or urlsplit(destination).hostname or "", secret)
                         for pattern, name, secret in self._webhooks
                         if pattern.matches(normalise_address(destination))), None)
-        link = Link(self.qm, self.outgoing, queue, self.options, route=self.route,
-                    receipts_to=self.receipts_to, webhook=webhook)
+        options, tls = self.options, None
+        peer = peer_for(self._peers, destination)
+        if peer is not None:  # [[peers]] override [links] for this destination
+            options = replace(options, stream_element=peer.stream_element
+                              or options.stream_element, window=peer.window or options.window)
+            tls = peer.ssl_context
+        link = Link(self.qm, self.outgoing, queue, options, route=self.route,
+                    receipts_to=self.receipts_to, webhook=webhook, tls=tls)
         self.links[queue.path.canonical] = link
         self._tasks[queue.path.canonical] = asyncio.create_task(
             link.run(), name=f"link {link.destination}")

@@ -24,6 +24,7 @@ from gateway.dedup import DedupWindow
 from gateway.internal_queues import DEDUP_QUEUE, INTERNAL_QUEUES, is_internal
 from gateway.expiry import Expiry
 from gateway.logs import server_log
+from gateway.queue_settings import QueueSettings
 from gateway.store_errors import store_call
 from gateway.msmq.classes import JournalLevel, MessageClass
 from gateway.msmq.message import (
@@ -55,35 +56,6 @@ __all__ = ["QueueManager", "Queue", "ReceivedMessage", "QueueSettings"]
 RECEIVE_WAIT_S_MAX = 60.0
 RECEIVE_MAX = 1000
 PRIORITIES = 8
-
-
-@dataclass(frozen=True, slots=True)
-class QueueSettings:
-    """What a client may set on a queue."""
-
-    transactional: bool = False
-    quota: int = 0
-    journal: bool = False
-    journal_quota: int = 0
-    label: str = ""
-    anonymous: bool = False
-    authenticate: bool = False  # only signed SRMP messages (MSMQ's authenticated queue)
-
-    def as_properties(self) -> dict[str, str]:
-        return {"transactional": str(int(self.transactional)), "quota": str(self.quota),
-                "journal": str(int(self.journal)), "journal_quota": str(self.journal_quota),
-                "label": self.label, "anonymous": str(int(self.anonymous)),
-                "authenticate": str(int(self.authenticate))}
-
-    @staticmethod
-    def from_properties(props: dict[str, str]) -> QueueSettings:
-        return QueueSettings(transactional=props.get("transactional") == "1",
-                             quota=int(props.get("quota") or 0),
-                             journal=props.get("journal") == "1",
-                             journal_quota=int(props.get("journal_quota") or 0),
-                             label=props.get("label", ""),
-                             anonymous=props.get("anonymous") == "1",
-                             authenticate=props.get("authenticate") == "1")
 
 
 @dataclass(slots=True)
@@ -143,7 +115,13 @@ class QueueManager:
                 server_log.warning("registered queue with an invalid path skipped: %r",
                                    info.path)
                 continue
-            self._add(info, path)
+            problems: list[str] = []
+            queue = self._add(info, path, problems)
+            if problems:  # a damaged registration: keep the queue, repair the file
+                server_log.warning("queue %s: registration damaged (%s); defaults used and "
+                                   "the file rewritten", path.display, ", ".join(problems))
+                await self.store.update_queue(info.queue_id, {
+                    **info.properties, **queue.settings.as_properties()})
         for name in SYSTEM_QUEUES:
             if name not in self._queues:
                 tx = name == DEADXACT
@@ -157,8 +135,9 @@ class QueueManager:
             if path.canonical not in self._queues:
                 await self.create_queue(name, settings)
 
-    def _add(self, info: QueueInfo, path: QueuePath) -> Queue:
-        queue = Queue(info, path, QueueSettings.from_properties(info.properties),
+    def _add(self, info: QueueInfo, path: QueuePath, problems: list[str] | None = None
+             ) -> Queue:
+        queue = Queue(info, path, QueueSettings.from_properties(info.properties, problems),
                       [collections.deque() for _ in range(PRIORITIES)])
         for record in self.store.records(info.queue_id):
             self._index(queue, record)

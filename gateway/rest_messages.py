@@ -40,16 +40,18 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     queues = [qm.queue(path) for path in paths]  # unknown queues refused before the body
     body = await request.read()
     tx = send.transaction
-    if urls and (tx not in (None, "single", "none") or state.links is None):
-        raise ProblemError(422, "remote destinations take single sends (Mq-Transaction: "
-                           "single or none), not explicit transactions",
+    if urls and state.links is None:
+        raise ProblemError(422, "remote destinations need the links, which are not running",
                            type_slug="no-route")
+    if tx not in (None, "single", "none"):
+        transactions.get(tx)  # an unknown transaction is 404 before anything is created
     remote = [(await state.links.queue_for(url), url) for url in urls] if state.links else []
     if tx not in (None, "single", "none"):
-        transactions.get(tx)
         held = [transactions.send(tx, path, body, send.properties)[1] for path in paths]
-        return web.json_response({"transaction": tx, "queues": [q.path.display for q in queues],
-                                  "index": held}, status=202)
+        held += [transactions.send_remote(tx, outgoing, url, body, send.properties)[1]
+                 for outgoing, url in remote]
+        return web.json_response({"transaction": tx, "queues": [q.path.display for q in queues]
+                                  + [url for _, url in remote], "index": held}, status=202)
     if len(paths) == 1 and not remote:
         message = await qm.send(paths[0], body, send.properties, transaction=tx,
                                 dedup_key=send.idempotency_key)

@@ -24,7 +24,8 @@ from typing import Any, Literal
 
 from gateway.errors import ConfigError
 from mapping.names import QueueNameError, parse_queue_path
-from gateway.units import format_duration, format_size, parse_duration, parse_size
+from gateway.units import (format_duration, format_size, parse_duration, parse_listen,
+                           parse_size)
 
 __all__ = [
     "Settings",
@@ -37,6 +38,7 @@ __all__ = [
     "PartnerDeclaration",
     "WebhookDeclaration",
     "LandingDeclaration",
+    "PeerDeclaration",
     "LogSettings",
     "TransactionSettings",
     "QueueDeclaration",
@@ -249,6 +251,19 @@ class WebhookDeclaration:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PeerDeclaration:
+    """A ``[[peers]]`` table: settings of the links to one remote queue manager (or every
+    destination under a prefix ending in ``*``), overriding ``[links]``."""
+
+    url: str = _str("peer")  # a destination URL, or a prefix ending in *
+    stream_element: str = _choice("", "", "stream", "Stream")  # "": links.stream_element
+    window: int = _int(0, low=0, high=1024)  # 0: links.window
+    cafile: str = _text()  # CA bundle that verifies the peer's certificate (else the system's)
+    client_cert: str = _text()  # certificate presented to the peer (with client_key)
+    client_key: str = _text()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LandingDeclaration:
     """A ``[[landings]]`` table: a queue written out as immutable files (Parquet or JSON
     Lines) into a directory that Spark's file source reads (``gateway.landing``)."""
@@ -311,22 +326,7 @@ class Settings:
     partners: tuple[PartnerDeclaration, ...] = ()
     webhooks: tuple[WebhookDeclaration, ...] = ()
     landings: tuple[LandingDeclaration, ...] = ()
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``[::1]:8080`` for IPv6).
-
-    Raises:
-        ValueError: no port, a port out of 1..65535, or an empty host.
-    """
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
-        raise ValueError(f"port must be 1..65535 in {text!r}")
-    return host, int(port_text)
+    peers: tuple[PeerDeclaration, ...] = ()
 
 
 def parse_settings(
@@ -347,7 +347,15 @@ def parse_settings(
     partners: tuple[PartnerDeclaration, ...] = ()
     webhooks: tuple[WebhookDeclaration, ...] = ()
     landings: tuple[LandingDeclaration, ...] = ()
+    peers: tuple[PeerDeclaration, ...] = ()
     for section_name, table in doc.items():
+        if section_name == "peers":
+            peers = tuple(_array_of_tables("peers", "url", PeerDeclaration, table))
+            for index, peer in enumerate(peers):
+                if bool(peer.client_cert) != bool(peer.client_key):
+                    raise ConfigError(f"peers[{index}].client_cert and client_key: set both "
+                                      "or neither")
+            continue
         if section_name == "webhooks":
             webhooks = tuple(_array_of_tables("webhooks", "url", WebhookDeclaration, table))
             continue
@@ -372,7 +380,7 @@ def parse_settings(
         name: _parse_section(name, merged.get(name, {})) for name in _SECTIONS
     }
     settings = Settings(**sections, queues=queues, partners=partners, webhooks=webhooks,
-                        landings=landings)
+                        landings=landings, peers=peers)
     _check_relations(settings)
     return settings
 

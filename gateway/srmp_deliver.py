@@ -4,10 +4,9 @@
   in one atomic commit. A duplicate or out-of-order one is not stored (200: the sender must
   not retry it) and the sender is re-acknowledged.
 - Other messages are checked against the duplicate window by their SRMP id (skipped for the
-  "no id" id {NULL GUID, 1} of messages without ``<Msmq>``); a duplicate is answered 200. The
-  window is written to disk lazily (DedupWindow.remember): like MSMQ's own duplicate table
-  it serves non-transactional messages on a best-effort basis; streams are the exactly-once
-  path.
+  "no id" id {NULL GUID, 1} of messages without ``<Msmq>``); a duplicate is answered 200. A
+  recoverable message's id is written in the message's own commit, so a resend after a crash
+  is still recognised (exactly once in the queue); an express one's is kept in memory.
 - A queue over its quota drops the message (MSMQ enqueue status 1): for a non-stream message
   with a dead-letter copy and a negative acknowledgement (NACK_Q_EXCEED_QUOTA) as the message
   asks; a stream message is not accepted, so the sender resends it once there is room. Always
@@ -63,13 +62,23 @@ async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperti
         if await dedup.seen(key, digest):
             return Outcome.DUPLICATE
         dedup.begin(key)
+    answer: dict[str, object] = {"id": props.message_id}
+    # A recoverable message's id is remembered in its own commit: a sender that lost the 200
+    # in a crash resends it, and the resend must find the id (the torture crash loop showed
+    # a lazily written window letting such resends in twice). An express message does not
+    # survive a restart, so its id is kept in memory only.
+    extra = ([(qm.internal(DEDUP_QUEUE), dedup.spec(key, digest, answer))]
+             if key is not None and props.recoverable else [])
     try:
-        made = await _commit(qm, queue, props, body, [], [])
+        made = await _commit(qm, queue, props, body, extra, [])
         if made is None:
             await _quota_nack(qm, queue, props, body)
             return Outcome.QUOTA_DROPPED
         if key is not None:
-            dedup.remember(key, digest, {"id": props.message_id}, durable=props.recoverable)
+            if extra:
+                dedup.done(key, digest, answer, made[1])
+            else:
+                dedup.remember(key, digest, answer)
         return Outcome.STORED
     finally:
         if key is not None:

@@ -16,7 +16,7 @@ from gateway.links import Links
 from gateway.msmq.message import MessageProperties, encode_payload
 from gateway.queue_manager import QueueManager
 from gateway.store_errors import store_call
-from store.records import SendSpec
+from store.records import SendSpec, StoredRecord
 
 __all__ = ["forward"]
 
@@ -34,10 +34,18 @@ async def forward(qm: QueueManager, links: Links, url: str, props: MessageProper
         if await dedup.seen(key, digest):
             return False
         dedup.begin(key)
+    answer: dict[str, object] = {"id": props.message_id}
     try:
-        await _store(qm, links, url, props, body, content_type, readdressed)
+        # A recoverable message's id goes into its own commit (a resend after a crash must
+        # find it); an express one's stays in memory.
+        remembered = key is not None and props.recoverable
+        record = await _store(qm, links, url, props, body, content_type, readdressed,
+                              dedup.spec(key, digest, answer) if remembered and key else None)
         if key is not None:
-            dedup.remember(key, digest, {"id": props.message_id}, durable=props.recoverable)
+            if record is not None:
+                dedup.done(key, digest, answer, record)
+            else:
+                dedup.remember(key, digest, answer)
         return True
     finally:
         if key is not None:
@@ -45,7 +53,10 @@ async def forward(qm: QueueManager, links: Links, url: str, props: MessageProper
 
 
 async def _store(qm: QueueManager, links: Links, url: str, props: MessageProperties,
-                 body: bytes, content_type: str, readdressed: bool) -> None:
+                 body: bytes, content_type: str, readdressed: bool,
+                 remembered: SendSpec | None) -> StoredRecord | None:
+    """Into the destination's outgoing queue, with the duplicate-window record
+    ``remembered`` in the same commit; returns that record."""
     queue = await links.queue_for(url)
     extra = {**props.extra, "forward": "1", "srmp_to": url, "srmp_content_type": content_type}
     if readdressed:
@@ -53,5 +64,10 @@ async def _store(qm: QueueManager, links: Links, url: str, props: MessagePropert
     props = replace(props, extra=extra)
     spec = SendSpec(queue.queue_id, encode_payload(props, body), priority=props.priority,
                     expires_ms=props.receive_by_ms, express=not props.recoverable)
-    record = await store_call(qm.store.append(spec))
+    if remembered is None:
+        record = await store_call(qm.store.append(spec))
+        qm.arrived(queue, record)
+        return None
+    record, window = await store_call(qm.store.commit([spec, remembered]))
     qm.arrived(queue, record)
+    return window

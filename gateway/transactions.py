@@ -115,6 +115,19 @@ class Transactions:
         tx.send_bytes += len(body)
         return tx, len(tx.sends) - 1
 
+    def send_remote(self, tx_id: str, outgoing: Queue, url: str, body: bytes,
+                    properties: MessageProperties) -> tuple[Transaction, int]:
+        """Hold a send to a remote queue (into its outgoing queue, which its link drains once
+        the transaction commits); returns its position in the transaction."""
+        tx = self._active(tx_id)
+        if len(tx.sends) >= self.sends_max or tx.send_bytes + len(body) > self.bytes_max:
+            raise ProblemError(413, f"a transaction holds at most {self.sends_max} messages "
+                               f"and {self.bytes_max} bytes", type_slug="transaction-too-large")
+        props = replace(properties, extra={**properties.extra, "srmp_to": url})
+        tx.sends.append((outgoing, props, body))
+        tx.send_bytes += len(body)
+        return tx, len(tx.sends) - 1
+
     async def receive(self, tx_id: str, name: str, *, max_messages: int, wait_s: float
                       ) -> list[ReceivedMessage]:
         tx = self._active(tx_id)
@@ -177,8 +190,10 @@ class Transactions:
             queue = self.qm.queue_by_id(record.queue_id)
             self.qm.arrived(queue, record)
             if not queue.path.journal:
+                # A remote copy is shown by its destination, not its outgoing queue.
+                shown = queue.info.properties.get("destination") or queue.path.display
                 made.append({"id": compose_id(self.qm.qm_guid, record.queue_id, record.seq),
-                             "queue": queue.path.display, "seq": record.seq})
+                             "queue": shown, "seq": record.seq})
         return made
 
     async def abort(self, tx_id: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["parse_size", "parse_duration", "format_size", "format_duration"]
+__all__ = ["parse_size", "parse_duration", "format_size", "format_duration", "parse_listen"]
 
 _SIZE_UNITS: dict[str, int] = {
     "": 1,
@@ -94,3 +94,19 @@ def format_duration(seconds: float) -> str:
         if millis and millis % factor == 0:
             return f"{millis // factor}{unit}"
     return f"{millis}ms"
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[::1]:8080`` for IPv6).
+
+    Raises:
+        ValueError: no port, a port out of 1..65535, or an empty host.
+    """
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"port must be 1..65535 in {text!r}")
+    return host, int(port_text)

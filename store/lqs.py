@@ -43,7 +43,8 @@ class QueueInfo:
 
     @property
     def quota(self) -> int:
-        return int(self.properties.get("quota", "0") or 0)
+        raw = self.properties.get("quota", "0") or "0"
+        return int(raw) if raw.isascii() and raw.isdigit() else 0  # damaged: no quota
 
     @property
     def journal_class(self) -> bool:
@@ -81,8 +82,11 @@ class QueueRegistry:
         self.next_id = 1
         self.problems: list[str] = []
 
-    def load(self, *, ids_in_use: set[int]) -> None:
-        """Read every file; a bad one is reported and skipped (never blocks start-up)."""
+    def load(self, *, ids_in_use: set[int], ids_with_messages: set[int] | None = None) -> None:
+        """Read every file; a bad one is reported and moved to ``quarantine/`` (never blocks
+        start-up). Messages whose queue lost its registration this way are kept under a
+        new one, ``private$/recovered_nnnnnnnn``, so they are served and can be moved."""
+        damaged: list[Path] = []
         for path in sorted(self._dir.iterdir()):
             if path.name.endswith(".tmp"):
                 self._ops.unlink(path)
@@ -91,13 +95,29 @@ class QueueRegistry:
                 info = _decode(path.read_text(encoding="utf-8"))
             except (configparser.Error, KeyError, ValueError, UnicodeDecodeError) as exc:
                 self.problems.append(f"lqs/{path.name}: unreadable ({exc})")
+                damaged.append(path)
                 continue
             if path.name != lqs_name(info.queue_id, info.path):
                 self.problems.append(f"lqs/{path.name}: name does not match its content")
+                damaged.append(path)
                 continue
             self._by_id[info.queue_id] = info
             self._by_path[info.path.lower()] = info.queue_id
         self.next_id = max([0, *self._by_id, *ids_in_use]) + 1
+        if damaged:
+            quarantine = self._dir.parent / "quarantine"
+            quarantine.mkdir(exist_ok=True)
+            for path in damaged:
+                self._ops.rename(path, quarantine / f"lqs-{path.name}")
+            self._ops.fsync_dir(self._dir)
+        for queue_id in sorted((ids_with_messages or set()) - set(self._by_id)):
+            info = QueueInfo(queue_id, f"private$/recovered_{queue_id:08x}",
+                             {"created_ms": str(int(time.time() * 1000)), "recovered": "1"})
+            self._write(info)
+            self._by_id[queue_id] = info
+            self._by_path[info.path.lower()] = queue_id
+            self.problems.append(f"queue {queue_id}: registration lost; its messages are kept "
+                                 f"as {info.path}")
 
     def get(self, queue_id: int) -> QueueInfo | None:
         return self._by_id.get(queue_id)

@@ -117,7 +117,9 @@ class MessageStore:
             auditor.check_at_start()
             opened = open_engine(ops, lock.data_dir, options)
             registry = QueueRegistry(ops, lock.data_dir.lqs)
-            registry.load(ids_in_use=set(opened.engine.next_seq))
+            holding = {r.queue_id for r in opened.records} | {
+                r.queue_id for tx in opened.prepared.values() for r in tx.records}
+            registry.load(ids_in_use=set(opened.engine.next_seq), ids_with_messages=holding)
             streams, stream_state, bad = PingPong.load(ops, lock.data_dir.storage, "MQInSeqs")
         except BaseException:
             lock.release()

@@ -98,3 +98,17 @@ async def ready_client(aiohttp_client: Any, settings: Any) -> Any:
             return client
         await asyncio.sleep(0.01)
     raise AssertionError(f"gateway not ready: {app[STATE_KEY].not_ready_reason()}")
+
+
+def tls_server_config(root: Path, client_name: str) -> str:
+    """A self-signed server certificate for 127.0.0.1 (``root/server``), a client certificate
+    ``CN=client_name`` (``root/client``) it accepts, and the ``[server]`` TOML lines that serve
+    TLS and take client certificates (more ``[server]`` keys may follow)."""
+    from gateway.auth.tls import create_self_signed
+
+    cert, key = create_self_signed(root / "server", common_name="localhost",
+                                   names=["127.0.0.1"], days=2)
+    client_cert, _ = create_self_signed(root / "client", common_name=client_name, names=[],
+                                        days=2)
+    return (f'[server]\ntls_cert = "{cert}"\ntls_key = "{key}"\n'
+            f'tls_client_ca = "{client_cert}"\n')

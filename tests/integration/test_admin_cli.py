@@ -108,10 +108,21 @@ def test_dead_letters_list_show_requeue_delete(capsys: Any, gw: GatewayProcess) 
 
 
 def test_links_and_transactions(capsys: Any, gw: GatewayProcess) -> None:
-    code, out, _ = run(capsys, gw, "link", "list")
-    assert code == 0 and "(no links)" in out
     code, _, err = run(capsys, gw, "link", "pause", "nosuchlink")
     assert code == 4
+    import urllib.request
+    urllib.request.urlopen(urllib.request.Request(  # a link to a peer that is not there
+        f"{gw.url}/v1/messages", data=b"far", method="POST",
+        headers={"Authorization": f"Bearer {KEY}", "Mq-Transaction": "single",
+                 "Mq-Destination": "DIRECT=HTTP://127.0.0.1:1/msmq/private$/far"})).read()
+    [link] = json.loads(run(capsys, gw, "link", "list", "--json")[1])
+    assert link["backlog"] == 1
+    code, out, _ = run(capsys, gw, "link", "pause", link["id"])
+    assert code == 0 and "paused" in out
+    code, out, _ = run(capsys, gw, "link", "list")
+    assert "paused" in out and "127.0.0.1:1" in out
+    code, out, _ = run(capsys, gw, "link", "resume", link["id"])
+    assert code == 0 and "active" in out
     run(capsys, gw, "queue", "create", "txq", "--transactional")
     import urllib.request
     def post(path: str, headers: dict[str, str] | None = None) -> Any:

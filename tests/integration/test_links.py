@@ -324,3 +324,41 @@ async def test_webhook_link_posts_signed_messages_in_order(
     assert await _until(delivered)
     assert got == [(b"order %d" % n, f"L{n}") for n in range(5)]
     assert await _until(lambda: _eq(_bodies(a, "system$;deadletter"), [b"refuse me"]))
+
+
+async def test_explicit_transaction_with_a_remote_destination(
+        gateway_factory: Callable[..., Any]) -> None:
+    p, p_port = await gateway_factory("p")
+    await p.put("/v1/queues/private$/orders", json={"transactional": True})
+    a, _ = await gateway_factory("a")
+    await a.put("/v1/queues/private$/audit", json={"transactional": True})
+    orders = f"DIRECT=HTTP://127.0.0.1:{p_port}/msmq/private$/orders"
+    both = f"{orders},DIRECT=OS:.\\private$\\audit"
+
+    async def in_tx(tx: str, body: bytes) -> None:
+        response = await a.post("/v1/messages", data=body,
+                                headers={"Mq-Destination": both, "Mq-Transaction": tx})
+        assert response.status == 202, await response.text()
+
+    aborted = (await (await a.post("/v1/transactions")).json())["id"]
+    await in_tx(aborted, b"never")
+    assert (await a.post(f"/v1/transactions/{aborted}/abort")).status == 200
+    tx = (await (await a.post("/v1/transactions")).json())["id"]
+    await in_tx(tx, b"t1")
+    await in_tx(tx, b"t2")
+    await asyncio.sleep(0.5)
+    assert await _bodies(p, "private$/orders") == [], "nothing leaves before the commit"
+    committed = await (await a.post(f"/v1/transactions/{tx}/commit")).json()
+    assert [m["queue"] for m in committed["messages"]].count(
+        f"http://127.0.0.1:{p_port}/msmq/private$/orders") == 2
+    assert await _until(lambda: _equal(p, "private$/orders", [b"t1", b"t2"]))
+    assert await _bodies(a, "private$/audit") == [b"t1", b"t2"]
+    assert await _until(lambda: _drained(a))
+
+
+async def _equal(client: Any, queue: str, expected: list[bytes]) -> bool:
+    return await _bodies(client, queue) == expected
+
+
+async def _drained(client: Any) -> bool:
+    return all(link["backlog"] == 0 for link in await _links(client))

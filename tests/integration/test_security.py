@@ -20,8 +20,7 @@ import aiohttp
 import pytest
 
 from gateway.auth.hmac_sig import sign
-from gateway.auth.tls import create_self_signed
-from tests.helpers import GatewayProcess
+from tests.helpers import GatewayProcess, tls_server_config
 from tests.srmp_client import user_message
 
 SECRET = b"acme-shared-secret-0123456789"
@@ -34,17 +33,10 @@ def _sha(text: str) -> str:
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayProcess, Path]]:
     root = tmp_path_factory.mktemp("secure")
-    cert, key = create_self_signed(root / "server", common_name="localhost",
-                                   names=["127.0.0.1"], days=2)
-    client_cert, _ = create_self_signed(root / "client", common_name="acme-client", names=[],
-                                        days=2)
+    cert = root / "server" / "cert.pem"
     (root / "acme.secret").write_bytes(SECRET)
     config = root / "entrepot.toml"
-    config.write_text(f"""
-[server]
-tls_cert = "{cert}"
-tls_key = "{key}"
-tls_client_ca = "{client_cert}"
+    config.write_text(tls_server_config(root, "acme-client") + f"""
 body_timeout = "1s"
 request_body_max = "64KiB"
 names = ["gw"]

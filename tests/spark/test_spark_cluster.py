@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from tests.helpers import REPO_ROOT, GatewayProcess, free_port
 from tests.spark.support import create_queue, head, produce
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def _spark_class() -> str:

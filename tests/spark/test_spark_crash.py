@@ -20,7 +20,7 @@ import pytest
 from tests.helpers import REPO_ROOT, GatewayProcess
 from tests.spark.support import check_table, create_queue, head, produce
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(600)]
 Q = "crashfeed"
 
 
@@ -76,19 +76,18 @@ def test_sigkill_of_the_ingest_driver_loses_and_duplicates_nothing(
         thread.start()
         rng = random.Random(7)
         log_path = tmp_path / "ingest.log"
-        log = log_path.open("ab")
         mid_batch = []
-        try:
-            for _ in range(3):
-                proc = _ingest(gw, tmp_path, log)
-                mid_batch.append(_kill_mid_batch(proc, tmp_path / "checkpoint", rng,
-                                                 time.monotonic() + 90))
-        finally:
-            stop.set()
-            thread.join(30)
-        final = _ingest(gw, tmp_path, log)
-        code = final.wait(240)
-        log.close()
+        with log_path.open("ab") as log:
+            try:
+                for _ in range(3):
+                    proc = _ingest(gw, tmp_path, log)
+                    mid_batch.append(_kill_mid_batch(proc, tmp_path / "checkpoint", rng,
+                                                     time.monotonic() + 90))
+            finally:
+                stop.set()
+                thread.join(30)
+            final = _ingest(gw, tmp_path, log)
+            code = final.wait(300)
         assert code == 0, log_path.read_text(errors="replace")[-3000:]
         assert sum(mid_batch) >= 2, f"kills mid-batch: {mid_batch}"
         total = sent[0]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from pathlib import Path
 
 from gateway.dedup import DedupWindow
+from store.records import SendSpec
 from tests.store.conftest import close_store, open_store
 
 
@@ -29,25 +32,25 @@ async def test_window_forgets_beyond_its_count_and_age(tmp_path: Path) -> None:
     await close_store(store)
 
 
-async def test_lazily_remembered_keys_share_records_and_survive_a_reopen(tmp_path: Path
-                                                                         ) -> None:
+async def test_memory_only_keys_and_shared_records_of_older_versions(tmp_path: Path
+                                                                     ) -> None:
     store = await open_store(tmp_path)
     info = await store.create_queue("private$/entrepot_dedup$", {})
-    window = DedupWindow(store, info.queue_id, entries_max=4, window_s=3600)
-    for index in range(3):
-        window.remember(f"a{index}", "d", {"n": index})
-    assert await window.seen("a1", "d") == {"n": 1}  # known at once, before any flush
-    await window.flush()
-    for index in range(3):
-        window.remember(f"b{index}", "d", {"n": index})
-    await window.flush()
-    assert store.count(info.queue_id) == 2  # one record per flush
-    assert await window.trim() == 2  # a0, a1 gone; their record is shared with a2: kept
-    assert store.count(info.queue_id) == 2
-    again = DedupWindow(store, info.queue_id, entries_max=4, window_s=3600)
-    assert await again.seen("a2", "d") == {"n": 2} and await again.seen("b0", "d") == {"n": 0}
-    assert await window.trim() == 0
-    window.entries_max = 3
-    assert await window.trim() == 1  # a2 goes, and with it the first record
+    # An older version wrote several entries in one record: still read, removed with the last.
+    shared = {"entries": [{"key": f"a{i}", "digest": "d", "answer": {"n": i},
+                           "at_ms": int(time.time() * 1000)} for i in range(3)]}
+    await store.append(SendSpec(info.queue_id, json.dumps(shared).encode()))
+    window = DedupWindow(store, info.queue_id, entries_max=10, window_s=3600)
+    assert await window.seen("a2", "d") == {"n": 2}
+    window.remember("x", "d", {"n": 9})  # express: memory only, known at once
+    assert await window.seen("x", "d") == {"n": 9}
     assert store.count(info.queue_id) == 1
+    window.entries_max = 2
+    assert await window.trim() == 2  # a0, a1 gone; the record is shared with a2: kept
+    assert store.count(info.queue_id) == 1
+    window.entries_max = 1
+    assert await window.trim() == 1  # a2 goes, and with it the record
+    assert store.count(info.queue_id) == 0
+    again = DedupWindow(store, info.queue_id, entries_max=10, window_s=3600)
+    assert await again.seen("x", "d") is None, "a memory-only key does not survive a reopen"
     await close_store(store)

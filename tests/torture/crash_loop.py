@@ -1,0 +1,248 @@
+"""Crash loop, end to end: the real server killed with SIGKILL at random moments while REST
+and SRMP clients send (single, batches, multi-queue transactions) and receive in
+transactions; restarted every time. Afterwards, through the REST API:
+
+- every acknowledged message is present exactly once (or was received by a committed
+  transaction); sends whose answer was lost are resent with the same identity (Idempotency-
+  Key, SRMP message id) and end exactly once too;
+- transactions are all or nothing, across queues;
+- each client's transactions appear in its commit order in the transactional queues;
+- nothing received by a committed transaction comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import random
+import signal
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.helpers import GatewayProcess
+from tests.srmp_client import user_message
+
+PLAIN, TX, TX2, SRMP = "private$/t_plain", "private$/t_tx", "private$/t_tx2", "private$/t_srmp"
+_TIMEOUT = aiohttp.ClientTimeout(total=10)
+
+
+@dataclass
+class Ledger:
+    """What the clients know: acknowledged, in doubt (no answer), consumed."""
+
+    keyed_acked: set[str] = field(default_factory=set)  # PLAIN Idempotency-Keys
+    keyed_doubt: set[str] = field(default_factory=set)
+    srmp_acked: set[int] = field(default_factory=set)  # SRMP ordinals
+    srmp_doubt: set[int] = field(default_factory=set)
+    tx_acked: dict[str, int] = field(default_factory=dict)  # tx id -> members
+    tx_doubt: dict[str, int] = field(default_factory=dict)
+    consumed: set[str] = field(default_factory=set)  # bodies received by committed txs
+    consumed_doubt: set[str] = field(default_factory=set)
+    commits: dict[int, list[str]] = field(default_factory=dict)  # client -> acked tx order
+    counter: int = 0
+
+    def next(self) -> int:
+        self.counter += 1
+        return self.counter
+
+
+def _body(**fields: Any) -> bytes:
+    return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+
+
+async def _plain(session: aiohttp.ClientSession, url: str, ledger: Ledger, key: str) -> None:
+    ledger.keyed_doubt.add(key)
+    async with session.post(f"{url}/v1/queues/{PLAIN}/messages", data=_body(k=key),
+                            headers={"Idempotency-Key": key}) as response:
+        if response.status == 201:
+            ledger.keyed_doubt.discard(key)
+            ledger.keyed_acked.add(key)
+
+
+async def _srmp(session: aiohttp.ClientSession, url: str, ledger: Ledger, ordinal: int) -> None:
+    ledger.srmp_doubt.add(ordinal)
+    request = user_message(f"{url}/msmq/{SRMP}", _body(s=ordinal), ordinal=ordinal)
+    headers = {k: v for k, v in request.headers if k not in ("Host", "Content-Length")}
+    async with session.post(f"{url}/msmq/{SRMP}", data=request.body,
+                            headers=headers) as response:
+        if response.status == 200:
+            ledger.srmp_doubt.discard(ordinal)
+            ledger.srmp_acked.add(ordinal)
+
+
+async def _batch(session: aiohttp.ClientSession, url: str, ledger: Ledger, client: int) -> None:
+    tx = f"b{ledger.next()}"
+    size = 1 + ledger.counter % 4
+    messages = [{"queue": TX, "body_base64": base64.b64encode(
+        _body(t=tx, i=i, m=size, c=client)).decode()} for i in range(size)]
+    ledger.tx_doubt[tx] = size
+    async with session.post(f"{url}/v1/batch", json={"messages": messages}) as response:
+        if response.status == 201:
+            del ledger.tx_doubt[tx]
+            ledger.tx_acked[tx] = size
+            ledger.commits.setdefault(client, []).append(tx)
+
+
+async def _multi(session: aiohttp.ClientSession, url: str, ledger: Ledger, client: int) -> None:
+    """An explicit transaction over two queues, with a receive from the second."""
+    async with session.post(f"{url}/v1/transactions") as response:
+        if response.status != 201:
+            return
+        tx_id = (await response.json())["id"]
+    tx = f"m{ledger.next()}"
+    received: list[str] = []
+    async with session.post(f"{url}/v1/queues/{TX2}/receive",
+                            headers={"Mq-Transaction": tx_id}) as response:
+        if response.status == 200:
+            received = [base64.b64decode(m["body_base64"]).decode()
+                        for m in (await response.json())["messages"]]
+    for index, queue in enumerate((TX, TX2)):
+        async with session.post(f"{url}/v1/queues/{queue}/messages",
+                                data=_body(t=tx, i=index, m=2, c=client),
+                                headers={"Mq-Transaction": tx_id}) as response:
+            if response.status not in (201, 202):
+                return
+    ledger.tx_doubt[tx] = 2
+    ledger.consumed_doubt.update(received)
+    async with session.post(f"{url}/v1/transactions/{tx_id}/commit") as response:
+        if response.status == 200:
+            del ledger.tx_doubt[tx]
+            ledger.tx_acked[tx] = 2
+            ledger.commits.setdefault(client, []).append(tx)
+            ledger.consumed_doubt.difference_update(received)
+            ledger.consumed.update(received)
+
+
+async def _client(url: str, ledger: Ledger, client: int, rng: random.Random,
+                  stop: asyncio.Event) -> None:
+    async with aiohttp.ClientSession(timeout=_TIMEOUT) as session:
+        while not stop.is_set():
+            kind = rng.random()
+            try:
+                if kind < 0.3:
+                    await _plain(session, url, ledger, f"p{ledger.next()}")
+                elif kind < 0.5:
+                    await _srmp(session, url, ledger, ledger.next())
+                elif kind < 0.8:
+                    await _batch(session, url, ledger, client)
+                else:
+                    await _multi(session, url, ledger, client)
+            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
+                return  # the gateway died: what is unanswered stays in doubt
+
+
+async def _retry_doubts(url: str, ledger: Ledger) -> None:
+    """Resend every keyed send whose answer was lost (what a real sender does)."""
+    async with aiohttp.ClientSession(timeout=_TIMEOUT) as session:
+        for key in sorted(ledger.keyed_doubt):
+            await _plain(session, url, ledger, key)
+        for ordinal in sorted(ledger.srmp_doubt):
+            await _srmp(session, url, ledger, ordinal)
+
+
+async def _setup(url: str) -> None:
+    async with aiohttp.ClientSession(timeout=_TIMEOUT) as session:
+        for queue, tx in ((PLAIN, False), (TX, True), (TX2, True), (SRMP, False)):
+            async with session.put(f"{url}/v1/queues/{queue}",
+                                   json={"transactional": tx}) as response:
+                assert response.status in (200, 201), await response.text()
+
+
+async def _contents(url: str, queue: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    after = 0
+    async with aiohttp.ClientSession(timeout=_TIMEOUT) as session:
+        while True:
+            async with session.get(f"{url}/v1/queues/{queue}/messages",
+                                   params={"after": after, "limit": 1000}) as response:
+                page = await response.json()
+            if not page["messages"]:
+                return out
+            out.extend(json.loads(base64.b64decode(m["body_base64"]))
+                       for m in page["messages"])
+            after = page["next"]
+
+
+def check(ledger: Ledger, queues: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
+    """The invariants; returns the counts for the report (raises AssertionError)."""
+    plain = Counter(m["k"] for m in queues[PLAIN])
+    srmp = Counter(m["s"] for m in queues[SRMP])
+    duplicated = sum(n - 1 for n in plain.values() if n > 1) + sum(
+        n - 1 for n in srmp.values() if n > 1)
+    lost = len(ledger.keyed_acked - set(plain)) + len(ledger.srmp_acked - set(srmp))
+    present = [json.dumps(m, sort_keys=True, separators=(",", ":"))
+               for m in queues[TX] + queues[TX2]]
+    copies = Counter(present)
+    duplicated += sum(n - 1 for n in copies.values() if n > 1)
+    present_set = set(present)
+    came_back = len(ledger.consumed & present_set)
+    # Members that existed for sure: present now, received by a committed transaction, or
+    # received by one whose commit is in doubt (gone or back, either is right).
+    found: dict[str, set[int]] = {}
+    for text in present_set | ledger.consumed | ledger.consumed_doubt:
+        member = json.loads(text)
+        found.setdefault(member["t"], set()).add(member["i"])
+    torn = 0
+    for tx, size in ledger.tx_acked.items():
+        lost += size - len(found.get(tx, ()))
+    for tx, size in ledger.tx_doubt.items():
+        if len(found.get(tx, ())) not in (0, size):
+            torn += 1
+    out_of_order = 0
+    for queue in (TX, TX2):
+        last: dict[int, int] = {}
+        order = {tx: n for commits in ledger.commits.values() for n, tx in enumerate(commits)}
+        for message in queues[queue]:
+            if message["t"] not in order:
+                continue
+            position = order[message["t"]]
+            if position < last.get(message["c"], -1):
+                out_of_order += 1
+            last[message["c"]] = position
+    dup_kinds = {"plain": sum(n - 1 for n in plain.values() if n > 1),
+                 "srmp": sum(n - 1 for n in srmp.values() if n > 1),
+                 "tx": sum(n - 1 for n in copies.values() if n > 1)}
+    report = {"duplicated_by_kind": dup_kinds,
+              "acknowledged": len(ledger.keyed_acked) + len(ledger.srmp_acked)
+              + sum(ledger.tx_acked.values()), "lost": lost, "duplicated": duplicated,
+              "out_of_order": out_of_order, "torn_transactions": torn,
+              "consumed_came_back": came_back}
+    assert (lost, duplicated, out_of_order, torn, came_back) == (0, 0, 0, 0, 0), report
+    return report
+
+
+def run(data_dir: Path, cycles: int, seed: int = 20261122, clients: int = 6
+        ) -> dict[str, Any]:
+    """The whole loop; returns the report (raises AssertionError on any violation)."""
+    rng = random.Random(seed)
+    ledger = Ledger()
+    gateway = GatewayProcess(data_dir)
+    gateway.wait_ready()
+    asyncio.run(_setup(gateway.url))
+    port = gateway.port
+    for _ in range(cycles):
+        async def load(url: str) -> None:
+            stop = asyncio.Event()
+            tasks = [asyncio.create_task(_client(url, ledger, c, random.Random(rng.random()),
+                                                 stop)) for c in range(clients)]
+            await asyncio.sleep(rng.uniform(0.2, 1.0))
+            gateway.proc.send_signal(signal.SIGKILL)
+            await asyncio.gather(*tasks)
+
+        asyncio.run(load(gateway.url))
+        gateway.stop()
+        gateway = GatewayProcess(data_dir, port=port)
+        gateway.wait_ready()
+        asyncio.run(_retry_doubts(gateway.url, ledger))
+    try:
+        queues = {q: asyncio.run(_contents(gateway.url, q)) for q in (PLAIN, TX, TX2, SRMP)}
+        assert not ledger.keyed_doubt and not ledger.srmp_doubt, "resends all answered"
+        report = check(ledger, queues)
+    finally:
+        gateway.stop()
+    return {"scenario": "crash-loop", "cycles": cycles, **report}

@@ -1,0 +1,176 @@
+"""Fuzzing a real gateway over HTTP: mutated SRMP requests (the spec's vectors and the
+gateway's own printer's), REST sends with garbage in every ``Mq-*`` header, mutated JSON batch
+bodies; and mutated mapping files through the mapping parser. Checks: no 5xx other than
+503/507, the process never dies, memory stays flat, nothing is stored by a refused request
+(the stored count moves only by what the 2xx answers account for), and the store checks
+whole afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import random
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from mapping.errors import MappingError
+from mapping.parse import parse_mapping
+from tests.helpers import REPO_ROOT, GatewayProcess, http_get
+from tests.srmp_client import user_message
+from tests.srmp_vectors import derived, split_request, wire
+
+QUEUE = "private$/t_fuzz"
+_HEADERS = ["Mq-Label", "Mq-Priority", "Mq-Delivery", "Mq-Time-To-Reach-Queue",
+            "Mq-Time-To-Be-Received", "Mq-Correlation-Id", "Mq-Response-Queue",
+            "Mq-Admin-Queue", "Mq-Acknowledge", "Mq-Journal", "Mq-App-Specific",
+            "Mq-Transaction", "Mq-Sent-Time", "Idempotency-Key", "Content-Type"]
+_NASTY = ["", "-1", "8", "99999999999999999999", "1e400", "nan", "\u00b2", "none", "single",
+          "x" * 2000, "\u202e", "0x10", " 3 ", "journal", "deadletter", "express",
+          "2026-13-40T99:99:99Z", "MQMSG_ACKNOWLEDGMENT_FULL_REACH_QUEUE", "{}", "%00", "9" * 30]
+
+
+def _mutate(data: bytes, rng: random.Random) -> bytes:
+    out = bytearray(data)
+    for _ in range(rng.randint(1, 6)):
+        if not out:
+            out += rng.randbytes(8)
+        choice = rng.random()
+        position = rng.randrange(len(out))
+        if choice < 0.4:
+            out[position] ^= 1 << rng.randrange(8)
+        elif choice < 0.6:
+            del out[position: position + rng.randint(1, 64)]
+        elif choice < 0.8:
+            out[position:position] = rng.choice([b"<", b">", b"--", b"\r\n", b"\x00",
+                                                 b"&amp;", b"<!DOCTYPE x>", rng.randbytes(16)])
+        else:
+            chunk = bytes(out[position: position + rng.randint(1, 200)])
+            out[position:position] = chunk * rng.randint(1, 20)
+    return bytes(out)
+
+
+def _srmp_seeds(url: str) -> list[tuple[dict[str, str], bytes]]:
+    seeds = []
+    for name in ("V01", "V02", "V04", "V05", "V06"):
+        request = wire(name)
+        seeds.append((request.headers, request.body))
+    for name in ("D1", "D2", "D3"):
+        request = split_request(derived(name))
+        seeds.append((request.headers, request.body))
+    mine = user_message(f"{url}/msmq/{QUEUE}", b"fuzz", ordinal=1)
+    seeds.append((dict(mine.headers), mine.body))
+    return [({k: v for k, v in h.items() if k not in ("Host", "Content-Length")}, b)
+            for h, b in seeds]
+
+
+async def _one(session: aiohttp.ClientSession, url: str, rng: random.Random,
+               seeds: list[tuple[dict[str, str], bytes]], tally: dict[str, int]) -> None:
+    kind = rng.random()
+    if kind < 0.5:
+        headers, body = rng.choice(seeds)
+        headers = dict(headers)
+        if rng.random() < 0.3:
+            key = rng.choice(list(headers))
+            mutated = _mutate(headers[key].encode(), rng).decode("latin-1")
+            # A client cannot send control characters in a header (aiohttp refuses them).
+            headers[key] = "".join(c for c in mutated if " " <= c != "\x7f")
+        response = await session.post(f"{url}/msmq/{QUEUE}", data=_mutate(body, rng),
+                                      headers=headers)
+        tag = "srmp"
+    elif kind < 0.8:
+        headers = {name: rng.choice(_NASTY) for name in rng.sample(_HEADERS, rng.randint(1, 5))}
+        response = await session.post(f"{url}/v1/queues/{QUEUE}/messages",
+                                      data=rng.randbytes(rng.randint(0, 300)), headers=headers)
+        tag = "rest"
+    else:
+        doc = {"messages": [{"queue": QUEUE, "body_base64": base64.b64encode(b"b").decode(),
+                             "properties": {"label": "x"}} for _ in range(rng.randint(1, 3))]}
+        raw = _mutate(json.dumps(doc).encode(), rng)
+        response = await session.post(f"{url}/v1/batch", data=raw,
+                                      headers={"Content-Type": "application/json"})
+        tag = "batch"
+    async with response:
+        text = await response.read()
+        status = response.status
+    tally["cases"] += 1
+    if status >= 500 and status not in (503, 507):
+        tally["server_errors"] += 1
+        raise AssertionError(f"{tag} answered {status}: {text[:300]!r}")
+    if 200 <= status < 300:
+        tally[f"{tag}_2xx"] += 1
+        if tag == "batch":
+            tally["batch_stored"] += len(json.loads(text)["messages"])
+
+
+async def _drive(url: str, cases: int, seed: int, tally: dict[str, int]) -> None:
+    rng = random.Random(seed)
+    seeds = _srmp_seeds(url)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        for _ in range(cases):
+            await _one(session, url, rng, seeds, tally)
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _stored(url: str) -> int:
+    _, _, raw = http_get(f"{url}/v1/queues/{QUEUE}", timeout=30)
+    count: int = json.loads(raw)["messages"]
+    return count
+
+
+def fuzz_mapping(cases: int, seed: int) -> int:
+    """Mutated mapping files through the parser: a MappingError or a result, nothing else."""
+    rng = random.Random(seed)
+    examples = sorted((REPO_ROOT / "config" / "mapping.examples").glob("*.xml"))
+    seeds = [p.read_bytes() for p in examples]
+    for _ in range(cases):
+        data = _mutate(rng.choice(seeds), rng)
+        try:
+            parse_mapping(data, source="fuzz.xml")
+        except MappingError:
+            pass
+    return cases
+
+
+def run(data_dir: Path, cases: int, seed: int = 11) -> dict[str, Any]:
+    gateway = GatewayProcess(data_dir)
+    gateway.wait_ready()
+    tally: dict[str, int] = {"cases": 0, "server_errors": 0, "srmp_2xx": 0, "rest_2xx": 0,
+                             "batch_2xx": 0, "batch_stored": 0}
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{gateway.url}/v1/queues/{QUEUE}",
+                                                      data=b"{}", method="PUT"), timeout=10)
+        warmup = min(2000, cases // 10)
+        asyncio.run(_drive(gateway.url, warmup, seed, tally))
+        rss_start = _rss_kib(gateway.proc.pid)
+        asyncio.run(_drive(gateway.url, cases - warmup, seed + 1, tally))
+        rss_end = _rss_kib(gateway.proc.pid)
+        assert gateway.proc.poll() is None, "the gateway died"
+        stored = _stored(gateway.url)
+    finally:
+        gateway.stop()
+    check = subprocess.run([sys.executable, "-m", "gateway", "check", str(data_dir)],
+                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stdout[-2000:]
+    low = tally["rest_2xx"] + tally["batch_stored"]
+    assert low <= stored <= low + tally["srmp_2xx"], (
+        f"{stored} stored for {tally}: a refused request stored something")
+    growth = rss_end - rss_start
+    assert growth < 64 * 1024, f"RSS grew by {growth} KiB over {cases} cases"
+    mapping_cases = fuzz_mapping(max(1000, cases // 10), seed)
+    return {"scenario": "fuzz", "cases": tally["cases"], "mapping_cases": mapping_cases,
+            "server_errors": tally["server_errors"], "stored": stored,
+            "accepted": {k: v for k, v in tally.items() if k.endswith("_2xx")},
+            "rss_kib_after_warmup": rss_start, "rss_kib_end": rss_end,
+            "rss_growth_kib": growth}
