@@ -116,17 +116,19 @@ def _orders(url: str) -> list[tuple[int, int]]:
 @pytest.mark.crash
 @pytest.mark.timeout(900)
 async def test_a_to_p_through_f_with_faults_and_kills(tmp_path: Path) -> None:
-    await _scenario(tmp_path, MESSAGES)
+    await links_under_faults(tmp_path, MESSAGES)
 
 
 @pytest.mark.slow
 @pytest.mark.crash
 @pytest.mark.timeout(7200)
 async def test_a_to_p_through_f_with_faults_and_kills_long(tmp_path: Path) -> None:
-    await _scenario(tmp_path, SLOW_MESSAGES)
+    await links_under_faults(tmp_path, SLOW_MESSAGES)
 
 
-async def _scenario(tmp_path: Path, messages: int) -> None:
+async def links_under_faults(tmp_path: Path, messages: int) -> dict[str, Any]:
+    """The whole scenario (also ``make torture``'s ``network-faults``); returns its figures
+    and raises AssertionError on any violation."""
     ports = {name: free_port() for name in ("a", "f", "p", "af", "fp", "pf")}
     args = _configs(tmp_path, ports)
     seed = int(os.environ.get("ENTREPOT_SEED", "11"))
@@ -184,6 +186,13 @@ async def _scenario(tmp_path: Path, messages: int) -> None:
                 _, _, listing = http_get(f"{procs[name].url}/v1/queues/{queue}/messages")
                 assert json.loads(listing)["messages"] == [], (name, queue)
         assert sum(p.counts["dropped"] + p.counts["responses_dropped"] for p in proxies) > 0
+        faults: dict[str, int] = {}
+        for proxy in proxies:
+            for key, value in proxy.counts.items():
+                faults[key] = faults.get(key, 0) + value
+        return {"scenario": "network-faults", "messages": messages, "acknowledged": len(acked),
+                "delivered": len(got), "lost": len(set(acked) - set(got)), "duplicated": 0,
+                "out_of_order": 0, "kills": kills, "proxy": faults}
     finally:
         for task in senders:
             task.cancel()

@@ -1,4 +1,4 @@
-"""Short runs of the torture scenarios: damaged files, a full disk, fuzzing, abuse."""
+"""Short runs of the torture scenarios: damaged files, a full disk, fuzzing, abuse, soak."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import GatewayProcess
-from tests.torture import abuse, damage, disk_full, fuzz
+from tests.torture import abuse, damage, disk_full, fuzz, soak
 
 
 @pytest.mark.crash
@@ -66,3 +66,11 @@ def test_abusive_clients_do_not_starve_a_normal_one(tmp_path: Path) -> None:
     report = abuse.run(tmp_path / "data", idle=1000, slow=100)
     assert report["normal_max_ms_under_abuse"] < 1000
     assert report["oversized_statuses"] == {"header": 400, "headers_count": 400, "body": 413}
+
+
+@pytest.mark.timeout(120)
+def test_a_short_soak_keeps_memory_flat_and_plots_it(tmp_path: Path) -> None:
+    report = soak.run(tmp_path / "data", 20, tmp_path / "soak.png", sample_s=2.0,
+                      check_latency=False)
+    assert report["samples"] >= 8 and report["rss_mib_max"] - report["rss_mib_first"] < 64
+    assert (tmp_path / "soak.png").read_bytes()[:4] == b"\x89PNG"

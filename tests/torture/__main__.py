@@ -4,12 +4,16 @@ scenarios and write one JSON report (the figures README shows).
 Scenarios: ``crash-loop`` (200 SIGKILL cycles; 20 with --quick), ``damaged-files`` (20 rounds
 of bit flips and truncations; 4), ``disk-full`` (a tmpfs filled up and freed; needs root to
 mount, reported as skipped otherwise), ``fuzz`` (100,000 mutated requests; 10,000), ``abuse`` (5,000 idle connections, 200 slow
-clients, oversized headers and bodies; 2,000 idle). Exit 0 when every invariant held, 1 when one broke.
+clients, oversized headers and bodies; 2,000 idle), ``network-faults`` (A -> F -> P through
+fault proxies dropping, duplicating and delaying requests and responses, each gateway killed
+once: 5,000 transactional messages; 2,000), ``soak`` (30 minutes at half the measured maximum
+rate with a receiver draining, RSS and p99 sampled and plotted to soak.png; 2 minutes). Exit 0 when every invariant held, 1 when one broke.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import platform
 import resource
@@ -20,16 +24,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.torture import abuse, crash_loop, damage, disk_full, fuzz
+from tests.crash.test_links_crash import links_under_faults
+from tests.torture import abuse, crash_loop, damage, disk_full, fuzz, soak
 
 
-def _scenarios(quick: bool) -> dict[str, Callable[[Path], dict[str, Any]]]:
+def _scenarios(quick: bool, report: Path) -> dict[str, Callable[[Path], dict[str, Any]]]:
     return {
         "crash-loop": lambda tmp: crash_loop.run(tmp / "data", cycles=20 if quick else 200),
         "damaged-files": lambda tmp: damage.run(tmp, rounds=4 if quick else 20),
         "disk-full": lambda tmp: disk_full.run(tmp / "mnt"),
         "fuzz": lambda tmp: fuzz.run(tmp / "data", cases=10_000 if quick else 100_000),
         "abuse": lambda tmp: abuse.run(tmp / "data", idle=2000 if quick else 5000),
+        "network-faults": lambda tmp: asyncio.run(
+            links_under_faults(tmp, 2000 if quick else 5000)),
+        "soak": lambda tmp: soak.run(tmp / "data", 120 if quick else 1800,
+                                     report.with_name("soak.png")),
     }
 
 
@@ -39,7 +48,7 @@ def main() -> int:
     parser.add_argument("--only", action="append", default=[], help="scenario (repeatable)")
     parser.add_argument("--json", type=Path, default=Path("var/torture/report.json"))
     args = parser.parse_args()
-    scenarios = _scenarios(args.quick)
+    scenarios = _scenarios(args.quick, args.json)
     unknown = set(args.only) - set(scenarios)
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
