@@ -23,16 +23,13 @@ import hashlib
 import heapq
 import random
 import re
-import secrets
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from urllib.parse import urlsplit
 
 import aiohttp
 
-from gateway.auth.hmac_sig import sign
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import encode_payload
@@ -44,6 +41,7 @@ from gateway.srmp.eod_sender import SenderStream
 from gateway.srmp.outbound import StreamPosition, outbound_envelope, url_of_format_name
 from gateway.srmp.properties import compound_message, envelope_text
 from gateway.store_errors import store_call
+from gateway.webhook_headers import safe_content_type, webhook_headers
 from mapping.names import MACHINE_JOURNAL
 from store.records import SendSpec, StoredRecord
 
@@ -67,24 +65,6 @@ class LinkOptions:
     window: int  # stream messages in flight at once
     restart_after_rounds: int  # resend rounds without a receipt before a new stream
     public_url: str  # this gateway as senders reach it (receipt and admin URLs)
-
-
-def webhook_headers(message: ReceivedMessage, name: str, secret: bytes, url: str
-                    ) -> dict[str, str]:
-    """A message's properties as headers (the REST API's names), signed when a secret is set
-    (the same EP-HMAC-SHA256 scheme partners use towards this gateway)."""
-    props = message.properties
-    headers = {"Mq-Message-Id": message.message_id, "Idempotency-Key": message.message_id,
-               "Mq-Label": props.label, "Mq-Priority": str(props.priority),
-               "Mq-Correlation-Id": props.correlation_id,
-               "Mq-Sent-At": str(props.sent_at_ms)}
-    headers = {k: v for k, v in headers.items() if v}
-    if secret:
-        target = urlsplit(url)
-        path_qs = target.path + (f"?{target.query}" if target.query else "")
-        headers["Authorization"] = sign(secret, "POST", path_qs, int(time.time()),
-                                        secrets.token_urlsafe(18), message.body, name)
-    return headers
 
 
 def _plain_order(extra: dict[str, str], seq: int) -> tuple[str, int, int]:
@@ -301,7 +281,8 @@ class Link:
             await self._leave(record, MessageClass.NACK_REACH_QUEUE_TIMEOUT)
             return
         if self.webhook is not None:
-            status, verdict = await self._post(message.body, message.properties.content_type,
+            status, verdict = await self._post(message.body,
+                                               safe_content_type(message.properties.content_type),
                                                webhook_headers(message, *self.webhook,
                                                                self.destination))
         else:

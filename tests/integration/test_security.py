@@ -5,6 +5,7 @@ with aiohttp and with curl."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import socket
@@ -63,6 +64,9 @@ path = "private$/in_a"
 path = "private$/acme_out"
 [[queues]]
 path = "private$/secret"
+[log]
+level = "debug"
+access = true
 """)
     proc = GatewayProcess(root / "data", extra_args=["--config", str(config)], cafile=cert)
     try:
@@ -252,3 +256,86 @@ def test_online_backup_with_the_admin_key(secure: tuple[GatewayProcess, Path]) -
                           env={**env, "ENTREPOT_ADMIN_KEY": "root-key"}, timeout=60)
     assert done.returncode == 0, done.stderr
     assert (root / "backup" / "MANIFEST.json").exists()
+
+
+def _operations() -> list[tuple[str, str]]:
+    """Every (method, path) the router serves or the OpenAPI document lists, placeholders
+    filled: the routes an unauthenticated caller could try."""
+    from gateway.app import make_app
+    from gateway.openapi import document
+    from gateway.settings import Settings
+
+    values = {"{path}": "private$/in_a", "{id}": "0123abcd", "{name}": "spark",
+              "{action}": "commit", "{tail}": "private$/in_a/messages", "{vdir}": "msmq/"}
+    found: set[tuple[str, str]] = set()
+    for path, operations in document()["paths"].items():
+        found.update((method.upper(), path) for method in operations)
+    for route in make_app(Settings()).router.routes():
+        found.add((route.method if route.method != "*" else "POST", route.resource.canonical))
+    filled = []
+    for method, path in sorted(found):
+        for placeholder, value in values.items():
+            path = path.replace(placeholder, value)
+        filled.append((method, path.replace("//", "/")))
+    return filled
+
+
+async def test_no_route_is_served_without_credentials(secure: tuple[GatewayProcess, Path]
+                                                      ) -> None:
+    """Authentication bypass: walk every route with no credential and with a wrong one."""
+    operations = _operations()
+    assert len(operations) > 30
+    for method, path in operations:
+        for headers in ({}, _bearer("wrong-key")):
+            status, got, body = await _call(secure, method, path, headers=headers,
+                                            data=b"{}" if method in ("POST", "PUT") else None)
+            if path in ("/healthz", "/readyz", "/metrics", "/v1/openapi.json"):
+                assert status == 200, (method, path)
+            elif path.startswith("/msmq/"):  # SRMP: a client certificate or nothing
+                assert status in (400, 403), (method, path, status, body[:200])
+            else:
+                assert status == 401, (method, path, status, body[:200])
+                assert got["Content-Type"] == "application/problem+json"
+
+
+async def test_queue_names_cannot_reach_outside_the_store(secure: tuple[GatewayProcess, Path]
+                                                         ) -> None:
+    """Path traversal: hostile names are refused or kept as names; no file appears outside
+    the data directory and every queue file keeps the store's own name pattern."""
+    import re
+
+    proc, root = secure
+    before = {p for p in root.rglob("*") if proc.data_dir not in p.parents}
+    admin = _bearer("root-key")
+    for name in ("private$/../../escape", "private$/..%2F..%2Fescape", "../../../tmp/escape",
+                 "private$/%2e%2e%2f%2e%2e%2fescape", "private$/a\\..\\..\\escape",
+                 "private$/x%00y", "/etc/passwd", "private$/" + "a" * 300):
+        for method, suffix, kwargs in (("PUT", "", {"json": {}}),
+                                       ("POST", "/messages", {"data": b"t"}),
+                                       ("GET", "", {})):
+            status, _, body = await _call(secure, method, f"/v1/queues/{name}{suffix}",
+                                          headers=admin, **kwargs)
+            assert status < 500, (method, name, status, body[:200])
+    after = {p for p in root.rglob("*") if proc.data_dir not in p.parents}
+    assert after - before <= {p for p in after if p.name.startswith("gateway-")}
+    assert not list(Path("/tmp").glob("escape*"))
+    lqs = proc.data_dir / "storage" / "lqs"
+    assert all(re.fullmatch(r"[0-9a-f]{8}\.[0-9a-f]{8}", p.name)
+               for p in lqs.iterdir() if p.is_file()), sorted(p.name for p in lqs.iterdir())
+
+
+async def test_secrets_are_never_logged(secure: tuple[GatewayProcess, Path]) -> None:
+    """Debug logging and the access log on: API keys, the admin key, HMAC secrets and
+    signatures never reach the log, whether the credential is accepted or refused."""
+    path = "/v1/queues/private$/in_a/messages"
+    signature = sign(SECRET, "POST", path, int(time.time()), "nonce-log-test-1", b"l", "acme")
+    for headers in (_bearer("acme-key"), _bearer("root-key"), _bearer("acme-key-wrong"),
+                    {"Authorization": signature},
+                    {"Authorization": "Basic " + base64.b64encode(b"x:root-key").decode()}):
+        await _call(secure, "POST", path, data=b"l", headers=headers)
+    proc, _ = secure
+    log = proc.log()
+    assert "POST /v1/queues/private$/in_a/messages" in log  # the access log is on
+    for secret in ("acme-key", "root-key", SECRET.decode(), signature.split("sig=")[-1][:20],
+                   base64.b64encode(b"x:root-key").decode()):
+        assert secret not in log, secret
