@@ -164,11 +164,13 @@ class Link:
         await self._pull()
         now = time.monotonic()
         stream = self.stream
-        if (stream is not None and not self._inflight
-                and stream.resend_due(now, self.options.resend_s)):
-            self.retries += len(stream.pending)
-            server_log.info("link to %s: no stream receipt, resending %d message(s)",
-                            self.destination, len(stream.pending))
+        again = 0 if stream is None or self._inflight else stream.resend_due(
+            now, self.options.resend_s, self.options.window)
+        if stream is not None and again:
+            self.retries += again
+            server_log.info("link to %s: no stream receipt, resending the oldest %d of %d "
+                            "unacknowledged message(s)", self.destination, again,
+                            len(stream.pending))
             if stream.round >= self.options.restart_after_rounds:
                 await self._restart_stream("no stream receipt for "
                                            f"{stream.round} resend rounds")
@@ -443,7 +445,7 @@ class Link:
         stream = self.stream
         if stream is None:
             return 0
-        done = stream.acknowledged(last_ordinal)
+        done = stream.acknowledged(last_ordinal, time.monotonic())
         records = []
         for current in done:
             record = self._in_stream.pop(current, None)

@@ -8,9 +8,13 @@ refused commit) leave gaps; ``previous`` bridges them and messages that left the
 (expired): it is the number of the nearest earlier message still pending, else the last
 acknowledged one.
 
-Resends: when no stream receipt has moved the stream for the current interval, every
-unacknowledged message is sent again; the interval steps through the schedule (Windows: 30 s
-x3, 5 min x3, 30 min x3, then 6 h) and starts over after progress. A receiver that rejects a
+Resends: when no stream receipt has moved the stream for the current interval, the oldest
+unacknowledged messages (at most ``limit``, a window's worth) are sent again; the interval
+steps through the schedule (Windows: 30 s x3, 5 min x3, 30 min x3, then 6 h) and starts over
+from each receipt that makes progress. Only the head: the receiver takes a stream in order,
+so the head is what it can be missing, and a duplicate of it makes the receiver acknowledge
+again when only the receipt was lost. Resending everything would flood a store-and-forward
+hop with tens of thousands of copies whenever receipts lag behind a deep backlog. A receiver that rejects a
 whole stream for ``restart_after`` rounds has probably lost its state: the remaining messages
 move to a new stream (seed 002).
 """
@@ -67,8 +71,9 @@ class SenderStream:
             del self.pending[index]
         self.sent.discard(current)
 
-    def acknowledged(self, last_ordinal: int) -> list[int]:
-        """A stream receipt: the numbers it covers (to remove from the outgoing queue)."""
+    def acknowledged(self, last_ordinal: int, now: float) -> list[int]:
+        """A stream receipt: the numbers it covers (to remove from the outgoing queue).
+        Progress restarts the receipt wait for what remains sent."""
         if last_ordinal <= self.last_acked:
             return []
         index = bisect.bisect_right(self.pending, last_ordinal)
@@ -76,7 +81,7 @@ class SenderStream:
         self.sent.difference_update(done)
         self.last_acked = last_ordinal
         self.round = 0
-        self.round_started = None
+        self.round_started = now if self.sent else None
         return done
 
     def to_send(self) -> list[int]:
@@ -88,17 +93,19 @@ class SenderStream:
         if self.round_started is None:
             self.round_started = now
 
-    def resend_due(self, now: float, schedule: tuple[float, ...]) -> bool:
-        """True when the receipt wait ran out: start a new round (everything unsent again)."""
+    def resend_due(self, now: float, schedule: tuple[float, ...], limit: int) -> int:
+        """When the receipt wait ran out: start a new round in which the oldest ``limit``
+        pending messages are unsent again; returns how many (0: not due)."""
         if not self.pending or self.round_started is None or self.to_send():
-            return False
+            return 0
         wait = schedule[min(self.round, len(schedule) - 1)]
         if now - self.round_started < wait:
-            return False
+            return 0
         self.round += 1
         self.round_started = None
-        self.sent.clear()
-        return True
+        again = self.pending[:limit]
+        self.sent.difference_update(again)
+        return len(again)
 
     def next_deadline(self, schedule: tuple[float, ...]) -> float | None:
         if not self.pending or self.round_started is None:

@@ -6,7 +6,7 @@ of bit flips and truncations; 4), ``disk-full`` (a tmpfs filled up and freed; ne
 mount, reported as skipped otherwise), ``fuzz`` (100,000 mutated requests; 10,000), ``abuse`` (5,000 idle connections, 200 slow
 clients, oversized headers and bodies; 2,000 idle), ``network-faults`` (A -> F -> P through
 fault proxies dropping, duplicating and delaying requests and responses, each gateway killed
-once: 5,000 transactional messages; 2,000), ``soak`` (30 minutes at half the measured maximum
+once: 20,000 transactional messages, twice F's duplicate window; 2,000), ``soak`` (30 minutes at half the measured maximum
 rate with a receiver draining, RSS and p99 sampled and plotted to soak.png; 2 minutes). Exit 0 when every invariant held, 1 when one broke.
 """
 
@@ -36,7 +36,7 @@ def _scenarios(quick: bool, report: Path) -> dict[str, Callable[[Path], dict[str
         "fuzz": lambda tmp: fuzz.run(tmp / "data", cases=10_000 if quick else 100_000),
         "abuse": lambda tmp: abuse.run(tmp / "data", idle=2000 if quick else 5000),
         "network-faults": lambda tmp: asyncio.run(
-            links_under_faults(tmp, 2000 if quick else 5000)),
+            links_under_faults(tmp, 2000 if quick else 20_000)),
         "soak": lambda tmp: soak.run(tmp / "data", 120 if quick else 1800,
                                      report.with_name("soak.png")),
     }

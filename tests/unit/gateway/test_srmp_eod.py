@@ -6,6 +6,7 @@ from __future__ import annotations
 from gateway.srmp.build import envelope_bytes
 from gateway.srmp.envelope import parse_envelope
 from gateway.srmp.eod import COALESCE_MAX_S, COALESCE_S, StreamTable, Verdict
+from gateway.srmp.eod_sender import SenderStream
 from gateway.srmp.model import Kind, Stream
 from gateway.srmp.receipts import ORDER_ACK_ACTION, stream_receipt
 
@@ -115,3 +116,26 @@ def test_stream_receipt_envelope_round_trips() -> None:
     assert parsed == env and parsed.kind == Kind.STREAM_RECEIPT
     assert parsed.path.action == ORDER_ACK_ACTION and parsed.msmq is not None
     assert parsed.msmq.message_class == 255 and parsed.msmq.priority == 0
+
+
+def test_a_resend_round_sends_only_the_head_again_and_progress_restarts_the_wait() -> None:
+    """A deep backlog behind a slow receipt path must not be sent again whole: each round
+    resends the oldest ``limit``, and a receipt that makes progress restarts the wait."""
+    stream = SenderStream("uid:x\\1", base_seq=1, send_receipts_to="http://a/msmq/q")
+    for seq in range(1, 1001):
+        stream.add(seq)
+    for current in stream.to_send():
+        stream.mark_sent(current, now=0.0)
+    assert stream.to_send() == [] and stream.next_deadline((3.0,)) == 3.0
+    assert stream.resend_due(2.9, (3.0,), limit=64) == 0
+    assert stream.resend_due(3.0, (3.0,), limit=64) == 64
+    assert stream.to_send() == list(range(1, 65)) and stream.round == 1
+    for current in stream.to_send():
+        stream.mark_sent(current, now=3.5)
+    assert stream.acknowledged(500, now=4.0) == list(range(1, 501))
+    assert stream.round == 0 and stream.next_deadline((3.0, 30.0)) == 7.0  # from the receipt
+    assert stream.resend_due(6.0, (3.0,), limit=64) == 0
+    assert stream.resend_due(7.0, (3.0,), limit=64) == 64
+    assert stream.to_send() == list(range(501, 565))
+    assert stream.acknowledged(1000, now=8.0) == list(range(501, 1001))
+    assert stream.finished and stream.next_deadline((3.0,)) is None
