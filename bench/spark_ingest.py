@@ -1,5 +1,6 @@
 """``spark-ingest``: steady-state rows/s from entrepot into Parquet through the ``entrepot``
-source on ``local[2]``, 1 KiB messages (goal >= 50,000 rows/s).
+source on ``local[2]``, 1 KiB messages (goal >= 50,000 rows/s), through the same query
+``entrepot spark-ingest`` starts (gateway.spark.ingest.start_query).
 
 A real gateway is filled first (not timed). The streaming query then runs with availableNow
 in batches of ``--batch`` messages; the steady rate is the rows of every batch after the
@@ -7,7 +8,7 @@ first (the first pays the Python worker start-up) over the time Spark spent on t
 ceiling is the same query shape over the same rows already sitting in Parquet files (Spark's
 file source into the same Parquet sink): what this Spark can write without entrepot.
 
-    python -m bench.spark_ingest --requests 3000
+    python -m bench.spark_ingest --requests 3000   # 400,000 messages in batches of 100,000
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def _landing(directory: Path, count: int, per_file: int) -> None:
 
 
 def run(messages: int, batch: int) -> dict[str, object]:
+    from gateway.spark.ingest import IngestJob, start_query
     from gateway.spark.session import spark_session
 
     spark = spark_session("local[2]", "entrepot-bench", {"spark.sql.shuffle.partitions": "2"})
@@ -68,12 +70,10 @@ def run(messages: int, batch: int) -> dict[str, object]:
         with servers.gateway() as url:
             _fill(url, "bench", messages)
             started = time.monotonic()
-            query = (spark.readStream.format("entrepot").option("url", url)
-                     .option("queues", "bench").option("maxMessagesPerBatch", str(batch))
-                     .option("maxMessagesPerPartition", str(batch // 4)).load()
-                     .writeStream.format("parquet").option("path", str(scratch / "out"))
-                     .option("checkpointLocation", str(scratch / "ck"))
-                     .trigger(availableNow=True).start())
+            query = start_query(spark, IngestJob(
+                source=url, queues=("bench",), output=str(scratch / "out"),
+                checkpoint=str(scratch / "ck"), available_now=True,
+                max_messages_per_batch=batch, max_messages_per_partition=batch // 4))
             query.awaitTermination()
             wall = time.monotonic() - started
             rows, seconds, batches = _steady(query)
@@ -105,9 +105,10 @@ def main() -> int:
     parser.add_argument("--levels", default="2", help="ignored: always local[2]")
     parser.add_argument("--requests", type=int, default=3000,
                         help="scale: messages = 50 x this, at most 400,000")
-    parser.add_argument("--batch", type=int, default=50_000)
+    parser.add_argument("--batch", type=int, default=100_000,
+                        help="rows per micro-batch (maxMessagesPerBatch), 4 partitions each")
     args = parser.parse_args()
-    messages = min(args.requests * 50, 400_000)
+    messages = max(min(args.requests * 50, 800_000), 4 * args.batch)
     json.dump([run(messages, args.batch)], sys.stdout)
     sys.stdout.write("\n")
     return 0

@@ -3,6 +3,7 @@ session, and the command line refusing bad values with exit 2 (or 1 for a failed
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from gateway.spark.ingest import IngestJob, run_ingest
 from gateway.spark.report import run_report
 from tests.helpers import REPO_ROOT, GatewayProcess
-from tests.spark.support import create_queue, produce
+from tests.spark.support import call, create_queue, produce
 
 
 def test_ingest_json_lines_then_report(spark: Any, spark_gateway: GatewayProcess,
@@ -31,6 +32,30 @@ def test_ingest_json_lines_then_report(spark: Any, spark_gateway: GatewayProcess
     report = run_report(str(tmp_path / "table"), str(tmp_path / "report"), fmt="json",
                         master="local[1]")
     assert report["rows"] == 120
+
+
+def test_parquet_ingest_has_no_dictionaries_for_ids_and_bodies(
+        spark: Any, spark_gateway: GatewayProcess, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    create_queue(spark_gateway.url, "pqfeed")
+    same = base64.b64encode(b"the same body every time").decode()
+    call(f"{spark_gateway.url}/v1/batch", "POST", {"messages": [  # a dictionary would pay
+        {"queue": "pqfeed", "body_base64": same} for _ in range(200)]})
+    summary = run_ingest(IngestJob(source=spark_gateway.url, queues=("pqfeed",),
+                                   output=str(tmp_path / "table"),
+                                   checkpoint=str(tmp_path / "checkpoint"),
+                                   master="local[1]", available_now=True, consumer="pq"))
+    assert summary["rows"] == 200
+    assert spark.read.parquet(str(tmp_path / "table")).select("seq").distinct().count() == 200
+    encodings: dict[str, set[str]] = {}
+    for part in (tmp_path / "table").glob("part-*.parquet"):
+        group = pq.ParquetFile(part).metadata.row_group(0)
+        for index in range(group.num_columns):
+            column = group.column(index)
+            encodings.setdefault(column.path_in_schema, set()).update(column.encodings)
+    assert not any("DICTIONARY" in e for e in encodings["body"] | encodings["id"])
+    assert any("DICTIONARY" in e for e in encodings["queue"])
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
