@@ -2,7 +2,8 @@
 to partner P through the store-and-forward gateway F; fault proxies drop, duplicate, delay and
 reorder requests and responses on A->F, F->P and P's order acknowledgements back to F; each of
 A, F and P is killed with SIGKILL at a random moment and restarted. Every message ends in P's
-queue exactly once and in order, A's outgoing queue empties, and no dead letter appears."""
+queue exactly once and in order, A's outgoing queue empties, and no dead letter appears. The
+same with two gateways: A -> proxy -> P, P's receipts -> proxy -> A, both killed once."""
 
 from __future__ import annotations
 
@@ -45,12 +46,21 @@ def _write(root: Path, name: str, config: str, mapping: dict[str, str]) -> list[
 
 
 def _configs(root: Path, ports: dict[str, int]) -> dict[str, list[str]]:
-    a, f, p = ports["a"], ports["f"], ports["p"]
+    a, p = ports["a"], ports["p"]
     p_args = _write(root, "p", COMMON + """
 [[queues]]
 path = "private$/orders"
 transactional = true
 """, {})
+    if "f" not in ports:  # two gateways: A -> proxy -> P, P's receipts -> proxy -> A
+        acks = (f'<redirections xmlns="msmq-queue-redirections.xml"><redirection>'
+                f'<from>http://127.0.0.1:{ports["pa"]}/msmq/orderack</from>'
+                f"<to>http://127.0.0.1:{a}/msmq/private$/order_queue$</to>"
+                "</redirection></redirections>")
+        return {"p": p_args, "a": _write(root, "a", COMMON + """
+[mapping]
+dir = "MAPPING_DIR"
+""", {"acks.xml": acks, **_a_mapping(ports, "ap", "pa")})}
     f_args = _write(root, "f", COMMON.replace("[srmp]", "[srmp]\nforward = true") + """
 [mapping]
 dir = "MAPPING_DIR"
@@ -66,16 +76,23 @@ dir = "MAPPING_DIR"
     a_args = _write(root, "a", COMMON + """
 [mapping]
 dir = "MAPPING_DIR"
-""", {
+""", _a_mapping(ports, "af", "pf"))
+    return {"a": a_args, "f": f_args, "p": p_args}
+
+
+def _a_mapping(ports: dict[str, int], out: str, receipts: str) -> dict[str, str]:
+    """A sends P's messages through ``out`` and publishes ``receipts`` as the address of its
+    order acknowledgements."""
+    p = ports["p"]
+    return {
         "out.xml": '<outbound_redirections xmlns="msmq_outbound_mapping.xml"><redirection>'
                    f"<destination>http://127.0.0.1:{p}/*</destination>"
-                   f'<through>http://127.0.0.1:{ports["af"]}/msmq</through></redirection>'
+                   f'<through>http://127.0.0.1:{ports[out]}/msmq</through></redirection>'
                    "</outbound_redirections>",
         "receipts.xml": '<StreamReceiptSetup xmlns="msmq-streamreceipt-mapping.xml"><setup>'
                         f"<LogicalAddress>http://127.0.0.1:{p}/*</LogicalAddress>"
-                        f'<StreamReceiptURL>http://127.0.0.1:{ports["pf"]}/msmq/orderack'
-                        "</StreamReceiptURL></setup></StreamReceiptSetup>"})
-    return {"a": a_args, "f": f_args, "p": p_args}
+                        f'<StreamReceiptURL>http://127.0.0.1:{ports[receipts]}/msmq/orderack'
+                        "</StreamReceiptURL></setup></StreamReceiptSetup>"}
 
 
 async def _sender(url: str, p_port: int, worker: int, acked: list[tuple[int, int]],
@@ -119,6 +136,12 @@ async def test_a_to_p_through_f_with_faults_and_kills(tmp_path: Path) -> None:
     await links_under_faults(tmp_path, MESSAGES)
 
 
+@pytest.mark.crash
+@pytest.mark.timeout(600)
+async def test_a_to_p_directly_with_faults_and_kills(tmp_path: Path) -> None:
+    await links_under_faults(tmp_path, MESSAGES // 2, gateways=2)
+
+
 @pytest.mark.slow
 @pytest.mark.crash
 @pytest.mark.timeout(7200)
@@ -126,16 +149,20 @@ async def test_a_to_p_through_f_with_faults_and_kills_long(tmp_path: Path) -> No
     await links_under_faults(tmp_path, SLOW_MESSAGES)
 
 
-async def links_under_faults(tmp_path: Path, messages: int) -> dict[str, Any]:
-    """The whole scenario (also ``make torture``'s ``network-faults``); returns its figures
-    and raises AssertionError on any violation."""
-    ports = {name: free_port() for name in ("a", "f", "p", "af", "fp", "pf")}
+async def links_under_faults(tmp_path: Path, messages: int, gateways: int = 3
+                             ) -> dict[str, Any]:
+    """The whole scenario (also ``make torture``'s ``network-faults``) with three gateways
+    (A -> F -> P) or two (A -> P); returns its figures and raises AssertionError on any
+    violation."""
+    hops = {"af": "f", "fp": "p", "pf": "f"} if gateways == 3 else {"ap": "p", "pa": "a"}
+    names = ["a", "f", "p"] if gateways == 3 else ["a", "p"]
+    ports = {name: free_port() for name in (*names, *hops)}
     args = _configs(tmp_path, ports)
     seed = int(os.environ.get("ENTREPOT_SEED", "11"))
     proxies = [FaultProxy(f"http://127.0.0.1:{ports[up]}", drop=0.05, drop_response=0.05,
                           duplicate=0.05, delay=0.1, seed=seed + i)
-               for i, up in enumerate(("f", "p", "f"))]
-    for proxy, name in zip(proxies, ("af", "fp", "pf")):
+               for i, up in enumerate(hops.values())]
+    for proxy, name in zip(proxies, hops):
         await proxy.start(ports[name])
     procs: dict[str, GatewayProcess] = {}
 
@@ -145,15 +172,15 @@ async def links_under_faults(tmp_path: Path, messages: int) -> dict[str, Any]:
         procs[name].wait_ready(60)
 
     loop = asyncio.get_running_loop()
-    for name in ("p", "f", "a"):
+    for name in reversed(names):
         await loop.run_in_executor(None, start, name)
     acked: list[tuple[int, int]] = []
     senders = [asyncio.create_task(_sender(procs["a"].url, ports["p"], w, acked, messages))
                for w in range(WORKERS)]
     rng = random.Random(seed)
     try:
-        kills = int(os.environ.get("ENTREPOT_LINKS_CRASH_KILLS", "3"))
-        for victim in rng.sample(["a", "f", "p"], kills):  # each one killed once
+        kills = min(int(os.environ.get("ENTREPOT_LINKS_CRASH_KILLS", "3")), len(names))
+        for victim in rng.sample(names, kills):  # each one killed once
             await asyncio.sleep(rng.uniform(0.5, 2.0))
             procs[victim].stop(signal.SIGKILL)
             await asyncio.sleep(rng.uniform(0.1, 1.0))
@@ -168,7 +195,7 @@ async def links_under_faults(tmp_path: Path, messages: int) -> dict[str, Any]:
         got = await loop.run_in_executor(None, _orders, procs["p"].url)
         assert len(got) == len(set(got)), "duplicates in P's queue"
         links = {name: http_get(procs[name].url + "/v1/links")[2].decode()
-                 for name in ("a", "f")}
+                 for name in names[:-1]}
         assert set(got) == set(acked) and len(acked) == messages, (
             len(got), len(acked), links, [p.counts for p in proxies])
         for worker in range(WORKERS):  # each sender's messages in the order it sent them
@@ -181,7 +208,7 @@ async def links_under_faults(tmp_path: Path, messages: int) -> dict[str, Any]:
             await asyncio.sleep(0.5)
             status, _, raw = http_get(procs["a"].url + "/v1/links")
         assert all(link["backlog"] == 0 for link in json.loads(raw)["links"]), raw
-        for name in ("a", "f", "p"):
+        for name in names:
             for queue in ("system$;deadletter", "system$;deadxact"):
                 _, _, listing = http_get(f"{procs[name].url}/v1/queues/{queue}/messages")
                 assert json.loads(listing)["messages"] == [], (name, queue)
@@ -190,7 +217,8 @@ async def links_under_faults(tmp_path: Path, messages: int) -> dict[str, Any]:
         for proxy in proxies:
             for key, value in proxy.counts.items():
                 faults[key] = faults.get(key, 0) + value
-        return {"scenario": "network-faults", "messages": messages, "acknowledged": len(acked),
+        return {"scenario": "network-faults", "gateways": gateways, "messages": messages,
+                "acknowledged": len(acked),
                 "delivered": len(got), "lost": len(set(acked) - set(got)), "duplicated": 0,
                 "out_of_order": 0, "kills": kills, "proxy": faults}
     finally:

@@ -6,7 +6,8 @@ of bit flips and truncations; 4), ``disk-full`` (a tmpfs filled up and freed; ne
 mount, reported as skipped otherwise), ``fuzz`` (100,000 mutated requests; 10,000), ``abuse`` (5,000 idle connections, 200 slow
 clients, oversized headers and bodies; 2,000 idle), ``network-faults`` (A -> F -> P through
 fault proxies dropping, duplicating and delaying requests and responses, each gateway killed
-once: 20,000 transactional messages, twice F's duplicate window; 2,000), ``soak`` (30 minutes at half the measured maximum
+once: 20,000 transactional messages, twice F's duplicate window, then A -> P with both
+killed: 10,000; 2,000 and 1,000), ``soak`` (30 minutes at half the measured maximum
 rate with a receiver draining, RSS and p99 sampled and plotted to soak.png; 2 minutes). Exit 0 when every invariant held, 1 when one broke.
 """
 
@@ -35,11 +36,17 @@ def _scenarios(quick: bool, report: Path) -> dict[str, Callable[[Path], dict[str
         "disk-full": lambda tmp: disk_full.run(tmp / "mnt"),
         "fuzz": lambda tmp: fuzz.run(tmp / "data", cases=10_000 if quick else 100_000),
         "abuse": lambda tmp: abuse.run(tmp / "data", idle=2000 if quick else 5000),
-        "network-faults": lambda tmp: asyncio.run(
-            links_under_faults(tmp, 2000 if quick else 20_000)),
+        "network-faults": lambda tmp: _network_faults(tmp, quick),
         "soak": lambda tmp: soak.run(tmp / "data", 120 if quick else 1800,
                                      report.with_name("soak.png")),
     }
+
+
+def _network_faults(tmp: Path, quick: bool) -> dict[str, Any]:
+    """Three gateways (A -> F -> P), then two (A -> P), each through fault proxies."""
+    three = asyncio.run(links_under_faults(tmp / "three", 2000 if quick else 20_000))
+    two = asyncio.run(links_under_faults(tmp / "two", 1000 if quick else 10_000, gateways=2))
+    return {**three, "two_gateways": two}
 
 
 def main() -> int:
