@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.goals import table as goals_table
 from bench.scenarios import RECEIVE_PREFILL, SCENARIOS, Scenario
 
 # Scenarios measured inside one process (no HTTP), each a module printing JSON records.
@@ -125,6 +126,7 @@ def main() -> int:
     elapsed = time.monotonic() - started
     print(f"done in {elapsed:.0f}s on {platform.node()} ({platform.machine()}, "
           f"Python {platform.python_version()})")
+    print(goals_table(records))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(records, indent=2) + "\n")
