@@ -14,9 +14,9 @@ steps through the schedule (Windows: 30 s x3, 5 min x3, 30 min x3, then 6 h) and
 from each receipt that makes progress. Only the head: the receiver takes a stream in order,
 so the head is what it can be missing, and a duplicate of it makes the receiver acknowledge
 again when only the receipt was lost. Resending everything would flood a store-and-forward
-hop with tens of thousands of copies whenever receipts lag behind a deep backlog. A receiver that rejects a
-whole stream for ``restart_after`` rounds has probably lost its state: the remaining messages
-move to a new stream (seed 002).
+hop with tens of thousands of copies whenever receipts lag behind a deep backlog. A receiver
+that rejects a whole stream for ``restart_after`` rounds has probably lost its state: the
+remaining messages move to a new stream (seed 002).
 """
 
 from __future__ import annotations
