@@ -48,7 +48,9 @@ def make_auth_middleware(settings: Settings, authenticator: Authenticator) -> Mi
             raise ProblemError(413, f"request body of {length} bytes is over the limit of "
                                f"{body_max} bytes", type_slug="body-too-large")
         body = b""
-        if request.can_read_body:
+        if request.can_read_body and request.content.is_eof():
+            body = await request.read()  # all there already: no timer (3% of a send)
+        elif request.can_read_body:
             try:
                 async with asyncio.timeout(body_timeout):  # no task per request, unlike wait_for
                     body = await request.read()
