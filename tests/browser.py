@@ -4,10 +4,13 @@ a page with an Authorization header on every request, run JavaScript in it, read
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from types import TracebackType
@@ -41,7 +44,10 @@ class Browser:
 
     async def __aenter__(self) -> Browser:
         with self._log.open("wb") as log:  # the child keeps its own descriptor
-            self._proc = subprocess.Popen(self._args, stdout=subprocess.DEVNULL, stderr=log)
+            # Its own process group: the distribution's launcher is a shell script, so
+            # killing the child alone left the browser and its renderers running.
+            self._proc = subprocess.Popen(self._args, stdout=subprocess.DEVNULL, stderr=log,
+                                          start_new_session=True)
         port = await self._devtools_port()
         self._session = aiohttp.ClientSession()
         async with self._session.get(f"http://127.0.0.1:{port}/json/list") as response:
@@ -69,7 +75,8 @@ class Browser:
         if self._session is not None:
             await self._session.close()
         if self._proc is not None:
-            self._proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
             self._proc.wait(10)
 
     async def call(self, method: str, **params: Any) -> dict[str, Any]:
