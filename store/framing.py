@@ -37,7 +37,7 @@ import enum
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 __all__ = [
     "FORMAT_VERSION",
@@ -65,6 +65,7 @@ __all__ = [
 
 FORMAT_VERSION = 1
 GRANULE = 64
+_ZEROS = memoryview(bytes(GRANULE))  # a record's padding is shorter than a granule
 SEGMENT_MAGIC = b"ENTRSEG1"
 RECORD_MAGIC = 0xEA7E
 
@@ -116,9 +117,9 @@ class SegmentHeader:
     created_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class RecordHeader:
-    """A record that passed every check; ``offset`` is where it starts in its segment."""
+class RecordHeader(NamedTuple):
+    """A record that passed every check; ``offset`` is where it starts in its segment. A
+    tuple: recovery makes one per record, and a frozen dataclass cost ~1.1 us more."""
 
     offset: int
     size: int
@@ -246,7 +247,7 @@ def decode_record(
     if actual != crc:
         return Damage(offset, size, "record checksum mismatch")
     padding = view[payload_start + payload_len: offset + size]
-    if padding != bytes(len(padding)):
+    if padding != _ZEROS[: len(padding)]:
         return Damage(offset, size, "record padding is not zero")
     record_kind = _KINDS.get(kind)
     record_state = _STATES.get(state)

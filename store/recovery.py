@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from store.framing import RecordHeader, RecordState
 from store.logcodec import EntryKind, LogEntry, Ref
@@ -34,8 +35,7 @@ from store.logcodec import EntryKind, LogEntry, Ref
 __all__ = ["Found", "Resolution", "resolve"]
 
 
-@dataclass(frozen=True, slots=True)
-class Found:
+class Found(NamedTuple):  # one per record at recovery: a tuple is the cheapest to build
     segment: int
     header: RecordHeader
 
