@@ -516,8 +516,12 @@ def _charge(record: StoredRecord) -> Charge:
 
 def _charges_by_queue(records: Sequence[StoredRecord]) -> list[Charge]:
     """One charge per queue and class: recovery charges a million records at once."""
+    by_flags: dict[tuple[int, int], int] = {}
+    for record in records:  # flag values are few: the enum arithmetic runs once per value
+        key = (record.queue_id, record.flags)
+        by_flags[key] = by_flags.get(key, 0) + record.size
     totals: dict[tuple[int, bool], int] = {}
-    for record in records:
-        key = (record.queue_id, bool(int(record.flags) & RecordFlags.JOURNAL.value))
-        totals[key] = totals.get(key, 0) + record.size
+    for (queue_id, flags), size in by_flags.items():
+        journal = (queue_id, bool(flags & RecordFlags.JOURNAL))
+        totals[journal] = totals.get(journal, 0) + size
     return [Charge(queue_id, size, journal) for (queue_id, journal), size in totals.items()]
