@@ -103,6 +103,10 @@ class Link:
         found = outgoing.streams.get(queue.path.canonical)
         self.stream: SenderStream | None = found[0] if found is not None else None
         self._stream_ended = False
+        # Messages already in the queue when the link starts may have been sent in the
+        # restored stream before a crash (acknowledged or not): they never start a new one,
+        # or the receiver would take them twice under the new stream's numbers.
+        self._restored_below = qm.store.readable_end(queue.queue_id) if self.stream else 0
         self._first_refused = 0  # out-of-order answers in a row to the first pending one
         # (stream id, number) -> delivered stream messages waiting for their final receipt
         self._awaiting_final: dict[tuple[str, int], StoredRecord] = {}
@@ -222,6 +226,7 @@ class Link:
         if len(self._plain) >= _BUFFERED or (self.stream and len(
                 self.stream.to_send()) >= _PULL):
             return
+        acknowledged: list[StoredRecord] = []
         for record in self.qm.store.first_records(self.queue.queue_id, self._cursor, _PULL):
             self._cursor = record.seq
             self._seen_at.setdefault(record.seq, time.monotonic())
@@ -231,10 +236,15 @@ class Link:
                 continue
             stream = self.stream
             # A stream ends when everything in it was acknowledged during this run; one
-            # restored from disk goes on (its pending messages are being pulled right now).
-            if stream is None or (self._stream_ended and not self._in_stream):
+            # restored from disk goes on until every message that was queued at the start has
+            # been pulled into it (a receipt can cover all pulled so far while later ones,
+            # sent before the crash, are still to be pulled).
+            if stream is None or (self._stream_ended and not self._in_stream
+                                  and record.seq >= self._restored_below):
                 stream = await self.outgoing.new_stream(self.queue, record.seq,
                                                         self._receipts_to(self.destination))
+                server_log.info("link to %s: stream %s starts at message %d",
+                                self.destination, stream.stream_id, record.seq)
                 self.stream = stream
                 self._stream_ended = False
             if record.seq < stream.base_seq:
@@ -242,7 +252,14 @@ class Link:
                                  self.destination, record.seq)
                 await self._leave(record, MessageClass.NACK_BAD_DST_Q)
                 continue
-            self._in_stream[stream.add(record.seq)] = record
+            current = stream.add(record.seq)
+            if current <= stream.last_acked:  # sent before a restart, and receipted since
+                if self._settled(stream, current, record):
+                    acknowledged.append(record)
+                continue
+            self._in_stream[current] = record
+        if acknowledged:
+            await self.delivered(acknowledged)
 
     # ---- sending -------------------------------------------------------------------------
 
@@ -449,18 +466,21 @@ class Link:
         records = []
         for current in done:
             record = self._in_stream.pop(current, None)
-            if record is None:
-                continue
-            if self.qm.decode(self.queue, record).properties.journal == "deadletter":
-                # DeadLetter/ asked for a final stream receipt: kept until it comes.
-                self._awaiting_final[(stream.stream_id, current)] = record
-            else:
+            if record is not None and self._settled(stream, current, record):
                 records.append(record)
         self._stream_ended = stream.finished and not self._in_stream
         if records:
             await self.delivered(records)
         self.queue.arrived.set()
         return len(done)
+
+    def _settled(self, stream: SenderStream, current: int, record: StoredRecord) -> bool:
+        """An acknowledged message: True when it can go; one with DeadLetter/ waits for its
+        final stream receipt instead."""
+        if self.qm.decode(self.queue, record).properties.journal == "deadletter":
+            self._awaiting_final[(stream.stream_id, current)] = record
+            return False
+        return True
 
     async def final_receipt(self, stream_id: str, ordinal: int, positive: bool,
                             message_class: int) -> bool:

@@ -18,7 +18,6 @@ Life cycle::
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -320,7 +319,7 @@ class MessageStore:
             journal = send.journal or (info is not None and info.journal_class)
             express = send.express and not transactional
             if journal != send.journal or express != send.express:
-                send = dataclasses.replace(send, journal=journal, express=express)
+                send = send._replace(journal=journal, express=express)
             prepared.append(send)
         return prepared
 

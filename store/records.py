@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from store.errors import StoreError
 from store.framing import RecordFlags
@@ -16,9 +16,10 @@ Op = Literal["append", "commit", "prepare", "commit_prepared", "abort", "remove"
              "remove_express"]
 
 
-@dataclass(frozen=True, slots=True)
-class SendSpec:
-    """One message to store: its queue, payload and the fields the index needs."""
+class SendSpec(NamedTuple):
+    """One message to store: its queue, payload and the fields the index needs. A tuple:
+    every send builds two (the caller's and the numbered one), and a frozen dataclass cost
+    ~1.2 us more each on the event loop."""
 
     queue_id: int
     payload: bytes

@@ -50,7 +50,8 @@ class GatewayProcess:
         self.log_path = data_dir.parent / f"gateway-{self.port}.log"
         args = [sys.executable, "-m", "gateway", "serve",
                 "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(data_dir), *extra_args]
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        # Appended: a gateway restarted on the same port keeps the log of its earlier life.
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             args, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd or REPO_ROOT,
             env={**os.environ, **(env or {})},
