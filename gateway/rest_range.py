@@ -122,7 +122,7 @@ async def _range(request: web.Request, qm: QueueManager, consumers: RangeConsume
     pieces: list[bytes | memoryview] = []
     pending = 0
     for record in records:
-        if qm.store.record(queue.queue_id, record.seq) is not record:
+        if qm.store.record(queue.queue_id, record.seq) != record:
             # Trimmed (a purge) while this answer was being written: cut it, so the
             # reader sees no end marker, rather than read space that may be reused.
             raise ConnectionResetError(f"{queue.path.display}: record {record.seq} was "

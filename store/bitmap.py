@@ -7,7 +7,9 @@ set. Encoded with a small header and CRC so a checkpoint slot can be verified.
 
 from __future__ import annotations
 
+import array
 import struct
+import sys
 import zlib
 from collections.abc import Iterator
 
@@ -18,6 +20,7 @@ __all__ = ["GranuleBitmap", "BITMAP_HEADER_SIZE"]
 _HEADER = struct.Struct("<4sIQI")  # magic, granules, epoch, crc (over header[:-4] + bits)
 _MAGIC = b"EBM1"
 BITMAP_HEADER_SIZE = _HEADER.size
+_ALL = (1 << 64) - 1
 
 
 class GranuleBitmap:
@@ -72,29 +75,40 @@ class GranuleBitmap:
             bits[first_byte + 1: last_byte] = fill * (last_byte - first_byte - 1)
 
     def runs(self, *, occupied: bool) -> Iterator[tuple[int, int]]:
-        """Maximal ``(offset, end)`` byte ranges that are all occupied (or all free)."""
-        bits = self._bits
+        """Maximal ``(offset, end)`` byte ranges that are all occupied (or all free).
+
+        Walks 64 granules at a time (recovery asks this of every segment twice; a walk per
+        granule or per byte was several ms a segment), bit tricks inside mixed words.
+        """
         total = self.granules
-        granule = 0
-        while granule < total:
-            byte = bits[granule >> 3]
-            # Skip whole bytes that are entirely of the other kind.
-            if granule & 7 == 0 and byte == (0 if occupied else 0xFF):
-                granule += 8
+        words = array.array("Q")
+        words.frombytes(bytes(self._bits) + bytes(-len(self._bits) % 8))
+        if sys.byteorder != "little":
+            words.byteswap()
+        flip = 0 if occupied else _ALL
+        start = -1
+        for index, word in enumerate(words):
+            word ^= flip  # now 1 = wanted
+            if word == _ALL:
+                if start < 0:
+                    start = index << 6
                 continue
-            if bool(byte & (1 << (granule & 7))) != occupied:
-                granule += 1
+            if word == 0 and start < 0:
                 continue
-            start = granule
-            while granule < total:
-                byte = bits[granule >> 3]
-                if granule & 7 == 0 and byte == (0xFF if occupied else 0) and granule + 8 <= total:
-                    granule += 8
-                    continue
-                if bool(byte & (1 << (granule & 7))) != occupied:
+            base = index << 6
+            bit = 0
+            while bit < 64:
+                rest = (word if start < 0 else ~word & _ALL) >> bit
+                if not rest:
                     break
-                granule += 1
-            yield start * GRANULE, min(granule, total) * GRANULE
+                bit += (rest & -rest).bit_length() - 1
+                if start < 0:
+                    start = base + bit
+                else:
+                    yield start * GRANULE, (base + bit) * GRANULE
+                    start = -1
+        if 0 <= start < total:
+            yield start * GRANULE, total * GRANULE
 
     def occupied_bytes(self) -> int:
         return sum(bin(byte).count("1") for byte in self._bits) * GRANULE

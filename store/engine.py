@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import json
+import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -47,7 +48,7 @@ from store.logs import cleanup_log, commit_log
 from store.options import StoreOptions
 from store.pingpong import PingPong
 from store.qmlog import QMLog
-from store.records import Job, PreparedTx, SendSpec, StoredRecord
+from store.records import Job, Placed, PreparedTx, SendSpec, StoredRecord
 from store.segment import Segment, segment_name
 
 __all__ = ["Engine", "SegmentState", "Checkpoint"]
@@ -56,6 +57,7 @@ _STATE_BYTE = 3
 _TRANSACTIONAL = RecordFlags.TRANSACTIONAL.value
 _JOURNAL = RecordFlags.JOURNAL.value
 _EXPRESS = RecordFlags.EXPRESS.value
+_OFFSET = operator.attrgetter("offset")
 
 
 @dataclass(slots=True)
@@ -273,14 +275,14 @@ class Engine:
             state.oldest_lsn = record.lsn
         state.bitmap_dirty = True
 
-    def occupy_many(self, records: Sequence[StoredRecord]) -> None:
+    def occupy_many(self, records: Sequence[Placed]) -> None:
         """``_occupy`` for many records (recovery), marking adjacent records as one range."""
-        by_segment: dict[int, list[StoredRecord]] = {}
+        by_segment: dict[int, list[Placed]] = {}
         for record in records:
             by_segment.setdefault(record.segment, []).append(record)
         for number, items in by_segment.items():
             state = self.segments[number]
-            items.sort(key=lambda r: r.offset)
+            items.sort(key=_OFFSET)
             start = end = items[0].offset
             for record in items:
                 if record.offset != end:

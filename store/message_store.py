@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -30,27 +31,29 @@ from store.datadir import DataDir, DataDirLock, lock_data_dir
 from store.engine import Engine
 from store.errors import MessageTooLarge, StoreClosed, StoreError, UnknownRecord
 from store.fileops import FileOps, RealFileOps
-from store.framing import RECORD_HEADER_SIZE, RecordFlags, max_payload, record_size
+from store.framing import RECORD_HEADER_SIZE, RecordFlags, RecordHeader, max_payload, record_size
+from store.index import QueueIndex, packed_flags, packed_size
 from store.inflight import InFlight
 from store.logs import recovery_log
 from store.lqs import QueueInfo, QueueRegistry
 from store.options import StoreOptions
 from store.pingpong import PingPong
 from store.quota import Charge, QuotaBook
-from store.records import Job, PreparedTx, SendSpec, StoredRecord
-from store.startup import RecoveryReport, open_engine
+from store.records import Job, Placed, PreparedTx, SendSpec, StoredRecord
+from store.startup import RecoveryReport, collector_paused, open_engine
 from store.stats import Histogram
 from store.writer import GroupCommitter
 
 __all__ = ["MessageStore"]
 
 T = TypeVar("T")
+_QUEUE_ID = operator.attrgetter("queue_id")
 
 
 class MessageStore:
     """A locked data directory with its segments, logs and index."""
 
-    def __init__(self, lock: DataDirLock, engine: Engine, records: list[StoredRecord],
+    def __init__(self, lock: DataDirLock, engine: Engine, live: list[RecordHeader],
                  prepared: dict[int, PreparedTx], report: RecoveryReport,
                  registry: QueueRegistry) -> None:
         self._lock: DataDirLock | None = lock
@@ -65,7 +68,7 @@ class MessageStore:
                                 machine_journal_quota=engine.options.machine_journal_quota)
         for info in registry.all():
             self.quotas.set_limit(info.queue_id, info.quota)
-        self.quotas.charge(_charges_by_queue(records))
+        self.quotas.charge(_charges_by_queue(live))
         self.quotas.charge(_charges_by_queue([r for p in prepared.values() for r in p.records]))
         self._payload_max = max_payload(engine.options.segment_size)
         # Queue sequence numbers are handed out here, in submission order (the writer keeps
@@ -90,13 +93,12 @@ class MessageStore:
         self._streams_lock = asyncio.Lock()
         # The last saved state of incoming ordered streams (MQInSeqs.lg1/lg2), or None.
         self.stream_state: bytes | None = None
-        self._queues: dict[int, dict[int, StoredRecord]] = {}
-        for record in records:
-            self._queues.setdefault(record.queue_id, {})[record.seq] = record
+        self._index = QueueIndex()
+        self._index.add_many(live)
         # What each prepared transaction receives, as index keys (resolved once here).
         self._prepared_keys: dict[int, list[tuple[int, int]]] = {}
         if prepared:
-            by_ref = {r.ref: (r.queue_id, r.seq) for r in records}
+            by_ref = {r.ref: (r.queue_id, r.seq) for r in live}
             self._prepared_keys = {tx: [by_ref[ref] for ref in p.removes if ref in by_ref]
                                    for tx, p in prepared.items()}
 
@@ -109,6 +111,11 @@ class MessageStore:
             StoreLocked, StoreUnusable: the directory is in use or cannot be used.
             OSError: an I/O error recovery cannot work around.
         """
+        with collector_paused():
+            return cls._open(root, options, ops)
+
+    @classmethod
+    def _open(cls, root: Path, options: StoreOptions, ops: FileOps | None) -> MessageStore:
         lock = lock_data_dir(root)
         ops = AuditingFileOps(ops or RealFileOps())
         auditor = Auditor(lock.data_dir, ops)
@@ -116,7 +123,7 @@ class MessageStore:
             auditor.check_at_start()
             opened = open_engine(ops, lock.data_dir, options)
             registry = QueueRegistry(ops, lock.data_dir.lqs)
-            holding = {r.queue_id for r in opened.records} | {
+            holding = set(map(_QUEUE_ID, opened.live)) | {
                 r.queue_id for tx in opened.prepared.values() for r in tx.records}
             registry.load(ids_in_use=set(opened.engine.next_seq), ids_with_messages=holding)
             streams, stream_state, bad = PingPong.load(ops, lock.data_dir.storage, "MQInSeqs")
@@ -133,7 +140,7 @@ class MessageStore:
             report.full_scans, report.log_entries, report.seconds)
         for problem in registry.problems:
             recovery_log.warning("%s", problem)
-        store = cls(lock, opened.engine, opened.records, opened.prepared, report, registry)
+        store = cls(lock, opened.engine, opened.live, opened.prepared, report, registry)
         auditor.baseline()
         auditor.save_state(clean=False)
         store.auditor = auditor
@@ -223,7 +230,7 @@ class MessageStore:
         record = StoredRecord(send.queue_id, send.seq, 0, key, size, len(send.payload), 0,
                               send.priority, send.expires_ms,
                               send.flags | RecordFlags.EXPRESS, 0)
-        self._queues.setdefault(record.queue_id, {})[record.seq] = record
+        self._index.add(record)
         return record
 
     async def commit(self, sends: Sequence[SendSpec], removes: Sequence[StoredRecord] = (),
@@ -269,7 +276,7 @@ class MessageStore:
             if self._ram.pop(record.offset, None) is None:
                 raise UnknownRecord(f"express message {record.queue_id}:{record.seq} is gone")
             self._ram_bytes -= record.payload_len
-            self._queues.get(record.queue_id, {}).pop(record.seq, None)
+            self._index.pop_packed(record.queue_id, record.seq)
             self.quotas.release([_charge(record)])
         if spilled:
             await self._submit(Job("remove_express", removes=[r.ref for r in spilled],
@@ -388,13 +395,15 @@ class MessageStore:
         """On the loop, after a batch is durable: make its effects visible, in batch order."""
         for job in jobs:
             if job.op in ("append", "commit", "commit_prepared", "express"):
+                add = self._index.add
                 for record in job.records:
-                    self._queues.setdefault(record.queue_id, {})[record.seq] = record
+                    add(record)
                 self._resolve(job.records)
             for queue_id, seq in job.removed_keys:
-                gone = self._queues.get(queue_id, {}).pop(seq, None)
+                gone = self._index.pop_packed(queue_id, seq)
                 if gone is not None:
-                    self.quotas.release([_charge(gone)])
+                    self.quotas.release([Charge(queue_id, packed_size(gone),
+                                                bool(packed_flags(gone) & RecordFlags.JOURNAL))])
 
     def _resolve(self, records: Sequence[StoredRecord]) -> None:
         for record in records:
@@ -417,11 +426,11 @@ class MessageStore:
 
     def records(self, queue_id: int) -> Iterator[StoredRecord]:
         """Live records of a queue in sequence order."""
-        return iter(sorted(self._queues.get(queue_id, {}).values(), key=lambda r: r.seq))
+        return iter(self._index.ordered(queue_id))
 
     def unordered(self, queue_id: int) -> Iterator[StoredRecord]:
         """Live records of a queue in no particular order (no sort: for counting)."""
-        return iter(list(self._queues.get(queue_id, {}).values()))
+        return iter(self._index.unordered(queue_id))
 
     def writer_histograms(self) -> tuple[Histogram, Histogram] | None:
         """(batch write + fdatasync seconds, jobs per batch), or None before ``start``."""
@@ -436,19 +445,17 @@ class MessageStore:
 
     def record(self, queue_id: int, seq: int) -> StoredRecord | None:
         """The live record at ``seq`` in the queue, if any."""
-        return self._queues.get(queue_id, {}).get(seq)
+        return self._index.get(queue_id, seq)
 
     def first_records(self, queue_id: int, after_seq: int, limit: int) -> list[StoredRecord]:
         """Up to ``limit`` live records with a sequence above ``after_seq``, in order."""
-        records = self._queues.get(queue_id, {})
-        chosen = sorted(seq for seq in records if seq > after_seq)[:limit]
-        return [records[seq] for seq in chosen]
+        return self._index.first(queue_id, after_seq, limit)
 
     def queue_ids(self) -> list[int]:
-        return sorted(q for q, records in self._queues.items() if records)
+        return self._index.queue_ids()
 
     def count(self, queue_id: int) -> int:
-        return len(self._queues.get(queue_id, {}))
+        return self._index.count(queue_id)
 
     def queue_bytes(self, queue_id: int) -> int:
         """Bytes the queue's messages occupy in segments (what its quota counts)."""
@@ -513,7 +520,7 @@ def _charge(record: StoredRecord) -> Charge:
     return Charge(record.queue_id, record.size, bool(record.flags & RecordFlags.JOURNAL))
 
 
-def _charges_by_queue(records: Sequence[StoredRecord]) -> list[Charge]:
+def _charges_by_queue(records: Sequence[Placed]) -> list[Charge]:
     """One charge per queue and class: recovery charges a million records at once."""
     by_flags: dict[tuple[int, int], int] = {}
     for record in records:  # flag values are few: the enum arithmetic runs once per value

@@ -27,33 +27,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from store.framing import RecordHeader, RecordState
 from store.logcodec import EntryKind, LogEntry, Ref
 
-__all__ = ["Found", "Resolution", "resolve"]
-
-
-class Found(NamedTuple):  # one per record at recovery: a tuple is the cheapest to build
-    segment: int
-    header: RecordHeader
-
-    @property
-    def ref(self) -> Ref:
-        return Ref(self.segment, self.header.offset, self.header.lsn)
+__all__ = ["Resolution", "resolve"]
 
 
 @dataclass(slots=True)
 class Resolution:
-    live: list[Found] = field(default_factory=list)
-    prepared_records: dict[int, list[Found]] = field(default_factory=dict)
+    live: list[RecordHeader] = field(default_factory=list)
+    prepared_records: dict[int, list[RecordHeader]] = field(default_factory=dict)
     prepared_removes: dict[int, list[Ref]] = field(default_factory=dict)
     state_fixes: list[tuple[Ref, RecordState]] = field(default_factory=list)
     dead: int = 0
 
 
-def resolve(found: Iterable[Found], entries: Iterable[LogEntry],
+def resolve(found: Iterable[RecordHeader], entries: Iterable[LogEntry],
             prepared_at_checkpoint: dict[int, list[Ref]]) -> Resolution:
     """Apply the decision table; see the module docstring."""
     removed: set[Ref] = set()
@@ -72,29 +62,38 @@ def resolve(found: Iterable[Found], entries: Iterable[LogEntry],
             prepared.pop(entry.tx_id, None)
     result = Resolution(prepared_removes=prepared)
     live = result.live
+    if not removed:  # the common case, kept cheap: no Ref is built per record
+        for item in found:
+            if item.state == RecordState.LIVE:
+                live.append(item)
+            else:
+                _resolve_one(item, removed, prepared, committed, result)
+        return result
     for item in found:
-        state = item.header.state
-        if state == RecordState.LIVE and not removed:
-            live.append(item)  # the common case, kept cheap: no Ref is built
-            continue
-        ref = item.ref
-        if state == RecordState.DEAD:
-            result.dead += 1
-            continue
-        if state == RecordState.PENDING:
-            tx_id = item.header.tx_id
-            if tx_id in prepared and tx_id not in committed:
-                result.prepared_records.setdefault(tx_id, []).append(item)
-                continue
-            if tx_id not in committed:
-                result.state_fixes.append((ref, RecordState.DEAD))
-                result.dead += 1
-                continue
-            if ref not in removed:
-                result.state_fixes.append((ref, RecordState.LIVE))
-        if ref in removed:
+        _resolve_one(item, removed, prepared, committed, result)
+    return result
+
+
+def _resolve_one(item: RecordHeader, removed: set[Ref], prepared: dict[int, list[Ref]],
+                 committed: set[int], result: Resolution) -> None:
+    state = item.state
+    ref = item.ref
+    if state == RecordState.DEAD:
+        result.dead += 1
+        return
+    if state == RecordState.PENDING:
+        tx_id = item.tx_id
+        if tx_id in prepared and tx_id not in committed:
+            result.prepared_records.setdefault(tx_id, []).append(item)
+            return
+        if tx_id not in committed:
             result.state_fixes.append((ref, RecordState.DEAD))
             result.dead += 1
-            continue
-        result.live.append(item)
-    return result
+            return
+        if ref not in removed:
+            result.state_fixes.append((ref, RecordState.LIVE))
+    if ref in removed:
+        result.state_fixes.append((ref, RecordState.DEAD))
+        result.dead += 1
+        return
+    result.live.append(item)

@@ -13,17 +13,23 @@ Steps (each one logged; ``RecoveryReport`` carries the figures):
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import itertools
+import operator
 import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 
 from store.bitmap import GranuleBitmap
 from store.datadir import DataDir
 from store.engine import Checkpoint, Engine, SegmentState
 from store.fileops import FileOps
-from store.framing import SEGMENT_HEADER_SIZE, Damage, RecordHeader, scan_chain, scan_run
+from store.framing import (
+    SEGMENT_HEADER_SIZE, Damage, RecordHeader, record_flags, scan_chain, scan_run)
 from store.lfile import LFile
 from store.logcodec import LogEntry, replay, scan_all
 from store.logs import recovery_log
@@ -31,7 +37,7 @@ from store.options import StoreOptions
 from store.pingpong import PingPong
 from store.qmlog import QMLog
 from store.records import PreparedTx, StoredRecord
-from store.recovery import Found, resolve
+from store.recovery import resolve
 from store.segment import TEMP_SUFFIX, Segment, parse_segment_name, segment_name
 
 __all__ = [
@@ -39,6 +45,7 @@ __all__ = [
     "DamageReport",
     "Opened",
     "open_engine",
+    "collector_paused",
     "open_segments",
     "load_checkpoint",
     "checkpoint_bitmap",
@@ -72,7 +79,7 @@ class RecoveryReport:
 @dataclass(slots=True)
 class Opened:
     engine: Engine
-    records: list[StoredRecord]
+    live: list[RecordHeader]  # in no particular order; each header names its segment
     prepared: dict[int, PreparedTx]
     report: RecoveryReport
 
@@ -99,7 +106,7 @@ def open_engine(ops: FileOps, data_dir: DataDir, options: StoreOptions) -> Opene
     qmlog, log_bytes = QMLog.open(ops, storage / "QMLog", size=options.qmlog_size, nonce=nonce)
     entries = _log_entries(log_bytes, checkpoint)
     report.log_entries = len(entries)
-    resolution = resolve([f for fs in found.values() for f in fs], entries,
+    resolution = resolve(itertools.chain.from_iterable(found.values()), entries,
                          checkpoint.prepared if checkpoint else {})
     for number, damaged in damage.items():
         for item in damaged:
@@ -107,8 +114,8 @@ def open_engine(ops: FileOps, data_dir: DataDir, options: StoreOptions) -> Opene
 
     engine = Engine(ops, data_dir, options, nonce=nonce, qmlog=qmlog, mqtrans=mqtrans)
     _fill_engine(engine, segments, found, entries, checkpoint, ops, data_dir)
-    records = [_stored(f) for f in resolution.live]
-    engine.occupy_many(records)
+    live = resolution.live
+    engine.occupy_many(live)
     prepared: dict[int, PreparedTx] = {}
     # Every prepared transaction survives, also one that only receives (it has no records).
     for tx_id in set(resolution.prepared_records) | set(resolution.prepared_removes):
@@ -127,12 +134,26 @@ def open_engine(ops: FileOps, data_dir: DataDir, options: StoreOptions) -> Opene
     qmlog.reset(nonce)
 
     report.segments = len(engine.segments)
-    report.live_records = len(records)
+    report.live_records = len(live)
     report.prepared_transactions = len(prepared)
     report.dead_records = resolution.dead
     report.seconds = time.monotonic() - started
-    records.sort(key=lambda r: (r.queue_id, r.seq))
-    return Opened(engine, records, prepared, report)
+    return Opened(engine, live, prepared, report)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while recovery runs. Recovery builds a tuple per
+    record (a million for a 1 GiB store) and makes no cycles, yet every full pass walked
+    them all: ~1.4 s of a 6 s recovery of 1 GiB. The collector is process-wide; it is
+    paused only if it was running and resumed however recovery ends."""
+    running = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if running:
+            gc.enable()
 
 
 def _discard_express(ops: FileOps, data_dir: DataDir, report: RecoveryReport) -> None:
@@ -199,14 +220,14 @@ def _choose_nonce(checkpoint: Checkpoint | None, segments: dict[int, Segment]) -
 def _find_records(
     ops: FileOps, data_dir: DataDir, segments: dict[int, Segment], checkpoint: Checkpoint | None,
     report: RecoveryReport,
-) -> tuple[dict[int, list[Found]], dict[int, list[Damage]]]:
-    found: dict[int, list[Found]] = {}
+) -> tuple[dict[int, list[RecordHeader]], dict[int, list[Damage]]]:
+    found: dict[int, list[RecordHeader]] = {}
     damage: dict[int, list[Damage]] = {}
     for number, segment in segments.items():
         bitmap = checkpoint_bitmap(ops, data_dir, segment, checkpoint)
         headers, damaged, full = find_segment_records(segment, bitmap, checkpoint)
         report.full_scans += full
-        found[number] = [Found(number, h) for h in headers]
+        found[number] = headers
         damage[number] = damaged
     return found, damage
 
@@ -235,26 +256,28 @@ def find_segment_records(segment: Segment, bitmap: GranuleBitmap | None,
     Without a checkpoint, or without its bitmap: a full scan (records of every state).
     """
     view, end, nonce = segment.view, segment.mapped_bytes, segment.header.nonce
+    number = segment.number
     headers: list[RecordHeader] = []
     damaged: list[Damage] = []
     if bitmap is not None and checkpoint is not None:
         for start, stop in bitmap.runs(occupied=True):
             start = max(start, SEGMENT_HEADER_SIZE)
             if start < min(stop, end):
-                run = scan_run(view, start, min(stop, end), nonce=nonce)
+                run = scan_run(view, start, min(stop, end), nonce=nonce, segment=number)
                 headers += run.records
                 damaged += run.damaged
         for start, stop in bitmap.runs(occupied=False):
             if start < end:
                 chain = scan_chain(view, start, min(stop, end), nonce=nonce,
-                                   after_lsn=checkpoint.lsn)
+                                   after_lsn=checkpoint.lsn, segment=number)
                 headers += chain.records
                 damaged += chain.damaged
         return headers, damaged, 0
     if checkpoint is not None and segment.number not in checkpoint.segments:
-        chain = scan_chain(view, SEGMENT_HEADER_SIZE, end, nonce=nonce, after_lsn=checkpoint.lsn)
+        chain = scan_chain(view, SEGMENT_HEADER_SIZE, end, nonce=nonce, after_lsn=checkpoint.lsn,
+                           segment=number)
         return chain.records, chain.damaged, 0
-    run = scan_run(view, SEGMENT_HEADER_SIZE, end, nonce=nonce)
+    run = scan_run(view, SEGMENT_HEADER_SIZE, end, nonce=nonce, segment=number)
     return run.records, run.damaged, 1
 
 
@@ -267,20 +290,27 @@ def _log_entries(log_bytes: bytes, checkpoint: Checkpoint | None) -> list[LogEnt
     return entries
 
 
-def _fill_engine(engine: Engine, segments: dict[int, Segment], found: dict[int, list[Found]],
-                 entries: list[LogEntry], checkpoint: Checkpoint | None, ops: FileOps,
-                 data_dir: DataDir) -> None:
-    all_found = [f for fs in found.values() for f in fs]
-    lsns = [f.header.lsn for f in all_found] + [e.lsn for e in entries]
-    txs = [f.header.tx_id for f in all_found] + [e.tx_id for e in entries]
+def _fill_engine(engine: Engine, segments: dict[int, Segment],
+                 found: dict[int, list[RecordHeader]], entries: list[LogEntry],
+                 checkpoint: Checkpoint | None, ops: FileOps, data_dir: DataDir) -> None:
+    every = list(itertools.chain.from_iterable(found.values()))
+    # map/attrgetter: these run over every record found, and stay in C.
+    lsns = itertools.chain(map(_LSN, every), (e.lsn for e in entries))
+    txs = itertools.chain(map(_TX, every), (e.tx_id for e in entries))
     numbers = list(segments) + _numbers_seen(data_dir)
     engine.epoch = checkpoint.epoch if checkpoint else 0
-    engine.next_lsn = max([checkpoint.lsn if checkpoint else 0, *lsns]) + 1
-    engine.next_tx = max([checkpoint.next_tx - 1 if checkpoint else 0, *txs]) + 1
+    engine.next_lsn = max(lsns, default=0) + 1
+    engine.next_tx = max(txs, default=0) + 1
+    if checkpoint is not None:
+        engine.next_lsn = max(engine.next_lsn, checkpoint.lsn + 1)
+        engine.next_tx = max(engine.next_tx, checkpoint.next_tx)
     engine.next_segment = max([checkpoint.next_segment - 1 if checkpoint else 0, *numbers]) + 1
     engine.next_seq = dict(checkpoint.next_seq) if checkpoint else {}
-    for item in all_found:
-        queue_id, seq = item.header.queue_id, item.header.seq
+    highest: dict[int, int] = {}
+    for queue_id, seq in zip(map(_QUEUE, every), map(_SEQ, every)):
+        if seq > highest.get(queue_id, 0):
+            highest[queue_id] = seq
+    for queue_id, seq in highest.items():
         if seq >= engine.next_seq.get(queue_id, 1):
             engine.next_seq[queue_id] = seq + 1
     for number, segment in segments.items():
@@ -307,10 +337,15 @@ def _numbers_seen(data_dir: DataDir) -> list[int]:
     return numbers
 
 
-def _stored(item: Found) -> StoredRecord:
-    h = item.header
-    return StoredRecord(h.queue_id, h.seq, item.segment, h.offset, h.size, h.payload_len, h.lsn,
-                        h.priority, h.expires_ms, h.flags, h.tx_id)
+def _stored(h: RecordHeader) -> StoredRecord:
+    return StoredRecord(h.queue_id, h.seq, h.segment, h.offset, h.size, h.payload_len, h.lsn,
+                        h.priority, h.expires_ms, record_flags(h.flags), h.tx_id)
+
+
+_LSN = operator.attrgetter("lsn")
+_TX = operator.attrgetter("tx_id")
+_QUEUE = operator.attrgetter("queue_id")
+_SEQ = operator.attrgetter("seq")
 
 
 def _quarantine_range(ops: FileOps, data_dir: DataDir, segment: Segment, damage: Damage,

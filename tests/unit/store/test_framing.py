@@ -23,6 +23,7 @@ from store.framing import (
     scan_chain,
     scan_run,
 )
+from store.logcodec import Ref
 
 NONCE = 0x1234ABCD
 
@@ -82,7 +83,7 @@ def test_state_byte_can_change_without_breaking_the_checksum() -> None:
     record[3] = RecordState.DEAD
     header = decode_record(record, 0, len(record), nonce=NONCE)
     assert isinstance(header, RecordHeader)
-    assert header.state is RecordState.DEAD
+    assert header.state == RecordState.DEAD
 
 
 def test_other_nonce_is_not_a_record() -> None:
@@ -194,3 +195,24 @@ def test_any_bytes_decode_to_a_value(data: bytes, offset: int) -> None:
         assert isinstance(decode_record(data, offset, end, nonce=NONCE), (Damage, RecordHeader))
     assert isinstance(scan_chain(data, 0, end, nonce=NONCE, after_lsn=0), ChainScan)
     scan_run(data, 0, end, nonce=NONCE)
+
+
+def test_damage_in_the_padding_is_named() -> None:
+    record = bytearray(_record(b"abc", 9))
+    record[-1] = 0x80
+    found = decode_record(record, 0, len(record), nonce=NONCE)
+    assert isinstance(found, Damage) and found.reason == "record padding is not zero"
+    record[RECORD_HEADER_SIZE] ^= 1
+    found = decode_record(record, 0, len(record), nonce=NONCE)
+    assert isinstance(found, Damage) and found.reason == "record checksum mismatch"
+
+
+def test_headers_hold_plain_ints_and_their_segment() -> None:
+    """Plain ints compare equal to the enum members; the scan names the segment."""
+    record = _record(b"abc", 9, flags=RecordFlags.JOURNAL)
+    header = decode_record(record, 0, len(record), nonce=NONCE, segment=12)
+    assert isinstance(header, RecordHeader)
+    assert header.flags == RecordFlags.JOURNAL and header.state == RecordState.LIVE
+    assert header.segment == 12 and header.ref == Ref(12, 0, 9)
+    run = scan_run(record, 0, len(record), nonce=NONCE, segment=12)
+    assert run.records == [header]
