@@ -89,7 +89,7 @@ class AuditingFileOps:
         with self._touching(self._fd_paths.get(fd)):
             self._inner.pwrite(fd, data, offset)
 
-    def pwritev(self, fd: int, buffers: Sequence[bytes], offset: int) -> None:
+    def pwritev(self, fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> None:
         with self._touching(self._fd_paths.get(fd)):
             self._inner.pwritev(fd, buffers, offset)
 

@@ -37,7 +37,7 @@ from store.framing import (
     SEGMENT_HEADER_SIZE,
     RecordFlags,
     RecordState,
-    encode_record,
+    encode_record_parts,
     max_payload,
     peek_record,
     record_size,
@@ -58,6 +58,8 @@ _TRANSACTIONAL = RecordFlags.TRANSACTIONAL.value
 _JOURNAL = RecordFlags.JOURNAL.value
 _EXPRESS = RecordFlags.EXPRESS.value
 _OFFSET = operator.attrgetter("offset")
+_FIRST = operator.itemgetter(0)
+Parts = tuple[bytes, bytes | memoryview, bytes]  # a record as encode_record_parts gives it
 
 
 @dataclass(slots=True)
@@ -154,10 +156,13 @@ class Engine:
         try:
             self._ensure_log_space(sum(job.log_bytes_max() for job in jobs))
             self._validate(jobs)
-            writes: dict[int, list[tuple[int, bytes]]] = {}
+            writes: dict[int, list[tuple[int, Parts]]] = {}
+            placed: list[StoredRecord] = []
             for job in jobs:
                 if job.error is None:
-                    self._place(job, writes)
+                    self._place(job, writes, placed)
+            if placed:
+                self.occupy_many(placed)
             for number, items in writes.items():
                 self._write_segment(number, items)
             for number in writes:
@@ -170,7 +175,7 @@ class Engine:
                                    for k, t, r in entries], next_lsn=wrap_lsn)
                 self.qmlog.sync()
             for job in jobs:
-                if job.error is None:
+                if job.error is None and job.op != "append":  # an append has nothing to apply
                     self._apply(job)
         except OSError as exc:
             raise self._fail(f"I/O error in a commit: {exc}") from exc
@@ -191,53 +196,57 @@ class Engine:
             self.checkpoint()
         assert self.qmlog.free_bytes() >= needed, "batch larger than the QMLog"
 
-    def _place(self, job: Job, writes: dict[int, list[tuple[int, bytes]]]) -> None:
-        if job.op not in ("append", "commit", "prepare", "express") or not job.sends:
+    def _place(self, job: Job, writes: dict[int, list[tuple[int, Parts]]],
+               placed: list[StoredRecord]) -> None:
+        """Allocate, number and encode the job's records (this runs once per message sent:
+        plain ints and locals throughout, enum arithmetic showed in profiles)."""
+        op = job.op
+        if op not in ("append", "commit", "prepare", "express") or not job.sends:
             return
-        too_large = [s for s in job.sends if len(s.payload) > self.payload_max]
-        if too_large:
-            job.error = MessageTooLarge(
-                f"message of {len(too_large[0].payload)} bytes exceeds the largest a segment "
-                f"holds ({self.payload_max} bytes)")
-            return
-        places: list[tuple[int, int]] = []
+        for send in job.sends:
+            if len(send.payload) > self.payload_max:
+                job.error = MessageTooLarge(
+                    f"message of {len(send.payload)} bytes exceeds the largest a segment "
+                    f"holds ({self.payload_max} bytes)")
+                return
+        places: list[tuple[int, int, int]] = []
         for send in job.sends:
             try:
-                kind = "r" if job.op == "express" else "j" if send.journal else "p"
-                places.append(self._allocate(kind, record_size(len(send.payload))))
+                kind = "r" if op == "express" else "j" if send.journal else "p"
+                size = record_size(len(send.payload))
+                places.append((*self._allocate(kind, size), size))
             except DiskFull as exc:
                 job.error = exc
                 break
-        single = job.op == "commit" and len(job.sends) == 1 and not job.removes
-        tx_flag = 0 if job.op in ("append", "express") else _TRANSACTIONAL
-        state = (RecordState.LIVE if job.op in ("append", "express") or single
-                 else RecordState.PENDING)
-        for send, (number, offset) in zip(job.sends, places):
-            lsn = self._take_lsn()
+        plain = op in ("append", "express")
+        single = op == "commit" and len(job.sends) == 1 and not job.removes
+        state = RecordState.LIVE if plain or single else RecordState.PENDING
+        base_flags = (0 if plain else _TRANSACTIONAL) | (_EXPRESS if op == "express" else 0)
+        next_seq, nonce, tx_id = self.next_seq, self.nonce, job.tx_id
+        for send, (number, offset, size) in zip(job.sends, places):
+            lsn = self.next_lsn
+            self.next_lsn = lsn + 1
             if job.error is not None:
                 # Keep the chain whole: fill the place with a dead record.
-                data = encode_record(send.payload, lsn=lsn, nonce=self.nonce, queue_id=0,
-                                     seq=0, state=RecordState.DEAD)
-                writes.setdefault(number, []).append((offset, data))
+                parts = encode_record_parts(send.payload, lsn=lsn, nonce=nonce, queue_id=0,
+                                            seq=0, state=RecordState.DEAD)
+                writes.setdefault(number, []).append((offset, parts))
                 continue
-            seq = send.seq or self.next_seq.get(send.queue_id, 1)
-            if seq >= self.next_seq.get(send.queue_id, 1):
-                self.next_seq[send.queue_id] = seq + 1
-            # Plain ints: enum arithmetic per message showed in profiles.
-            flags = int(send.flags) | tx_flag
+            queue_id = send.queue_id
+            seq = send.seq or next_seq.get(queue_id, 1)
+            if seq >= next_seq.get(queue_id, 1):
+                next_seq[queue_id] = seq + 1
+            flags = int(send.flags) | base_flags
             if send.journal:
                 flags |= _JOURNAL
-            if job.op == "express":
-                flags |= _EXPRESS
-            data = encode_record(send.payload, lsn=lsn, nonce=self.nonce,
-                                 queue_id=send.queue_id, seq=seq, tx_id=job.tx_id,
-                                 expires_ms=send.expires_ms, priority=send.priority,
-                                 flags=flags, state=state)
-            writes.setdefault(number, []).append((offset, data))
-            record = StoredRecord(send.queue_id, seq, number, offset, len(data),
-                                  len(send.payload), lsn, send.priority, send.expires_ms,
-                                  flags, job.tx_id)  # type: ignore[arg-type]
-            self._occupy(record)
+            parts = encode_record_parts(send.payload, lsn=lsn, nonce=nonce, queue_id=queue_id,
+                                        seq=seq, tx_id=tx_id, expires_ms=send.expires_ms,
+                                        priority=send.priority, flags=flags, state=state)
+            writes.setdefault(number, []).append((offset, parts))
+            record = StoredRecord(queue_id, seq, number, offset, size, len(send.payload), lsn,
+                                  send.priority, send.expires_ms, flags,  # type: ignore[arg-type]
+                                  tx_id)
+            placed.append(record)
             job.records.append(record)
 
     def _allocate(self, kind: str, size: int) -> tuple[int, int]:
@@ -276,7 +285,8 @@ class Engine:
         state.bitmap_dirty = True
 
     def occupy_many(self, records: Sequence[Placed]) -> None:
-        """``_occupy`` for many records (recovery), marking adjacent records as one range."""
+        """``_occupy`` for many records (a batch, or recovery), marking adjacent records as
+        one range."""
         by_segment: dict[int, list[Placed]] = {}
         for record in records:
             by_segment.setdefault(record.segment, []).append(record)
@@ -296,25 +306,27 @@ class Engine:
             state.oldest_lsn = min(state.oldest_lsn or oldest, oldest)
             state.bitmap_dirty = True
 
-    def _write_segment(self, number: int, items: list[tuple[int, bytes]]) -> None:
-        """One ``pwritev`` per run of adjacent records."""
-        items.sort()
+    def _write_segment(self, number: int, items: list[tuple[int, Parts]]) -> None:
+        """One ``pwritev`` per run of adjacent records (each record is header, payload and
+        padding: three buffers, the payload never copied)."""
+        items.sort(key=_FIRST)
         segment = self.segments[number].segment
-        run_start, run = items[0][0], [items[0][1]]
-        run_end = run_start + len(items[0][1])
-        for offset, data in items[1:]:
-            if offset == run_end:
-                run.append(data)
-                run_end += len(data)
-                continue
-            segment.write(run_start, run)
-            run_start, run, run_end = offset, [data], offset + len(data)
+        run_start = run_end = items[0][0]
+        run: list[bytes | memoryview] = []
+        for offset, parts in items:
+            if offset != run_end:
+                segment.write(run_start, run)
+                run_start, run_end, run = offset, offset, []
+            for part in parts:
+                if part:
+                    run.append(part)
+                    run_end += len(part)
         segment.write(run_start, run)
 
     def _log_entries(self, jobs: Sequence[Job]) -> list[tuple[EntryKind, int, tuple[Ref, ...]]]:
         entries: list[tuple[EntryKind, int, tuple[Ref, ...]]] = []
         for job in jobs:
-            if job.error is not None:
+            if job.error is not None or job.op == "append":  # an append leaves no entry
                 continue
             removes = tuple(job.removes)
             if job.op == "remove":
@@ -345,6 +357,8 @@ class Engine:
             if job.op in ("commit_prepared", "abort"):
                 if job.tx_id not in self.prepared:
                     job.error = UnknownRecord(f"no prepared transaction {job.tx_id}")
+                continue
+            if not job.removes:
                 continue
             bad = [ref for ref in job.removes if ref in taken or not self._is_live(ref)]
             if bad:

@@ -26,7 +26,7 @@ class FileOps(Protocol):
 
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> None: ...
 
-    def pwritev(self, fd: int, buffers: Sequence[bytes], offset: int) -> None: ...
+    def pwritev(self, fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> None: ...
 
     def pread(self, fd: int, length: int, offset: int) -> bytes: ...
 
@@ -69,7 +69,7 @@ class RealFileOps:
             view = view[written:]
             offset += written
 
-    def pwritev(self, fd: int, buffers: Sequence[bytes], offset: int) -> None:
+    def pwritev(self, fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> None:
         total = sum(len(b) for b in buffers)
         written = os.pwritev(fd, buffers, offset)
         if written < total:

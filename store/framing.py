@@ -60,6 +60,7 @@ __all__ = [
     "encode_segment_header",
     "decode_segment_header",
     "encode_record",
+    "encode_record_parts",
     "decode_record",
     "scan_chain",
     "scan_run",
@@ -81,6 +82,8 @@ _STATE_OFFSET = 3
 _CRC_OFFSET = RECORD_HEADER_SIZE - 4
 _HEAD_CRC = zlib.crc32(struct.pack("<HBB", RECORD_MAGIC, 1, 0))  # kind MESSAGE, state zeroed
 _MESSAGE = 1  # RecordKind.MESSAGE
+_TAIL = struct.Struct("<IQIIQQQBBH")  # the header from payload_len to the CRC
+assert _TAIL.size == _CRC_OFFSET - 4
 _SIZE_ROUND = RECORD_HEADER_SIZE + GRANULE - 1
 _SIZE_MASK = ~(GRANULE - 1)
 assert SEGMENT_HEADER_SIZE == 64
@@ -112,6 +115,8 @@ _KINDS = frozenset(member.value for member in RecordKind)
 _STATES = frozenset(member.value for member in RecordState)
 _FLAGS: dict[int, RecordFlags] = {}
 assert _MESSAGE == RecordKind.MESSAGE
+# magic, kind MESSAGE and each state: the header's first four bytes.
+_PREFIXES = {state: struct.pack("<HBB", RECORD_MAGIC, _MESSAGE, state) for state in RecordState}
 
 
 def record_flags(value: int) -> RecordFlags:
@@ -237,18 +242,34 @@ def encode_record(
     state: RecordState = RecordState.LIVE,
 ) -> bytes:
     """The record's bytes, padded to a whole number of granules."""
+    return b"".join(encode_record_parts(
+        payload, lsn=lsn, nonce=nonce, queue_id=queue_id, seq=seq, tx_id=tx_id,
+        expires_ms=expires_ms, priority=priority, flags=flags, state=state))
+
+
+def encode_record_parts(
+    payload: bytes | memoryview,
+    *,
+    lsn: int,
+    nonce: int,
+    queue_id: int,
+    seq: int,
+    tx_id: int = 0,
+    expires_ms: int = 0,
+    priority: int = 0,
+    flags: RecordFlags | int = RecordFlags.NONE,
+    state: RecordState = RecordState.LIVE,
+) -> tuple[bytes, bytes | memoryview, bytes]:
+    """The record as (header, payload, padding), for ``pwritev``: the payload is never
+    copied (the writer thread encodes every message; a joined copy cost ~0.6 us a KiB)."""
     assert lsn > 0
     assert 0 <= priority <= 7
     payload_len = len(payload)
-    size = record_size(payload_len)
-    record = bytearray(size)
-    _RECORD.pack_into(record, 0, RECORD_MAGIC, 1, 0, payload_len, lsn, nonce & 0xFFFFFFFF,
-                      queue_id, tx_id, seq, expires_ms, priority, int(flags), 0, 0)
-    record[RECORD_HEADER_SIZE: RECORD_HEADER_SIZE + payload_len] = payload
-    crc = zlib.crc32(payload, zlib.crc32(memoryview(record)[:_CRC_OFFSET]))
-    _CRC.pack_into(record, _CRC_OFFSET, crc)
-    record[_STATE_OFFSET] = state
-    return bytes(record)
+    tail = _TAIL.pack(payload_len, lsn, nonce & 0xFFFFFFFF, queue_id, tx_id, seq, expires_ms,
+                      priority, int(flags), 0)
+    crc = zlib.crc32(payload, zlib.crc32(tail, _HEAD_CRC))
+    header = _PREFIXES[state] + tail + _CRC.pack(crc)
+    return header, payload, _PADS[-(RECORD_HEADER_SIZE + payload_len) % GRANULE]
 
 
 def decode_record(

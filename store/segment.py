@@ -124,7 +124,7 @@ class Segment:
             ops.close(fd)
             raise
 
-    def write(self, offset: int, buffers: Sequence[bytes]) -> None:
+    def write(self, offset: int, buffers: Sequence[bytes | memoryview]) -> None:
         """Write adjacent buffers from ``offset``, in ``pwritev`` calls of at most IOV_MAX."""
         assert offset >= SEGMENT_HEADER_SIZE
         assert offset + sum(len(b) for b in buffers) <= self.mapped_bytes

@@ -44,7 +44,7 @@ class FaultyFileOps(RealFileOps):
             raise SimulatedCrash("torn write")
         super().pwrite(fd, data, offset)
 
-    def pwritev(self, fd: int, buffers: Sequence[bytes], offset: int) -> None:
+    def pwritev(self, fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> None:
         if self.torn_write_bytes is not None and not self.torn_on_pwrite:
             data = b"".join(buffers)[: self.torn_write_bytes]
             self.torn_write_bytes = None
