@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -18,6 +19,8 @@ from gateway.problem import problem_response
 
 __all__ = ["make_middlewares"]
 
+_LABEL_SETS_MAX = 4096
+
 
 def _route_label(request: web.Request) -> str:
     resource = request.match_info.route.resource
@@ -27,37 +30,58 @@ def _route_label(request: web.Request) -> str:
 
 
 def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int) -> list[Middleware]:
-    """Build the middleware chain, outermost first."""
-    slots = asyncio.Semaphore(concurrent_requests_max)
+    """Build the middleware chain, outermost first.
+
+    One layer does the cap, the metrics and the error mapping: every layer is two more calls
+    per request in aiohttp, and this runs for every message sent. The cap is a plain count
+    (a request over it is answered 503 at once, never queued, so no semaphore is needed),
+    and metric children are looked up once per label set (prometheus' ``labels()`` takes a
+    lock and validates the labels on every call).
+    """
+    in_flight = 0
+    metrics.http_in_flight.set_function(lambda: in_flight)
+    counters: dict[tuple[str, str, int], Callable[[], None]] = {}
+    latencies: dict[str, Callable[[float], None]] = {}
 
     @web.middleware
     async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+        nonlocal in_flight
+        if in_flight >= concurrent_requests_max:
+            response: web.StreamResponse = problem_response(
+                503,
+                f"more than {concurrent_requests_max} requests in flight",
+                type_slug="overloaded",
+                headers={"Retry-After": "1"},
+            )
+            _count(request, response.status, 0.0)
+            return response
         started = time.perf_counter()
-        metrics.http_in_flight.inc()
+        in_flight += 1
         status = 500
         try:
             response = await _answer(request, handler)
             status = response.status
             return response
         finally:
-            metrics.http_in_flight.dec()
-            route = _route_label(request)
-            metrics.http_requests.labels(route, request.method, str(status)).inc()
-            metrics.http_latency.labels(route).observe(time.perf_counter() - started)
+            in_flight -= 1
+            _count(request, status, time.perf_counter() - started)
 
-    @web.middleware
-    async def limit(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if slots.locked():
-            return problem_response(
-                503,
-                f"more than {concurrent_requests_max} requests in flight",
-                type_slug="overloaded",
-                headers={"Retry-After": "1"},
-            )
-        async with slots:
-            return await handler(request)
+    def _count(request: web.Request, status: int, seconds: float) -> None:
+        route = _route_label(request)
+        key = (route, request.method, status)
+        inc = counters.get(key)
+        if inc is None:
+            if len(counters) >= _LABEL_SETS_MAX:  # bounded: routes and methods are few
+                counters.clear()
+            inc = counters[key] = metrics.http_requests.labels(
+                route, request.method, str(status)).inc
+        inc()
+        observe_latency = latencies.get(route)
+        if observe_latency is None:
+            observe_latency = latencies[route] = metrics.http_latency.labels(route).observe
+        observe_latency(seconds)
 
-    return [observe, limit]
+    return [observe]
 
 
 async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -14,7 +14,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from gateway import rest_range
+from gateway import jsonio, rest_range
 from gateway.appkeys import STATE_KEY
 from gateway.auth.middleware import principal_of, require, require_admin
 from gateway.errors import ProblemError
@@ -72,7 +72,7 @@ def _message(m: ReceivedMessage) -> dict[str, object]:
 async def list_queues(request: web.Request) -> web.Response:
     qm = _qm(request)
     principal = principal_of(request)
-    return web.json_response({"queues": [
+    return jsonio.json_response({"queues": [
         _queue_json(qm, q.path.canonical) for q in qm.queues()
         if principal.may("send", q.path.canonical)
         or principal.may("receive", q.path.canonical)]})
@@ -102,11 +102,11 @@ async def queue_tree(request: web.Request) -> web.StreamResponse:
             raise web.HTTPMethodNotAllowed(method, ["POST"])
         body = await json_body(request, allow_empty=True)
         moved = await _redrive(request).one(name, unquote(rest[1]), _target(body))
-        return web.json_response({"id": moved.message_id, "queue": moved.queue})
+        return jsonio.json_response({"id": moved.message_id, "queue": moved.queue})
     if len(rest) == 2 and rest[0] == "messages":
         message_id = unquote(rest[1])
         if method == "GET":
-            return web.json_response(_message(qm.get(name, message_id)))
+            return jsonio.json_response(_message(qm.get(name, message_id)))
         if method == "DELETE":
             await qm.delete(name, message_id)
             return web.Response(status=204)
@@ -151,7 +151,7 @@ async def _dispatch(method: str, table: dict[str, object], request: web.Request,
 
 
 async def _show(request: web.Request, qm: QueueManager, name: str) -> web.Response:
-    return web.json_response(_queue_json(qm, name))
+    return jsonio.json_response(_queue_json(qm, name))
 
 
 async def _put(request: web.Request, qm: QueueManager, name: str) -> web.Response:
@@ -168,7 +168,7 @@ async def _put(request: web.Request, qm: QueueManager, name: str) -> web.Respons
         label=_label(body), anonymous=_bool(body, "anonymous"),
         authenticate=_bool(body, "authenticate"))
     queue, created = await qm.create_queue(name, settings)
-    return web.json_response(_queue_json(qm, queue.path.canonical), status=201 if created
+    return jsonio.json_response(_queue_json(qm, queue.path.canonical), status=201 if created
                              else 200)
 
 
@@ -180,7 +180,7 @@ async def _delete(request: web.Request, qm: QueueManager, name: str) -> web.Resp
 
 
 async def _purge(request: web.Request, qm: QueueManager, name: str) -> web.Response:
-    return web.json_response({"purged": await rest_range.consumers_of(request).purge(
+    return jsonio.json_response({"purged": await rest_range.consumers_of(request).purge(
         qm.queue(name))})
 
 
@@ -195,12 +195,12 @@ async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Respon
         transactions.get(send.transaction)
         body = await request.read()
         tx, index = transactions.send(send.transaction, name, body, send.properties)
-        return web.json_response({"transaction": tx.id, "queue": qm.queue(name).path.display,
+        return jsonio.json_response({"transaction": tx.id, "queue": qm.queue(name).path.display,
                                   "index": index}, status=202)
     body = await request.read()
     message = await qm.send(name, body, send.properties, transaction=send.transaction,
                             dedup_key=send.idempotency_key)
-    return web.json_response({"id": message.message_id, "queue": message.queue,
+    return jsonio.json_response({"id": message.message_id, "queue": message.queue,
                               "seq": message.seq}, status=201)
 
 
@@ -213,14 +213,14 @@ async def _receive(request: web.Request, qm: QueueManager, name: str) -> web.Res
             tx_id, name, max_messages=max_messages, wait_s=wait)
     else:
         messages = await qm.receive(name, max_messages=max_messages, wait_s=wait)
-    return web.json_response({"messages": [_message(m) for m in messages]})
+    return jsonio.json_response({"messages": [_message(m) for m in messages]})
 
 
 async def _browse(request: web.Request, qm: QueueManager, name: str) -> web.Response:
     after = _query_int(request, "after", 0, 0, 2**62)
     limit = _query_int(request, "limit", 100, 1, 1000)
     messages, last = qm.browse(name, after=after, limit=limit)
-    return web.json_response({"messages": [_message(m) for m in messages], "next": last})
+    return jsonio.json_response({"messages": [_message(m) for m in messages], "next": last})
 
 
 def _redrive(request: web.Request) -> Redrive:
@@ -256,7 +256,7 @@ async def _requeue_bulk(request: web.Request, qm: QueueManager, name: str) -> we
     flt = RedriveFilter(message_class=cls, source_queue=source, limit=limit,
                         after_ms=_time_ms(body, "after"), before_ms=_time_ms(body, "before"))
     moved = await _redrive(request).bulk(name, flt, _target(body))
-    return web.json_response({"requeued": moved})
+    return jsonio.json_response({"requeued": moved})
 
 
 def _time_ms(body: dict[str, object], key: str) -> int:

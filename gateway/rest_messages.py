@@ -6,6 +6,7 @@ import time
 
 from aiohttp import web
 
+from gateway import jsonio
 from gateway.appkeys import STATE_KEY
 from gateway.auth.middleware import require, require_admin
 from gateway.destinations import redirect_inbound, send_to_destinations, split_destinations
@@ -50,12 +51,12 @@ async def send_by_format_name(request: web.Request) -> web.Response:
         held = [transactions.send(tx, path, body, send.properties)[1] for path in paths]
         held += [transactions.send_remote(tx, outgoing, url, body, send.properties)[1]
                  for outgoing, url in remote]
-        return web.json_response({"transaction": tx, "queues": [q.path.display for q in queues]
+        return jsonio.json_response({"transaction": tx, "queues": [q.path.display for q in queues]
                                   + [url for _, url in remote], "index": held}, status=202)
     if len(paths) == 1 and not remote:
         message = await qm.send(paths[0], body, send.properties, transaction=tx,
                                 dedup_key=send.idempotency_key)
-        return web.json_response({"id": message.message_id, "queue": message.queue,
+        return jsonio.json_response({"id": message.message_id, "queue": message.queue,
                                   "seq": message.seq}, status=201)
     transactional = tx == "single" or (tx is None and any(q.settings.transactional
                                                           for q in queues))
@@ -65,7 +66,7 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     if key is not None:
         prior = await qm.dedup.seen(key, digest)
         if prior:
-            return web.json_response(prior, status=201)
+            return jsonio.json_response(prior, status=201)
         qm.dedup.begin(key)
     try:
         answer = await send_to_destinations(
@@ -74,4 +75,4 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     finally:
         if key is not None:
             qm.dedup.failed(key)  # no-op once stored
-    return web.json_response(answer, status=201)
+    return jsonio.json_response(answer, status=201)

@@ -9,6 +9,7 @@ import time
 
 from aiohttp import web
 
+from gateway import jsonio
 from gateway.appkeys import STATE_KEY
 from gateway.auth.middleware import require, require_admin
 from gateway.batch import send_batch
@@ -35,20 +36,20 @@ def _ready(request: web.Request) -> tuple[QueueManager, Transactions]:
 async def begin(request: web.Request) -> web.Response:
     _, transactions = _ready(request)
     tx = transactions.begin()
-    return web.json_response(tx.summary(), status=201)
+    return jsonio.json_response(tx.summary(), status=201)
 
 
 @routes.get("/v1/transactions")
 async def list_transactions(request: web.Request) -> web.Response:
     require_admin(request)
     _, transactions = _ready(request)
-    return web.json_response({"transactions": [t.summary() for t in transactions.all()]})
+    return jsonio.json_response({"transactions": [t.summary() for t in transactions.all()]})
 
 
 @routes.get("/v1/transactions/{id}")
 async def show(request: web.Request) -> web.Response:
     _, transactions = _ready(request)
-    return web.json_response(transactions.get(request.match_info["id"]).summary())
+    return jsonio.json_response(transactions.get(request.match_info["id"]).summary())
 
 
 @routes.post("/v1/transactions/{id}/{action}")
@@ -57,13 +58,13 @@ async def act(request: web.Request) -> web.Response:
     tx_id, action = request.match_info["id"], request.match_info["action"]
     if action == "prepare":
         tx = await transactions.prepare(tx_id)
-        return web.json_response(tx.summary())
+        return jsonio.json_response(tx.summary())
     if action == "commit":
         made = await transactions.commit(tx_id)
-        return web.json_response({"id": tx_id, "state": "committed", "messages": made})
+        return jsonio.json_response({"id": tx_id, "state": "committed", "messages": made})
     if action == "abort":
         await transactions.abort(tx_id)
-        return web.json_response({"id": tx_id, "state": "aborted"})
+        return jsonio.json_response({"id": tx_id, "state": "aborted"})
     raise ProblemError(404, f"no action {action!r} (prepare, commit or abort)",
                        type_slug="not-found")
 
@@ -87,7 +88,7 @@ async def batch(request: web.Request) -> web.Response:
     for queue, _, _ in items:
         require(request, "send", queue)
     made = await send_batch(qm, items)
-    return web.json_response({"ids": [m.message_id for m in made],
+    return jsonio.json_response({"ids": [m.message_id for m in made],
                               "messages": [{"id": m.message_id, "queue": m.queue, "seq": m.seq}
                                            for m in made]}, status=201)
 

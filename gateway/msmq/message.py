@@ -12,11 +12,12 @@ an id (SRMP) or is a copy (journal, dead letter) carries its id in the header.
 
 from __future__ import annotations
 
-import json
 import re
 import struct
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from gateway import jsonio
 
 __all__ = [
     "MessageProperties",
@@ -80,7 +81,7 @@ def encode_payload(properties: MessageProperties, body: bytes) -> bytes:
         value = getattr(properties, name)
         if value != default:
             header[name] = value
-    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    raw = jsonio.dumps(header)
     return _HEAD.pack(_MAGIC, _VERSION, len(raw)) + raw + body
 
 
@@ -92,7 +93,7 @@ def decode_payload(payload: bytes) -> DecodedMessage:
     if magic != _MAGIC or version != _VERSION or _HEAD.size + length > len(payload):
         raise MessageFormatError("not a message payload of format version 1")
     try:
-        header: dict[str, Any] = json.loads(payload[_HEAD.size: _HEAD.size + length])
+        header: dict[str, Any] = jsonio.loads(payload[_HEAD.size: _HEAD.size + length])
         properties = MessageProperties(**header)
     except (ValueError, TypeError) as exc:
         raise MessageFormatError(f"message header unreadable: {exc}") from exc
