@@ -13,7 +13,7 @@ from aiohttp import web
 
 from gateway import admin, health, openapi, rest, rest_links, rest_messages, rest_tx, ui
 from gateway.auth.authenticator import Authenticator, read_secret
-from gateway.auth.middleware import make_auth_middleware
+from gateway.auth.middleware import make_auth_gate
 from gateway.destinations import local_host_names
 from gateway.errors import ConfigError, GatewayError
 from gateway.appkeys import FILE_OPS_KEY, METRICS_KEY, SETTINGS_KEY, SIGNERS_KEY, STATE_KEY
@@ -73,11 +73,11 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     load_webhooks(settings)  # a webhook's unreadable secret stops the start (exit 2)
     landing_specs(settings)  # so does a Parquet landing without pyarrow
     load_peers(settings)  # and a peer's TLS files that cannot be loaded
-    gate = make_auth_middleware(settings, Authenticator(settings))
+    gate = make_auth_gate(settings, Authenticator(settings))
     app = web.Application(
         client_max_size=settings.server.request_body_max,
-        middlewares=[*make_middlewares(
-            metrics, concurrent_requests_max=settings.server.concurrent_requests_max), gate],
+        middlewares=make_middlewares(
+            metrics, concurrent_requests_max=settings.server.concurrent_requests_max, gate=gate),
     )
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from gateway.auth.middleware import Gate
 from gateway.errors import ProblemError
 from gateway.logs import server_log
 from gateway.metrics import Metrics
@@ -29,8 +30,10 @@ def _route_label(request: web.Request) -> str:
     return resource.canonical
 
 
-def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int) -> list[Middleware]:
-    """Build the middleware chain, outermost first.
+def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
+                     gate: Gate | None = None) -> list[Middleware]:
+    """Build the middleware chain, outermost first; ``gate`` (authentication, body limits)
+    is awaited before every handler, inside the error mapping.
 
     One layer does the cap, the metrics and the error mapping: every layer is two more calls
     per request in aiohttp, and this runs for every message sent. The cap is a plain count
@@ -59,7 +62,7 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int) -> list[
         in_flight += 1
         status = 500
         try:
-            response = await _answer(request, handler)
+            response = await _answer(request, handler, gate)
             status = response.status
             return response
         finally:
@@ -84,8 +87,11 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int) -> list[
     return [observe]
 
 
-async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def _answer(request: web.Request, handler: Handler,
+                  gate: Gate | None) -> web.StreamResponse:
     try:
+        if gate is not None:
+            await gate(request)
         return await handler(request)
     except ProblemError as exc:
         return problem_response(
