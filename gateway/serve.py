@@ -8,6 +8,7 @@ opened and recovered in the background; /readyz says when it is done).
 from __future__ import annotations
 
 import asyncio
+import gc
 import errno
 import json
 import os
@@ -31,6 +32,8 @@ from store.datadir import probe_data_dir
 from store.errors import StoreError
 
 __all__ = ["serve"]
+
+_GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
 
 
 def serve(settings: Settings, *, config_source: str) -> int:
@@ -110,6 +113,7 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
     notifier = Notifier()
     state = app[STATE_KEY]
     tasks = [asyncio.create_task(_announce_ready(notifier, state, stop)),
+             asyncio.create_task(_tune_collector(state, stop)),
              asyncio.create_task(notifier.watchdog(
                  lambda: state.failure is None and (state.store is None
                                                     or state.store.failed is None)))]
@@ -139,6 +143,27 @@ async def _announce_ready(notifier: Notifier, state: GatewayState, stop: asyncio
             notifier.send(f"STATUS=failed: {state.failure}")
             return
         await asyncio.sleep(0.05)
+
+
+async def _tune_collector(state: GatewayState, stop: asyncio.Event) -> None:
+    """Once the gateway is ready, move everything alive (modules, the app, the recovered
+    store) out of the cyclic collector's reach and let young collections come less often.
+
+    Measured under REST load (1 KiB sends, C=64): every full collection walked the ~half
+    million startup objects, 8 of them in 6 s, each pausing the loop up to 20 ms, which was
+    the p99 (28 ms; 14-15 ms frozen); young collections ran 950 times (3% of the loop's
+    time; twice with the threshold at 10,000). Startup objects that later become cyclic
+    garbage are never reclaimed: there are few (a replaced mapping), and none grow.
+    """
+    while not stop.is_set() and not state.ready:
+        if state.failure is not None:
+            return
+        await asyncio.sleep(0.05)
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    server_log.info("startup objects frozen out of the cyclic collector count=%d",
+                    gc.get_freeze_count())
 
 
 def _warn_if_open(settings: Settings) -> None:
