@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import json
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from gateway import jsonio
 from gateway.errors import ProblemError
 from gateway.internal_queues import DEDUP_QUEUE
 from gateway.logs import server_log
@@ -53,7 +53,7 @@ class DedupWindow:
         # removed with the last of their entries.
         self._sharing: dict[int, int] = {}
         for record in store.records(queue_id):
-            doc = json.loads(store.read(record))
+            doc = jsonio.loads(store.read(record))
             for item in doc["entries"] if "entries" in doc else [doc]:
                 self._entries[item["key"]] = _Entry(item["digest"], item["answer"],
                                                     item["at_ms"], record)
@@ -89,7 +89,7 @@ class DedupWindow:
     def spec(self, key: str, digest: str, answer: dict[str, object]) -> SendSpec:
         """The record that remembers ``key``; commit it together with the message."""
         doc = {"key": key, "digest": digest, "answer": answer, "at_ms": _now_ms()}
-        return SendSpec(self.queue_id, json.dumps(doc).encode())
+        return SendSpec(self.queue_id, jsonio.dumps(doc))
 
     def done(self, key: str, digest: str, answer: dict[str, object],
              record: StoredRecord | None) -> None:
