@@ -1,9 +1,9 @@
 """MessageStore: the store's public object.
 
 Blocking calls (``open``, ``close``) belong off the event loop; the async calls are made on the
-loop and await the writer thread. The per-queue index lives here, on the loop side, and holds
-references only (``StoredRecord``), never bodies: ``read`` copies a body out of the mapped
-segment when it is asked for.
+loop and await the writer thread. The per-queue index (``store.index``) lives here, on the loop
+side, and holds references only (one packed int per message, handed out as ``StoredRecord``),
+never bodies: ``read`` copies a body out of the mapped segment when it is asked for.
 
 Life cycle::
 
