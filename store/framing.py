@@ -59,7 +59,6 @@ __all__ = [
     "max_payload",
     "encode_segment_header",
     "decode_segment_header",
-    "encode_record",
     "encode_record_parts",
     "decode_record",
     "scan_chain",
@@ -228,25 +227,6 @@ def decode_segment_header(data: bytes | memoryview) -> SegmentHeader | Damage:
     return SegmentHeader(chr(kind), number, generation, nonce, size, created_ms)
 
 
-def encode_record(
-    payload: bytes | memoryview,
-    *,
-    lsn: int,
-    nonce: int,
-    queue_id: int,
-    seq: int,
-    tx_id: int = 0,
-    expires_ms: int = 0,
-    priority: int = 0,
-    flags: RecordFlags | int = RecordFlags.NONE,
-    state: RecordState = RecordState.LIVE,
-) -> bytes:
-    """The record's bytes, padded to a whole number of granules."""
-    return b"".join(encode_record_parts(
-        payload, lsn=lsn, nonce=nonce, queue_id=queue_id, seq=seq, tx_id=tx_id,
-        expires_ms=expires_ms, priority=priority, flags=flags, state=state))
-
-
 def encode_record_parts(
     payload: bytes | memoryview,
     *,
@@ -260,8 +240,9 @@ def encode_record_parts(
     flags: RecordFlags | int = RecordFlags.NONE,
     state: RecordState = RecordState.LIVE,
 ) -> tuple[bytes, bytes | memoryview, bytes]:
-    """The record as (header, payload, padding), for ``pwritev``: the payload is never
-    copied (the writer thread encodes every message; a joined copy cost ~0.6 us a KiB)."""
+    """The record as (header, payload, padding), padded to a whole number of granules, for
+    ``pwritev``: the payload is never copied (the writer thread encodes every message; a
+    joined copy cost ~0.6 us a KiB). ``b"".join`` of the parts is the record's bytes."""
     assert lsn > 0
     assert 0 <= priority <= 7
     payload_len = len(payload)

@@ -16,7 +16,7 @@ from store.framing import (
     SegmentHeader,
     decode_record,
     decode_segment_header,
-    encode_record,
+    encode_record_parts,
     encode_segment_header,
     max_payload,
     record_size,
@@ -26,6 +26,11 @@ from store.framing import (
 from store.logcodec import Ref
 
 NONCE = 0x1234ABCD
+
+
+def encode_record(payload: bytes, **fields: object) -> bytes:
+    """The record's bytes, as the writer's pwritev lays them down."""
+    return b"".join(encode_record_parts(payload, **fields))  # type: ignore[arg-type]
 
 
 def _record(payload: bytes, lsn: int, **kw: object) -> bytes:
