@@ -42,6 +42,7 @@ ENVELOPE_BYTES_MAX = 1 << 20
 SIGNED_INFO = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?SignedInfo[\s>/].*?"
                          rb"</(?:[A-Za-z_][\w.-]*:)?SignedInfo\s*>", re.S)
 ELEMENTS_MAX = 2000
+_MIN_ELEMENT_BYTES = 4
 TEXT_CHARS_MAX = 64 * 1024
 
 NS_SE = "http://schemas.xmlsoap.org/soap/envelope/"
@@ -73,7 +74,7 @@ def parse_envelope(data: bytes) -> Envelope:
         raise EnvelopeError(f"envelope cannot be read: {exc}") from None
     if root.getroottree().docinfo.doctype:
         raise EnvelopeError("a document type declaration is not allowed in an envelope")
-    _check_shape(root)
+    _check_shape(root, len(data))
     if _qname(root) != (NS_SE, "Envelope"):
         raise EnvelopeError(f"root element is {root.tag!r}, not a SOAP 1.1 Envelope")
     children = _elements(root)
@@ -84,9 +85,12 @@ def parse_envelope(data: bytes) -> Envelope:
     return _header(children[0], data)
 
 
-def _check_shape(root: _El) -> None:
+def _check_shape(root: _El, size: int) -> None:
     """Element count; the depth is bounded by libxml2 itself (256 levels without
-    XML_PARSE_HUGE, which stays off), and nothing here recurses."""
+    XML_PARSE_HUGE, which stays off), and nothing here recurses. An element takes at least
+    four bytes (``<a/>``) and no entity expands (no DTD), so a short document needs no count."""
+    if size < _MIN_ELEMENT_BYTES * (ELEMENTS_MAX + 1):
+        return
     count = 0
     for _ in root.iter():
         count += 1
@@ -305,21 +309,26 @@ def _guid(text: str, name: str) -> str:
         raise EnvelopeError(f"<{name}> {text[:60]!r} is not a GUID") from None
 
 
+_MSMQ_NUMBERS = (("Class", 0xFFFF), ("Priority", 7), ("BodyType", 0xFFFF), ("App", _U32),
+                 ("HashAlgorithm", _U32))
+
+
 def _msmq(element: _El) -> MsmqHeader:
+    # Each child's text read once into a dict: this runs for every message, and a helper call
+    # per possible element (most are absent) cost more than reading the ones present.
     found = _children(element, "Msmq")
-
-    def number(name: str, high: int) -> int | None:
-        text = _optional(found, name)
-        return None if text is None else _number(text, name, high)
-
-    klass = number("Class", 0xFFFF)
-    priority = number("Priority", 7)
-    body_type = number("BodyType", 0xFFFF)
+    text = {name: _text(child, name) for name, child in found.items()
+            if name != "Eod" and name != "Provider"}
+    numbers: dict[str, int | None] = {}
+    for name, high in _MSMQ_NUMBERS:
+        value = text.get(name)
+        numbers[name] = None if value is None else _number(value, name, high)
+    klass, priority, body_type = numbers["Class"], numbers["Priority"], numbers["BodyType"]
     if klass is None or priority is None or body_type is None:
         missing = [n for n, v in (("Class", klass), ("Priority", priority),
                                   ("BodyType", body_type)) if v is None]
         raise EnvelopeError(f"<Msmq> has no <{missing[0]}>")
-    correlation = _optional(found, "Correlation")
+    correlation = text.get("Correlation")
     if correlation is not None:
         try:
             objectid_from_base64(correlation)
@@ -328,24 +337,26 @@ def _msmq(element: _El) -> MsmqHeader:
     eod = _children(found["Eod"], "Eod") if "Eod" in found else {}
     provider = _children(found["Provider"], "Provider") if "Provider" in found else {}
     provider_type = _optional(provider, "Type")
-    connector = _optional(found, "ConnectorType")
+    connector = text.get("ConnectorType")
     eod_connector = _optional(eod, "ConnectorId")
-    ttrq = _optional(found, "TTrq")
+    ttrq = text.get("TTrq")
+    source_qm = text.get("SourceQmGuid")
+    if source_qm is None:
+        raise EnvelopeError("<Msmq> has no <SourceQmGuid>")
     return MsmqHeader(
         message_class=klass, priority=priority, journal="Journal" in found,
         dead_letter="DeadLetter" in found, correlation=correlation, trace="Trace" in found,
         connector_type=None if connector is None else _guid(connector, "ConnectorType"),
-        app=number("App", _U32), body_type=body_type,
-        hash_algorithm=number("HashAlgorithm", _U32),
+        app=numbers["App"], body_type=body_type, hash_algorithm=numbers["HashAlgorithm"],
         eod="Eod" in found, eod_first="First" in eod, eod_last="Last" in eod,
         eod_connector=None if eod_connector is None else _guid(eod_connector, "ConnectorId"),
         provider_type=(None if provider_type is None
                        else _number(provider_type, "Provider/Type", _U32)),
         provider_name=_optional(provider, "Name"),
-        source_qm=_guid(_required(found, "SourceQmGuid", "Msmq"), "SourceQmGuid"),
-        destination_mqf=_optional(found, "DestinationMqf"),
-        admin_mqf=_optional(found, "AdminMqf"),
-        response_mqf=_optional(found, "ResponseMqf"),
+        source_qm=_guid(source_qm, "SourceQmGuid"),
+        destination_mqf=text.get("DestinationMqf"),
+        admin_mqf=text.get("AdminMqf"),
+        response_mqf=text.get("ResponseMqf"),
         ttrq=None if ttrq is None else _time(ttrq, "TTrq"),
     )
 

@@ -177,7 +177,9 @@ def _header_end(body: bytes, pos: int, where: str) -> tuple[int, int]:
         return pos, 2
     limit = pos + PART_HEADER_BYTES_MAX
     crlf = body.find(b"\r\n\r\n", pos, limit + 4)
-    lf = body.find(b"\n\n", pos, limit + 2)
+    # Only an LF-only end before the CRLF one matters: without the bound this search ran on
+    # through a binary body up to the header limit.
+    lf = body.find(b"\n\n", pos, crlf + 2 if crlf >= 0 else limit + 2)
     if crlf >= 0 and (lf < 0 or crlf < lf):
         return crlf, 4
     if lf >= 0:
