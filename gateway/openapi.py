@@ -15,12 +15,28 @@ __all__ = ["routes", "document"]
 
 routes = web.RouteTableDef()
 
-_PATH = {"name": "path", "in": "path", "required": True, "schema": {"type": "string"},
-         "description": "Queue path name: `name` or `private$/name` (case-insensitive)."}
+
+def _anycase(word: str) -> str:
+    """``word`` matched case-insensitively (ECMA-262 patterns have no flags)."""
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else "\\" + c if c in "$." else c
+                   for c in word)
+
+
+# MS-MQMQ 2.1.1 name characters (mapping.names): printable ASCII but space " + , ; \ and /.
+_NAME_CHARS = "[!#-*\\-.0-:<-\\[\\]-\\u007f]"
+_QUEUE_PATTERN = (
+    f"^(?:{_anycase('system$;')}(?:{_anycase('deadletter')}|{_anycase('deadxact')}|"
+    f"{_anycase('journal')})|(?:{_anycase('private$/')})?{_NAME_CHARS}{{1,124}}"
+    f"(?:;{_anycase('journal')})?)$")
+_PATH = {"name": "path", "in": "path", "required": True,
+         "schema": {"type": "string", "pattern": _QUEUE_PATTERN},
+         "description": "Queue path name: `name` or `private$/name` (case-insensitive); "
+                        "`name;journal` is its journal."}
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"},
        "description": "Message id `{QM GUID}\\\\counter`, URL-encoded."}
 _TX = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
-_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"},
+_NAME = {"name": "name", "in": "path", "required": True,
+         "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
          "description": "A range consumer: 1-64 letters, digits, ., _ or -."}
 _PROBLEM = {"description": "Error (application/problem+json, RFC 9457)",
             "content": {"application/problem+json": {"schema": {"type": "object"}}}}
@@ -46,9 +62,10 @@ _MQ_HEADERS = [
 
 def _op(summary: str, *, status: str = "200", params: list[dict[str, Any]] | None = None,
         body: bool = False) -> dict[str, Any]:
+    """``status``: the success codes, space-separated (a PUT answers 201 or 200)."""
+    responses: dict[str, Any] = {code: {"description": "OK"} for code in status.split()}
     operation: dict[str, Any] = {"summary": summary, "parameters": params or [],
-                                 "responses": {status: {"description": "OK"},
-                                               "default": _PROBLEM}}
+                                 "responses": {**responses, "default": _PROBLEM}}
     if body:
         operation["requestBody"] = {"required": False, "content": {
             "application/json": {"schema": {"type": "object"}},
@@ -66,7 +83,8 @@ def document() -> dict[str, Any]:
         "/v1/queues": {"get": _op("List queues.")},
         "/v1/queues/{path}": {
             "get": _op("Show a queue with its message count and bytes.", params=q),
-            "put": _op("Create (201) or update (200) a queue.", params=q, body=True),
+            "put": _op("Create (201) or update (200) a queue.", status="201 200", params=q,
+                       body=True),
             "delete": _op("Delete a queue (negative acknowledgements as asked).",
                           status="204", params=q),
         },
@@ -98,7 +116,7 @@ def document() -> dict[str, Any]:
         "/v1/queues/{path}/consumers": {"get": _op("Registered range consumers.", params=q)},
         "/v1/queues/{path}/consumers/{name}": {
             "put": _op("Register a range consumer ({start}: earliest, latest or a sequence).",
-                       status="201", params=q + [_NAME], body=True),
+                       status="201 200", params=q + [_NAME], body=True),
             "get": _op("A consumer's committed position.", params=q + [_NAME]),
             "delete": _op("Unregister a consumer.", status="204", params=q + [_NAME]),
         },

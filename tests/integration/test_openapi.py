@@ -51,3 +51,43 @@ def test_every_route_is_documented() -> None:
         canonical = resource.canonical
         prefix = canonical.split("{")[0]
         assert any(d.startswith(prefix) or prefix.startswith(d) for d in documented), canonical
+
+
+def test_queue_path_pattern_agrees_with_the_name_rules() -> None:
+    """The documented pattern accepts what parse_queue_path accepts and refuses what it
+    refuses (clients and fuzzers generate paths from it)."""
+    import re
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from mapping.names import QueueNameError, parse_queue_path
+
+    params = document()["paths"]["/v1/queues/{path}"]["get"]["parameters"]
+    pattern = re.compile(params[0]["schema"]["pattern"])
+    for text in ("orders", "private$/Orders", "ORDERS;journal", "system$;DeadLetter",
+                 "private$/order_queue$", "a" * 124):
+        assert pattern.match(text), text
+    for text in ("", "a b", "a/b", "q;x", "a,b", 'a"b', "a+b", "a" * 125, "caf\u00e9"):
+        assert not pattern.match(text), text
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=20))
+    def agrees(text: str) -> None:
+        if not pattern.match(text):
+            return
+        if text.lower() in ("private$", "system$") or text.lower().startswith(
+                ("private$/private$", "private$/system$")):
+            return  # reserved words: the pattern does not spell them out
+        try:
+            parse_queue_path(text)
+        except QueueNameError as exc:
+            raise AssertionError(f"{text!r} matches the documented pattern: {exc}") from exc
+
+    agrees()
+
+
+def test_create_or_update_puts_document_both_success_codes() -> None:
+    paths = document()["paths"]
+    for path in ("/v1/queues/{path}", "/v1/queues/{path}/consumers/{name}"):
+        assert {"200", "201"} <= set(paths[path]["put"]["responses"]), path
