@@ -7,6 +7,7 @@ A path is ``name`` (public) or ``private$/name``, 1..124 characters of name, cas
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from mapping.errors import QueueNameError
@@ -48,8 +49,9 @@ class QueuePath:
     system: bool
 
 
+@functools.lru_cache(maxsize=4096)  # a request names its queue several times; bounded
 def parse_queue_path(text: str) -> QueuePath:
-    """Validate and normalise a queue path.
+    """Validate and normalise a queue path (the result is immutable, so cached).
 
     Raises:
         QueueNameError: empty, too long, a forbidden character, or an unknown form.
