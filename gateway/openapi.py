@@ -40,36 +40,94 @@ _NAME = {"name": "name", "in": "path", "required": True,
          "description": "A range consumer: 1-64 letters, digits, ., _ or -."}
 _PROBLEM = {"description": "Error (application/problem+json, RFC 9457)",
             "content": {"application/problem+json": {"schema": {"type": "object"}}}}
+_DESTINATION = {"name": "Mq-Destination", "in": "header", "required": True,
+                "schema": {"type": "string", "minLength": 1},
+                "description": "Format name(s), comma-separated: DIRECT=..., PUBLIC=..., "
+                               "PRIVATE=... or a multicast address."}
+_SECONDS = "^ *[0-9]{1,8}(?:\\.[0-9]{1,3})? *$"  # within the server's 0 .. ten years
 _MQ_HEADERS = [
-    {"name": name, "in": "header", "required": False, "schema": {"type": "string"},
+    {"name": name, "in": "header", "required": False, "schema": {"type": "string", **schema},
      "description": text}
-    for name, text in (
-        ("Mq-Label", "Label, at most 249 characters."),
-        ("Mq-Priority", "0-7 (default 3; transactional messages use 0)."),
-        ("Mq-Delivery", "express or recoverable (default)."),
-        ("Mq-Time-To-Reach-Queue", "Seconds."),
-        ("Mq-Time-To-Be-Received", "Seconds."),
-        ("Mq-Correlation-Id", ""), ("Mq-Response-Queue", ""), ("Mq-Admin-Queue", ""),
-        ("Mq-Acknowledge", "MQMSG_ACKNOWLEDGMENT_* name or number."),
-        ("Mq-Journal", "none, journal or deadletter."),
-        ("Mq-App-Specific", "32-bit integer."),
-        ("Mq-Sent-Time", "ISO 8601 time the producer sent it (default: arrival)."),
-        ("Mq-Transaction", "A transaction id, single, or none."),
-        ("Idempotency-Key", "Same key and body within the window: stored once."),
+    for name, text, schema in (
+        ("Mq-Label", "Label, at most 249 characters.", {"maxLength": 249}),
+        ("Mq-Priority", "0-7 (default 3; transactional messages use 0).",
+         {"pattern": "^ *[0-7] *$"}),
+        ("Mq-Delivery", "express or recoverable (default).", {"pattern": (
+            f"^ *(?:{_anycase('express')}|{_anycase('recoverable')}) *$")}),
+        ("Mq-Time-To-Reach-Queue", "Seconds.", {"pattern": _SECONDS}),
+        ("Mq-Time-To-Be-Received", "Seconds.", {"pattern": _SECONDS}),
+        ("Mq-Correlation-Id", "", {"maxLength": 1024}),
+        ("Mq-Response-Queue", "A format name.", {"maxLength": 1024}),
+        ("Mq-Admin-Queue", "A format name.", {"maxLength": 1024}),
+        ("Mq-Acknowledge", "MQMSG_ACKNOWLEDGMENT_* name or number.", {}),
+        ("Mq-Journal", "none, journal or deadletter.", {"pattern": (
+            f"^ *(?:{_anycase('none')}|{_anycase('journal')}|{_anycase('deadletter')}) *$")}),
+        ("Mq-App-Specific", "32-bit integer.", {"pattern": "^ *-?[0-9]{1,9} *$"}),
+        ("Mq-Sent-Time", "ISO 8601 time the producer sent it (default: arrival).", {}),
+        ("Mq-Transaction", "A transaction id, single, or none.", {"pattern": "\\S"}),
+        ("Idempotency-Key", "Same key and body within the window: stored once.",
+         {"minLength": 1, "maxLength": 255}),
     )
 ]
 
 
+def _query(name: str, schema: dict[str, Any], text: str, *, required: bool = False
+           ) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": required, "schema": schema,
+            "description": text}
+
+
+def _object(properties: dict[str, Any], required: tuple[str, ...] = (), *,
+            closed: bool = True) -> dict[str, Any]:
+    """A JSON object with these fields; ``closed``: the server refuses unknown ones."""
+    schema: dict[str, Any] = {"type": "object", "additionalProperties": not closed,
+                              "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+# A byte count or a size as operators write it (gateway.units.parse_size), whole bytes.
+_SIZE = {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 2**53},
+                   {"type": "string", "pattern": "^[0-9]{1,12}(?:[Bb]|[KkMmGgTt][Ii]?[Bb])?$"}]}
+_SEQ = {"type": "integer", "minimum": 0, "maximum": 2**62}
+_TIME = {"type": "string", "format": "date-time"}
+_QUEUE_BODY = _object({
+    "transactional": {"type": "boolean"}, "quota": _SIZE, "journal": {"type": "boolean"},
+    "journal_quota": _SIZE, "label": {"type": "string", "maxLength": 124},
+    "anonymous": {"type": "boolean"}, "authenticate": {"type": "boolean"}})
+_TARGET = {"type": "string", "pattern": _QUEUE_PATTERN,
+           "description": "Target queue (default: the message's source)."}
+_TARGET_BODY = _object({"queue": _TARGET})
+_REQUEUE_BODY = _object({
+    "queue": _TARGET,
+    "class": {"type": "string", "description": "MSMQ class name, e.g. NACK_BAD_DST_Q"},
+    "source_queue": {"type": "string"}, "after": _TIME, "before": _TIME,
+    "limit": {"type": "integer", "minimum": 1, "maximum": 10_000}})
+_BATCH_BODY = _object({"messages": {
+    "type": "array", "minItems": 1, "maxItems": 10_000,
+    "items": {"type": "object", "required": ["queue"], "properties": {
+        "queue": {"type": "string"},
+        "body_base64": {"type": "string", "contentEncoding": "base64"},
+        "properties": {"type": "object", "description": "The send headers' names without "
+                       "Mq- (label, priority, time_to_be_received, correlation_id, ...)."}}}}},
+    required=("messages",))
+
+
 def _op(summary: str, *, status: str = "200", params: list[dict[str, Any]] | None = None,
-        body: bool = False) -> dict[str, Any]:
-    """``status``: the success codes, space-separated (a PUT answers 201 or 200)."""
+        body: bool | dict[str, Any] = False) -> dict[str, Any]:
+    """``status``: the success codes, space-separated (a PUT answers 201 or 200). ``body``:
+    True for any body (a message body), or the JSON schema of the body."""
     responses: dict[str, Any] = {code: {"description": "OK"} for code in status.split()}
     operation: dict[str, Any] = {"summary": summary, "parameters": params or [],
                                  "responses": {**responses, "default": _PROBLEM}}
-    if body:
+    if body is True:
         operation["requestBody"] = {"required": False, "content": {
             "application/json": {"schema": {"type": "object"}},
             "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+    elif body:
+        operation["requestBody"] = {"required": bool(body.get("required")), "content": {
+            "application/json": {"schema": body}}}
     return operation
 
 
@@ -84,12 +142,15 @@ def document() -> dict[str, Any]:
         "/v1/queues/{path}": {
             "get": _op("Show a queue with its message count and bytes.", params=q),
             "put": _op("Create (201) or update (200) a queue.", status="201 200", params=q,
-                       body=True),
+                       body=_QUEUE_BODY),
             "delete": _op("Delete a queue (negative acknowledgements as asked).",
                           status="204", params=q),
         },
         "/v1/queues/{path}/messages": {
-            "get": _op("Browse without removing (?after=SEQ&limit=N).", params=q),
+            "get": _op("Browse without removing.", params=q + [
+                _query("after", _SEQ, "Only messages after this sequence number."),
+                _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000},
+                       "At most this many (default 100).")]),
             "post": _op("Send; the body is the message body.", status="201",
                         params=q + _MQ_HEADERS, body=True),
         },
@@ -99,30 +160,41 @@ def document() -> dict[str, Any]:
         },
         "/v1/queues/{path}/messages/{id}/requeue": {
             "post": _op("Requeue a dead letter to its source or {queue}.",
-                        params=[_PATH, _ID], body=True),
+                        params=[_PATH, _ID], body=_TARGET_BODY),
         },
         "/v1/queues/{path}/receive": {
-            "post": _op("Receive (?max=N&wait=S), optionally in a transaction.", params=q),
+            "post": _op("Receive, optionally in a transaction (Mq-Transaction).", params=q + [
+                _query("max", {"type": "integer", "minimum": 1, "maximum": 1000},
+                       "At most this many messages (default 1)."),
+                _query("wait", {"type": "number", "minimum": 0, "maximum": 60},
+                       "Seconds to wait for a first message (default 0)."),
+                {"name": "Mq-Transaction", "in": "header", "required": False,
+                 "schema": {"type": "string"}, "description": "A transaction id."}]),
         },
         "/v1/queues/{path}/purge": {"post": _op("Purge a queue.", params=q)},
         "/v1/queues/{path}/requeue": {
-            "post": _op("Requeue dead letters matching a filter.", params=q, body=True),
+            "post": _op("Requeue dead letters matching a filter.", params=q,
+                        body=_REQUEUE_BODY),
         },
         "/v1/queues/{path}/head": {"get": _op(
             "Range reads: first and next readable sequence, registered consumers.", params=q)},
         "/v1/queues/{path}/range": {"get": _op(
             "Records with from <= seq < to (application/x-entrepot-records, or ?format=json); "
-            "410 below the floor.", params=q)},
+            "410 below the floor.", params=q + [
+                _query("from", _SEQ, "First sequence number.", required=True),
+                _query("to", _SEQ, "End (exclusive).", required=True),
+                _query("format", {"enum": ["records", "json"]}, "Default records.")])},
         "/v1/queues/{path}/consumers": {"get": _op("Registered range consumers.", params=q)},
         "/v1/queues/{path}/consumers/{name}": {
             "put": _op("Register a range consumer ({start}: earliest, latest or a sequence).",
-                       status="201 200", params=q + [_NAME], body=True),
+                       status="201 200", params=q + [_NAME], body=_object({"start": {"oneOf": [
+                           {"enum": ["earliest", "latest"]}, _SEQ]}}, closed=False)),
             "get": _op("A consumer's committed position.", params=q + [_NAME]),
             "delete": _op("Unregister a consumer.", status="204", params=q + [_NAME]),
         },
         "/v1/queues/{path}/consumers/{name}/commit": {"post": _op(
             "Commit a consumer's position ({position}); retention follows the slowest.",
-            params=q + [_NAME], body=True)},
+            params=q + [_NAME], body=_object({"position": _SEQ}, required=("position",)))},
         "/ui": {"get": _op("The status page (HTML; admin; Basic or Bearer).")},
         "/ui/status.json": {"get": _op("The status page's data: queues, links, dead letters "
                                        "by class, recent errors.")},
@@ -136,11 +208,12 @@ def document() -> dict[str, Any]:
         "/v1/transactions/{id}/abort": {"post": _op("Abort.", params=[_TX])},
         "/v1/messages": {"post": _op("Send to a format name (Mq-Destination); several "
                                      "destinations in one atomic commit.", status="201",
-                                     params=_MQ_HEADERS, body=True)},
+                                     params=[_DESTINATION, *_MQ_HEADERS], body=True)},
         "/v1/batch": {"post": _op("Store several messages atomically.", status="201",
-                                  body=True)},
+                                  body=_BATCH_BODY)},
         "/v1/admin/backup": {"post": _op("Back up the running store into {dest}.",
-                                         body=True)},
+                                         body=_object({"dest": {"type": "string", "minLength": 1}},
+                                                     required=("dest",), closed=False))},
         "/v1/links": {"get": _op("Links to remote queue managers: destination, state, "
                                  "backlog, unacked, oldest_age_s, last_error.")},
         "/v1/links/{id}/pause": {"post": _op("Pause a link.", params=[_TX])},

@@ -16,6 +16,7 @@ from gateway.batch import send_batch
 from gateway.errors import ProblemError
 from gateway.msmq.message import MessageProperties
 from gateway.queue_manager import QueueManager
+from gateway.rest_body import json_number
 from gateway.rest_codec import HeaderError, parse_send_headers
 from gateway.transactions import Transactions
 
@@ -76,7 +77,7 @@ async def batch(request: web.Request) -> web.Response:
     (``label``, ``priority``, ``time_to_be_received``, ``correlation_id``, ...)."""
     qm, _ = _ready(request)
     try:
-        doc = json.loads(await request.read())
+        doc = json.loads(await request.read(), parse_float=json_number)
     except ValueError as exc:
         raise ProblemError(400, f"body is not JSON: {exc}", type_slug="bad-request") from exc
     messages = doc.get("messages") if isinstance(doc, dict) else None

@@ -307,3 +307,22 @@ async def test_queues_declared_in_the_config_are_created(aiohttp_client: Any,
     test_client = await ready_client(aiohttp_client, settings)
     shown = await (await test_client.get("/v1/queues/private$/declared")).json()
     assert (shown["transactional"], shown["label"]) == (True, "from config")
+
+
+async def test_integral_json_numbers_are_integers_and_fractions_are_refused(client: Any
+                                                                          ) -> None:
+    """JSON has one number type: 1024.0 is the integer 1024 (a JavaScript or Python float
+    client sends sizes and positions that way); 1.5 bytes is still refused."""
+    response = await client.put("/v1/queues/floats", json={"quota": 1024.0})
+    assert response.status == 201, await response.text()
+    assert (await response.json())["quota"] == 1024
+    await _problem(await client.put("/v1/queues/floats", json={"quota": 1.5}), 400)
+    assert (await (await client.get("/v1/queues/floats")).json())["quota"] == 1024
+    response = await client.post("/v1/batch", json={"messages": [
+        {"queue": "floats", "body_base64": "aGk=", "properties": {"priority": 5.0}}]})
+    assert response.status == 201, await response.text()
+    problem = await _problem(await client.post("/v1/batch", json={"messages": [
+        {"queue": "floats", "body_base64": "aGk=", "properties": {"priority": 5.5}}]}), 400)
+    assert "Priority" in problem["detail"]
+    (received,) = (await (await client.post("/v1/queues/floats/receive")).json())["messages"]
+    assert received["priority"] == 5
