@@ -94,3 +94,14 @@ def test_sent_time_header() -> None:
     for bad in ("yesterday", "2099-01-01T00:00:00Z"):
         with pytest.raises(HeaderError, match="Mq-Sent-Time"):
             parse_send_headers({"Mq-Sent-Time": bad}, now_ms=now)
+
+
+@pytest.mark.parametrize("text, value", [
+    ("1024.0", 1024), ("1e3", 1000), ("-0.0", 0), ("1.5", 1.5), ("9007199254740992.0", 2**53),
+    ("9007199254740994.0", 9007199254740994.0),  # past 2**53 a double is not exact: stays float
+])
+def test_json_numbers_with_a_fraction_or_exponent(text: str, value: float) -> None:
+    from gateway.rest_body import json_number
+
+    result = json_number(text)
+    assert result == value and type(result) is type(value)
