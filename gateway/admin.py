@@ -47,6 +47,10 @@ async def backup(request: web.Request) -> web.Response:
     dest = body.get("dest") if isinstance(body, dict) else None
     if not isinstance(dest, str) or not dest:
         raise ProblemError(400, 'body must be {"dest": "<directory>"}', type_slug="bad-request")
+    if not Path(dest).is_absolute():
+        # Relative to wherever the gateway was started: never what the caller meant.
+        raise ProblemError(400, f"dest {dest!r} must be an absolute directory path",
+                           type_slug="bad-request")
     state = request.app[STATE_KEY]
     store = state.store
     if store is None or not state.ready:

@@ -212,8 +212,10 @@ def document() -> dict[str, Any]:
         "/v1/batch": {"post": _op("Store several messages atomically.", status="201",
                                   body=_BATCH_BODY)},
         "/v1/admin/backup": {"post": _op("Back up the running store into {dest}.",
-                                         body=_object({"dest": {"type": "string", "minLength": 1}},
-                                                     required=("dest",), closed=False))},
+                                         body=_object({"dest": {
+                                             "type": "string", "pattern": "^/",
+                                             "description": "An absolute directory path."}},
+                                             required=("dest",), closed=False))},
         "/v1/links": {"get": _op("Links to remote queue managers: destination, state, "
                                  "backlog, unacked, oldest_age_s, last_error.")},
         "/v1/links/{id}/pause": {"post": _op("Pause a link.", params=[_TX])},

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO_ROOT, GatewayProcess, http_get
 
 
@@ -46,11 +48,12 @@ def test_offline_backup_and_restore_commands(tmp_path: Path) -> None:
     assert _cli("restore", str(tmp_path / "nope"), str(tmp_path / "r")).returncode == 2
 
 
-def test_admin_backup_route_validates_its_body(gateway: GatewayProcess) -> None:
+@pytest.mark.parametrize("body", [b"[1]", b'{"dest": "relative/dir"}', b'{"dest": ""}'])
+def test_admin_backup_route_validates_its_body(gateway: GatewayProcess, body: bytes) -> None:
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(gateway.url + "/v1/admin/backup", data=b"[1]",
+    request = urllib.request.Request(gateway.url + "/v1/admin/backup", data=body,
                                      method="POST")
     try:
         urllib.request.urlopen(request, timeout=5)
@@ -58,6 +61,7 @@ def test_admin_backup_route_validates_its_body(gateway: GatewayProcess) -> None:
     except urllib.error.HTTPError as exc:
         assert exc.code == 400
         assert exc.headers["Content-Type"] == "application/problem+json"
+    assert not (REPO_ROOT / "relative").exists()  # the gateway runs in the checkout
 
 
 def test_backup_under_load_restores_every_message_acknowledged_before_it(
