@@ -311,14 +311,17 @@ def _guid(text: str, name: str) -> str:
 
 _MSMQ_NUMBERS = (("Class", 0xFFFF), ("Priority", 7), ("BodyType", 0xFFFF), ("App", _U32),
                  ("HashAlgorithm", _U32))
+# The <Msmq> children read as text (others, known or not, are not read: as before).
+_MSMQ_TEXTS = frozenset({name for name, _ in _MSMQ_NUMBERS} | {
+    "Correlation", "ConnectorType", "TTrq", "SourceQmGuid", "DestinationMqf", "AdminMqf",
+    "ResponseMqf"})
 
 
 def _msmq(element: _El) -> MsmqHeader:
     # Each child's text read once into a dict: this runs for every message, and a helper call
     # per possible element (most are absent) cost more than reading the ones present.
     found = _children(element, "Msmq")
-    text = {name: _text(child, name) for name, child in found.items()
-            if name != "Eod" and name != "Provider"}
+    text = {name: _text(child, name) for name, child in found.items() if name in _MSMQ_TEXTS}
     numbers: dict[str, int | None] = {}
     for name, high in _MSMQ_NUMBERS:
         value = text.get(name)
