@@ -43,9 +43,14 @@ class MessageFormatError(ValueError):
     """A stored payload that is not a message of this format."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class MessageProperties:
-    """Every property a message keeps (REST headers and SRMP envelope elements map here)."""
+    """Every property a message keeps (REST headers and SRMP envelope elements map here).
+
+    Treated as a value (changed copies come from ``dataclasses.replace``) but not declared
+    frozen: a frozen class's constructor sets each of the 19 fields through
+    ``object.__setattr__`` (2.0 us instead of 0.45), and it runs several times per message.
+    """
 
     label: str = ""
     priority: int = 3
