@@ -16,7 +16,14 @@ from gateway.auth.authenticator import Authenticator, read_secret
 from gateway.auth.middleware import make_auth_gate
 from gateway.destinations import local_host_names
 from gateway.errors import ConfigError, GatewayError
-from gateway.appkeys import FILE_OPS_KEY, METRICS_KEY, SETTINGS_KEY, SIGNERS_KEY, STATE_KEY
+from gateway.appkeys import (
+    FILE_OPS_KEY,
+    METRICS_KEY,
+    PARSE_POOL_KEY,
+    SETTINGS_KEY,
+    SIGNERS_KEY,
+    STATE_KEY,
+)
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.middlewares import make_middlewares
@@ -33,6 +40,7 @@ from gateway.outbox import Outbox
 from gateway.receipt_sender import MessageIds, ReceiptSender
 from gateway.redrive import Redrive
 from gateway.srmp_http import add_srmp_routes
+from gateway.srmp_parse_pool import ParsePool
 from gateway.srmp_sequencer import StreamSequencer
 from gateway.srmp_signers import load_signers
 from gateway.srmp_streams import IncomingStreams
@@ -86,6 +94,9 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
                                settings.server.port))
     app[FILE_OPS_KEY] = file_ops or RealFileOps()
     app[SIGNERS_KEY] = load_signers(settings.srmp.signers_dir)
+    workers = settings.srmp.parse_workers
+    app[PARSE_POOL_KEY] = (ParsePool(workers, metrics.srmp_parse_workers_started.inc)
+                           if workers else None)
     app.add_routes(health.routes)
     app.add_routes(admin.routes)
     app.add_routes(openapi.routes)
@@ -101,7 +112,16 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     app.cleanup_ctx.append(_errors_ctx)
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_mapping_ctx)
+    app.cleanup_ctx.append(_parse_pool_ctx)
     return app
+
+
+async def _parse_pool_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The SRMP parse workers start on first use; they are stopped with the app."""
+    yield
+    pool = app[PARSE_POOL_KEY]
+    if pool is not None:
+        await pool.close()
 
 
 async def _errors_ctx(app: web.Application) -> AsyncIterator[None]:

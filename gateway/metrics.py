@@ -69,6 +69,11 @@ class Metrics:
             ["kind", "result"],
             registry=self.registry,
         )
+        self.srmp_parse_workers_started = Counter(
+            "entrepot_srmp_parse_workers_started",
+            "SRMP parse worker processes started (more than srmp.parse_workers: some died).",
+            registry=self.registry,
+        )
         self.srmp_streams = Gauge(
             "entrepot_srmp_incoming_streams",
             "Incoming exactly-once streams remembered.",

@@ -190,6 +190,9 @@ class SrmpSettings:
     # Transparent store-and-forward: accept and forward messages whose <to> names another
     # host (otherwise only when an inbound redirection leads to another host).
     forward: bool = _bool(False)
+    # Worker processes that parse SRMP requests off the event loop (0: parse on the loop,
+    # large requests in a thread). The gateway is bound by its one GIL, not by CPU.
+    parse_workers: int = _int(1, low=0, high=16)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,7 +21,13 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from gateway.appkeys import METRICS_KEY, SETTINGS_KEY, SIGNERS_KEY, STATE_KEY
+from gateway.appkeys import (
+    METRICS_KEY,
+    PARSE_POOL_KEY,
+    SETTINGS_KEY,
+    SIGNERS_KEY,
+    STATE_KEY,
+)
 from gateway.auth.middleware import principal_of
 from gateway.auth.principal import NOBODY
 from gateway.destinations import LocalNames, resolve_local, split_destinations
@@ -37,6 +43,7 @@ from gateway.srmp.properties import message_properties
 from gateway.srmp.signature import BadSignature, verify_signature
 from gateway.srmp_deliver import Outcome, deliver
 from gateway.srmp_forward import forward
+from gateway.srmp_parse_pool import ParsePool, WorkerLost
 from mapping.engine import route_inbound
 
 __all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX", "VERDICT_HEADER"]
@@ -56,6 +63,17 @@ def add_srmp_routes(app: web.Application, virtual_dirs: tuple[str, ...]) -> None
 
 
 async def srmp_post(request: web.Request) -> web.Response:
+    pool = request.app[PARSE_POOL_KEY]
+    if pool is None:
+        return await _srmp_post(request)
+    pool.requests += 1  # the load that decides where requests are parsed
+    try:
+        return await _srmp_post(request)
+    finally:
+        pool.requests -= 1
+
+
+async def _srmp_post(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     metrics = request.app[METRICS_KEY]
     qm, sequencer = state.queue_manager, state.sequencer
@@ -64,7 +82,8 @@ async def srmp_post(request: web.Request) -> web.Response:
     raw = await request.read()
     kind = "unknown"
     try:
-        message = await _parse(request.headers.get("Content-Type", ""), raw)
+        message = await _parse(request.app[PARSE_POOL_KEY],
+                               request.headers.get("Content-Type", ""), raw)
         kind = message.envelope.kind
         queue = _destination(request, message)
         if isinstance(queue, tuple):
@@ -113,7 +132,17 @@ def _as_srmp(exc: SrmpError | ProblemError) -> ProblemError:
     return exc
 
 
-async def _parse(content_type: str, raw: bytes) -> SrmpMessage:
+async def _parse(pool: ParsePool | None, content_type: str, raw: bytes) -> SrmpMessage:
+    """In a worker process when there are workers and the loop is busy, or the request is
+    large (see gateway.srmp_parse_pool); else on the loop.
+
+    Raises: SrmpError (400); ProblemError 503 when the worker died before answering."""
+    if pool is not None and (pool.busy() or len(raw) > PARSE_INLINE_BYTES_MAX):
+        try:
+            return await pool.parse(content_type, raw)
+        except (WorkerLost, OSError) as exc:
+            raise ProblemError(503, f"request not parsed: {exc}", type_slug="parse-worker-lost",
+                               headers={"Retry-After": "1"}) from exc
     if len(raw) <= PARSE_INLINE_BYTES_MAX:
         return parse_request(content_type, raw)
     return await asyncio.get_running_loop().run_in_executor(None, parse_request,
