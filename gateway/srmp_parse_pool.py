@@ -157,8 +157,11 @@ class _Worker(asyncio.SubprocessProtocol):
 class ParsePool:
     """``workers`` processes, started on first use, each request to the least busy one."""
 
-    def __init__(self, workers: int, on_start: Callable[[], object] = lambda: None) -> None:
+    def __init__(self, workers: int, on_start: Callable[[], object] = lambda: None, *,
+                 timeout_s: float = 10.0) -> None:
         self.size = workers
+        # A worker that has not answered within this is taken for hung and killed.
+        self.timeout_s = timeout_s
         self._on_start = on_start
         self._workers: list[_Worker] = []
         self._ids = itertools.count(1)
@@ -184,7 +187,16 @@ class ParsePool:
         pipe.write(encode_request(request_id, content_type, raw))
         while pipe.get_write_buffer_size() > _WRITE_BUFFER_MAX and worker.alive:
             await asyncio.sleep(0.001)
-        kind, value = await future
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                kind, value = await future
+        except TimeoutError:
+            if worker.alive and worker.transport is not None:
+                log.error("SRMP parse worker gave no answer within %s s: killed", self.timeout_s)
+                worker.transport.kill()  # its requests then fail with WorkerLost
+                worker.alive = False  # no new ones for it meanwhile
+            raise WorkerLost(f"no answer from the SRMP parse worker within {self.timeout_s} s"
+                             ) from None
         if kind == _KIND_MESSAGE:
             message: SrmpMessage = value
             return dataclasses.replace(

@@ -93,6 +93,26 @@ async def test_a_dead_worker_fails_its_requests_and_is_replaced(pool: ParsePool)
     assert pool.pids() != [pid]
 
 
+async def test_a_hung_worker_is_killed_and_replaced() -> None:
+    pool = ParsePool(1, timeout_s=0.5)
+    try:
+        request = user_message("http://gw/msmq/q", b"after", ordinal=1)
+        content_type = dict(request.headers)["Content-Type"]
+        await pool.parse(content_type, request.body)
+        [pid] = pool.pids()
+        os.kill(pid, signal.SIGSTOP)  # hung: it never answers
+        with pytest.raises(WorkerLost, match="within 0.5 s"):
+            await pool.parse(content_type, request.body)
+        assert (await pool.parse(content_type, request.body)).body == b"after"
+        assert pool.started == 2
+        with pytest.raises(ProcessLookupError):  # the hung one was killed
+            for _ in range(100):
+                os.kill(pid, 0)
+                await asyncio.sleep(0.05)
+    finally:
+        await pool.close()
+
+
 async def test_close_ends_the_workers(pool: ParsePool) -> None:
     request = user_message("http://gw/msmq/q", b"x", ordinal=1)
     await pool.parse(dict(request.headers)["Content-Type"], request.body)
