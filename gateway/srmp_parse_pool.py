@@ -118,7 +118,7 @@ def serve_worker(stdin: io.BufferedIOBase, stdout: io.BufferedIOBase) -> None:
             kind, payload = _answer(data[:ctype_len].decode("utf-8", "replace"),
                                     data[ctype_len:])
             stdout.write(_ANSWER.pack(request_id, len(payload), kind) + payload)
-        stdout.flush()
+            stdout.flush()
 
 
 class _Worker(asyncio.SubprocessProtocol):
