@@ -22,13 +22,14 @@ import asyncio
 import dataclasses
 import io
 import itertools
-import logging
 import pickle
+import signal
 import struct
 import sys
 from collections.abc import Callable
 from typing import Any, cast
 
+from gateway.logs import server_log as log
 from gateway.srmp import model
 from gateway.srmp.codec import SrmpMessage, parse_request
 from gateway.srmp.errors import EnvelopeError, MimeError, SrmpError
@@ -36,7 +37,6 @@ from gateway.srmp.errors import EnvelopeError, MimeError, SrmpError
 __all__ = ["ParsePool", "WorkerLost", "encode_request", "FrameReader", "serve_worker",
            "INLINE_REQUESTS_MAX"]
 
-log = logging.getLogger("entrepot.srmp.parse_pool")
 
 _REQUEST = struct.Struct("<IIH")
 _ANSWER = struct.Struct("<IIB")
@@ -247,5 +247,14 @@ class ParsePool:
                 worker.transport.close()
 
 
-if __name__ == "__main__":
+def _main() -> None:
+    # The gateway ends a worker by closing its stdin (or by dying: the same EOF). Ctrl-C in a
+    # terminal and systemd's SIGTERM reach the whole process group: the gateway's own
+    # shutdown decides, and no KeyboardInterrupt trace is printed.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     serve_worker(sys.stdin.buffer, sys.stdout.buffer)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    _main()

@@ -113,6 +113,20 @@ async def test_a_hung_worker_is_killed_and_replaced() -> None:
         await pool.close()
 
 
+async def test_ctrl_c_and_sigterm_leave_a_worker_to_the_gateway(pool: ParsePool) -> None:
+    """Both reach a terminal's or a systemd unit's whole process group: the gateway's
+    shutdown ends its workers (by closing their stdin), they do not end themselves."""
+    request = user_message("http://gw/msmq/q", b"still", ordinal=1)
+    content_type = dict(request.headers)["Content-Type"]
+    await pool.parse(content_type, request.body)
+    [pid] = pool.pids()
+    os.kill(pid, signal.SIGINT)
+    os.kill(pid, signal.SIGTERM)
+    await asyncio.sleep(0.2)
+    assert (await pool.parse(content_type, request.body)).body == b"still"
+    assert pool.pids() == [pid]
+
+
 async def test_close_ends_the_workers(pool: ParsePool) -> None:
     request = user_message("http://gw/msmq/q", b"x", ordinal=1)
     await pool.parse(dict(request.headers)["Content-Type"], request.body)
