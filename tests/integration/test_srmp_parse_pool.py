@@ -19,8 +19,7 @@ from gateway.settings import Settings
 from gateway.srmp.codec import parse_request
 from gateway.srmp_http import PARSE_INLINE_BYTES_MAX
 from gateway.srmp.errors import SrmpError
-from gateway.srmp_parse_pool import ParsePool, WorkerLost, encode_request
-from gateway.srmp_parse_pool import FrameReader, _REQUEST  # noqa: PLC2701 - the wire format
+from gateway.srmp_parse_pool import ParsePool, WorkerLost, encode_request, request_reader
 from tests.helpers import ready_client
 from tests.srmp_client import user_message
 from tests.srmp_vectors import wire
@@ -146,7 +145,7 @@ async def test_close_ends_the_workers(pool: ParsePool) -> None:
 def test_frames_survive_any_chunking(payloads: list[bytes], data: st.DataObject) -> None:
     stream = b"".join(encode_request(n, "text/xml", p) for n, p in enumerate(payloads))
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10)))
-    reader = FrameReader(_REQUEST, lambda v: v[1] + v[2])
+    reader = request_reader()
     frames = []
     for start, end in zip([0, *cuts], [*cuts, len(stream)]):
         frames.extend(reader.feed(stream[start:end]))
