@@ -177,10 +177,10 @@ class StreamSequencer:
             acks.extend(ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE, now_ms))
         last = batch[-1].stream
         async with self.streams.hold(key):
-            position, replaced = self.streams.position(key, last, line.queue_url)
+            position = self.streams.position(key, last, line.queue_url)
             try:
-                made = await store_call(qm.store.commit(
-                    [*specs, position, *(s for _, s in acks)], removes=replaced))
+                made = await store_call(qm.store.commit([*specs, position,
+                                                         *(s for _, s in acks)]))
             except ProblemError as exc:
                 if isinstance(exc.__cause__, QueueQuotaExceeded):
                     server_log.warning("queue %s over its quota: %d stream message(s) of %s "

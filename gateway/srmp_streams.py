@@ -2,11 +2,13 @@
 its stream receipts sent.
 
 Durability: a stream's position is a small record in an internal queue, written in the same
-atomic store commit as the message that moves it (and replacing the previous one), so a crash
-can never keep a message and lose its position, which would let a retransmission in twice.
-Every few seconds the whole table is checkpointed to ``MQInSeqs.lg1``/``.lg2`` (ping-pong) and
-the position records it covers are removed; at start the checkpoint is loaded and any newer
-position record wins.
+atomic store commit as the message that moves it, so a crash can never keep a message and lose
+its position, which would let a retransmission in twice. The record it supersedes is not
+removed in that commit (a commit that only sends is a grouped commit, without a QMLog entry:
+srmp-stream +N%, see README) but later, with the others that are stale: every few seconds the
+whole table is checkpointed to ``MQInSeqs.lg1``/``.lg2`` (ping-pong) and the position records it
+covers are removed. At start the checkpoint is loaded and the highest position of each stream
+wins, whichever records are left.
 
 Messages of one stream are decided and stored one at a time (a lock per stream key), which is
 what keeps them in order; different streams do not wait for each other.
@@ -30,7 +32,9 @@ from gateway.srmp.model import Stream
 from gateway.srmp.receipts import stream_receipt
 from store.records import SendSpec, StoredRecord
 
-__all__ = ["IncomingStreams"]
+__all__ = ["IncomingStreams", "STALE_MAX"]
+
+STALE_MAX = 10_000  # superseded position records waiting; more bring the checkpoint forward
 
 
 class IncomingStreams:
@@ -50,6 +54,7 @@ class IncomingStreams:
         self._wake = asyncio.Event()
         self._dirty = False
         self._stale: list[StoredRecord] = []
+        self._checkpoint_due = asyncio.Event()
         self._restore()
 
     def _restore(self) -> None:
@@ -92,18 +97,20 @@ class IncomingStreams:
         self.table.rejected(key, now=time.monotonic())
         self._wake.set()
 
-    def position(self, key: StreamKey, stream: Stream, queue_url: str
-                 ) -> tuple[SendSpec, list[StoredRecord]]:
-        """The position record to commit with the message, and the one it replaces."""
-        spec = SendSpec(self.queue.queue_id,
+    def position(self, key: StreamKey, stream: Stream, queue_url: str) -> SendSpec:
+        """The position record to commit with the message."""
+        return SendSpec(self.queue.queue_id,
                         self.table.position_after(key, stream, queue_url=queue_url))
-        current = self._records.get(key)
-        return spec, [] if current is None else [current]
 
     def accepted(self, key: StreamKey, stream: Stream, queue_url: str,
                  record: StoredRecord) -> None:
         """After the commit: the table moves and a receipt is scheduled."""
         self.table.accepted(key, stream, queue_url=queue_url, now=time.monotonic())
+        superseded = self._records.get(key)
+        if superseded is not None:
+            self._stale.append(superseded)
+            if len(self._stale) >= STALE_MAX:
+                self._checkpoint_due.set()
         self._records[key] = record
         self._dirty = True
         self._wake.set()
@@ -128,8 +135,11 @@ class IncomingStreams:
                 self.sender.submit(due.send_to, envelope, "stream-receipt")
 
     async def run_checkpoints(self) -> None:
+        """Every ``checkpoint_interval_s``, or sooner when ``STALE_MAX`` records wait."""
         while True:
-            await asyncio.sleep(self.checkpoint_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._checkpoint_due.wait(), self.checkpoint_interval_s)
+            self._checkpoint_due.clear()
             if self._dirty or self._stale:
                 await self.checkpoint()
 

@@ -9,12 +9,14 @@ A batch (``write_batch``) is:
 3. append the batch's QMLog entries (removals, transaction outcomes) and ``fdatasync`` the log;
 4. apply the lazy changes: state bytes rewritten in place (made durable by the next
    checkpoint), bitmaps updated, prepared transactions remembered.
+A transaction that only sends is a grouped commit (``store.grouped``): no QMLog entry, its
+state bytes settled by the next checkpoint.
 Any ``OSError`` in 2–4 fail-stops the engine: a failed sync is never retried (the page cache
 state is unknown after it), and every later call raises ``StoreFailed``.
 
-A checkpoint (``checkpoint``) syncs the segments whose state bytes changed, writes each changed
-bitmap into its ``l`` file, then writes ``MQTrans`` (the commit point), and only then lets the
-allocator use the space freed since the previous checkpoint.
+A checkpoint (``checkpoint``) settles grouped commits, syncs the segments whose state bytes
+changed, writes each changed bitmap into its ``l`` file, then writes ``MQTrans`` (the commit
+point), and only then lets the allocator use the space freed since the previous checkpoint.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ from store.bitmap import GranuleBitmap
 from store.datadir import DataDir
 from store.errors import DiskFull, MessageTooLarge, StoreFailed, UnknownRecord
 from store.fileops import FileOps
+from store.grouped import PENDING_MAX as GROUPED_PENDING_MAX
+from store.grouped import settle
 from store.framing import (
+    GROUP_MAX,
     SEGMENT_HEADER_SIZE,
     RecordFlags,
     RecordState,
@@ -134,6 +139,7 @@ class Engine:
         self.next_tx = 1
         self.next_seq: dict[int, int] = {}
         self.prepared: dict[int, PreparedTx] = {}
+        self.grouped: list[tuple[int, int, int]] = []  # (segment, offset, size) to settle
         self.failed: str | None = None
         # A backup holds checkpoints (so no freed space is reused while it copies); the writer
         # then waits for the hold to end if the QMLog fills up.
@@ -220,7 +226,11 @@ class Engine:
                 break
         plain = op in ("append", "express")
         single = op == "commit" and len(job.sends) == 1 and not job.removes
-        state = RecordState.LIVE if plain or single else RecordState.PENDING
+        job.grouped = (op == "commit" and not job.removes and 1 < len(job.sends) <= GROUP_MAX
+                       and len(self.grouped) < GROUPED_PENDING_MAX)
+        group = len(job.sends) if job.grouped else 0
+        state = (RecordState.LIVE if plain or single else
+                 RecordState.GROUPED if group else RecordState.PENDING)
         base_flags = (0 if plain else _TRANSACTIONAL) | (_EXPRESS if op == "express" else 0)
         next_seq, nonce, tx_id = self.next_seq, self.nonce, job.tx_id
         for send, (number, offset, size) in zip(job.sends, places):
@@ -241,8 +251,11 @@ class Engine:
                 flags |= _JOURNAL
             parts = encode_record_parts(send.payload, lsn=lsn, nonce=nonce, queue_id=queue_id,
                                         seq=seq, tx_id=tx_id, expires_ms=send.expires_ms,
-                                        priority=send.priority, flags=flags, state=state)
+                                        priority=send.priority, flags=flags, state=state,
+                                        group=group)
             writes.setdefault(number, []).append((offset, parts))
+            if group:
+                self.grouped.append((number, offset, size))
             record = StoredRecord(queue_id, seq, number, offset, size, len(send.payload), lsn,
                                   send.priority, send.expires_ms, flags,  # type: ignore[arg-type]
                                   tx_id)
@@ -333,7 +346,7 @@ class Engine:
                 entries.append((EntryKind.REMOVE, 0, removes))
             elif job.op in ("express", "remove_express"):
                 continue  # express messages leave no trace in the log
-            elif job.op == "commit" and (len(job.sends) > 1 or removes):
+            elif job.op == "commit" and not job.grouped and (len(job.sends) > 1 or removes):
                 entries.append((EntryKind.TX_COMMIT, job.tx_id, removes))
             elif job.op == "prepare":
                 entries.append((EntryKind.TX_PREPARE, job.tx_id, removes))
@@ -374,7 +387,8 @@ class Engine:
         return found is not None and found[0] == ref.lsn
 
     def _apply(self, job: Job) -> None:
-        if job.op == "commit" and job.records and (len(job.sends) > 1 or job.removes):
+        if (job.op == "commit" and job.records and not job.grouped
+                and (len(job.sends) > 1 or job.removes)):
             for record in job.records:
                 self._set_state(record.ref, RecordState.LIVE)
         elif job.op == "prepare":
@@ -439,6 +453,9 @@ class Engine:
         return not self.unheld.is_set()
 
     def _checkpoint(self, *, cleanup: bool) -> None:
+        grouped, self.grouped = self.grouped, []
+        for number in settle({n: s.segment for n, s in self.segments.items()}, grouped):
+            self.segments[number].data_dirty = True
         for state in self.segments.values():
             if state.data_dirty:
                 state.segment.sync()

@@ -1,6 +1,7 @@
 """Segment and record framing: bytes in, values out (pure: no I/O).
 
-Format version 1 — set in stone once data exists; a change bumps ``FORMAT_VERSION``.
+Format version 2 — set in stone once data exists; a change bumps ``FORMAT_VERSION``. Version 1
+segments (no ``GROUPED`` state, ``group`` always 0) are read as they are.
 
 Segment file (``pNNNNNNN.mq``, ``jNNNNNNN.mq``, ``rNNNNNNN.mq``)::
 
@@ -12,12 +13,15 @@ Record (``RECORD_HEADER`` then payload, padded to the next granule)::
 
     u16 magic 0xEA7E   u8 kind   u8 state   u32 payload_len   u64 lsn
     u32 nonce          u32 queue_id          u64 tx_id         u64 seq
-    u64 expires_ms     u8 priority  u8 flags  u16 reserved     u32 crc
+    u64 expires_ms     u8 priority  u8 flags  u16 group        u32 crc
 
 ``crc`` is CRC-32 over the header with the ``state`` byte zeroed, then the payload; the padding
 must be zero bytes, so every bit of a record is checked. ``state`` is
-the one mutable byte (LIVE, DEAD, PENDING), rewritten in place when a message is removed or its
-transaction resolved; its values are far apart so a flipped bit is seen, not believed.
+the one mutable byte (LIVE, DEAD, PENDING, GROUPED), rewritten in place when a message is
+removed or its transaction resolved; its values are far apart so a flipped bit is seen, not
+believed. ``group`` is 0, or for the records of a grouped commit (a transaction that only sends:
+committed without a QMLog entry) how many records the commit wrote; recovery takes such a
+commit only when all of them are found (see ``store.recovery``).
 ``nonce`` is the low 32 bits of the store's random nonce: bytes that merely look like a record
 (an old segment's leftovers, or a message body crafted to look like one) are not taken for one.
 
@@ -43,6 +47,7 @@ from store.logcodec import Ref
 
 __all__ = [
     "FORMAT_VERSION",
+    "GROUP_MAX",
     "GRANULE",
     "SEGMENT_HEADER_SIZE",
     "RECORD_HEADER_SIZE",
@@ -66,7 +71,9 @@ __all__ = [
     "peek_record",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_VERSIONS_READ = frozenset((1, 2))
+GROUP_MAX = 0xFFFF
 GRANULE = 64
 _PADS = tuple(bytes(n) for n in range(GRANULE))  # a record's padding is shorter than a granule
 SEGMENT_MAGIC = b"ENTRSEG1"
@@ -101,6 +108,7 @@ class RecordState(enum.IntEnum):
     LIVE = 0x00
     PENDING = 0x5A
     DEAD = 0xDD
+    GROUPED = 0xA5  # written by a grouped commit; LIVE from the next checkpoint on
 
 
 class RecordFlags(enum.IntFlag):
@@ -156,6 +164,7 @@ class RecordHeader(NamedTuple):
     expires_ms: int
     priority: int
     flags: int
+    group: int = 0
     segment: int = 0
 
     @property
@@ -222,7 +231,7 @@ def decode_segment_header(data: bytes | memoryview) -> SegmentHeader | Damage:
         return Damage(0, SEGMENT_HEADER_SIZE, "bad segment magic")
     if zlib.crc32(bytes(data[: SEGMENT_HEADER_SIZE - 4])) != crc:
         return Damage(0, SEGMENT_HEADER_SIZE, "segment header checksum mismatch")
-    if version != FORMAT_VERSION:
+    if version not in _VERSIONS_READ:
         return Damage(0, SEGMENT_HEADER_SIZE, f"unsupported format version {version}")
     return SegmentHeader(chr(kind), number, generation, nonce, size, created_ms)
 
@@ -239,15 +248,16 @@ def encode_record_parts(
     priority: int = 0,
     flags: RecordFlags | int = RecordFlags.NONE,
     state: RecordState = RecordState.LIVE,
+    group: int = 0,
 ) -> tuple[bytes, bytes | memoryview, bytes]:
     """The record as (header, payload, padding), padded to a whole number of granules, for
     ``pwritev``: the payload is never copied (the writer thread encodes every message; a
     joined copy cost ~0.6 us a KiB). ``b"".join`` of the parts is the record's bytes."""
     assert lsn > 0
-    assert 0 <= priority <= 7
+    assert 0 <= priority <= 7 and 0 <= group <= GROUP_MAX
     payload_len = len(payload)
     tail = _TAIL.pack(payload_len, lsn, nonce & 0xFFFFFFFF, queue_id, tx_id, seq, expires_ms,
-                      priority, int(flags), 0)
+                      priority, int(flags), group)
     crc = zlib.crc32(payload, zlib.crc32(tail, _HEAD_CRC))
     header = _PREFIXES[state] + tail + _CRC.pack(crc)
     return header, payload, _PADS[-(RECORD_HEADER_SIZE + payload_len) % GRANULE]
@@ -261,7 +271,7 @@ def decode_record(
     if end - offset < RECORD_HEADER_SIZE:
         return Damage(offset, end - offset, "truncated record header")
     (magic, kind, state, payload_len, lsn, rec_nonce, queue_id, tx_id, seq, expires_ms,
-     priority, flags, _, crc) = _RECORD.unpack_from(buf, offset)
+     priority, flags, group, crc) = _RECORD.unpack_from(buf, offset)
     if magic != RECORD_MAGIC:
         return Damage(offset, GRANULE, "no record magic")
     if rec_nonce != nonce & 0xFFFFFFFF:
@@ -293,7 +303,8 @@ def decode_record(
         return Damage(offset, size, "record fields out of range")
     # tuple.__new__ directly: the generated __new__ is a Python function (~0.3 us a record).
     return _new_tuple(RecordHeader, (offset, size, kind, state, payload_len, lsn, queue_id,
-                                     tx_id, seq, expires_ms, priority, flags, segment))
+                                     tx_id, seq, expires_ms, priority, flags, group,
+                                     segment))
 
 
 def scan_chain(

@@ -236,16 +236,20 @@ class MessageStore:
     async def commit(self, sends: Sequence[SendSpec], removes: Sequence[StoredRecord] = (),
                      *, tx_id: int = 0) -> list[StoredRecord]:
         """Store ``sends`` and remove ``removes`` atomically: all become durable, or none."""
+        # Ids come from one counter, here: when the engine numbered the commits that came
+        # without one, they met ids reserved for explicit transactions (two commits, one id).
         job = await self._submit_sends(Job("commit", sends=sends,
                                            removes=[r.ref for r in removes],
-                                           removed_keys=_keys(removes), tx_id=tx_id))
+                                           removed_keys=_keys(removes),
+                                           tx_id=tx_id or self.reserve_tx_id()))
         return job.records
 
     async def prepare(self, sends: Sequence[SendSpec], removes: Sequence[StoredRecord] = (),
                       *, tx_id: int = 0) -> PreparedTx:
         """Phase one of a two-phase commit: durable, invisible until ``commit_prepared``."""
         job = await self._submit_sends(Job("prepare", sends=sends,
-                                           removes=[r.ref for r in removes], tx_id=tx_id))
+                                           removes=[r.ref for r in removes],
+                                           tx_id=tx_id or self.reserve_tx_id()))
         prepared = PreparedTx(job.tx_id, list(job.records), list(job.removes))
         self.prepared[job.tx_id] = prepared
         self._prepared_keys[job.tx_id] = _keys(removes)

@@ -102,6 +102,7 @@ class Job:
     error: StoreError | None = None
     # (queue_id, seq) of each removed record, for the loop-side index; the engine uses removes.
     removed_keys: Sequence[tuple[int, int]] = ()
+    grouped: bool = False  # set by the engine: a grouped commit (see store.grouped)
 
     def log_bytes_max(self) -> int:
         """Upper bound of the QMLog bytes this job writes."""

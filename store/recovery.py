@@ -16,8 +16,18 @@ PENDING        committed                    yes         dead (state byte set to 
 PENDING        prepared, not resolved       —           kept pending; the transaction is
                                                         restored as prepared
 PENDING        aborted or never finished    —           dead (state byte set to DEAD)
+GROUPED        whole group found            no          live (state byte set to LIVE)
+GROUPED        whole group found            yes         dead (state byte set to DEAD)
+GROUPED        part of the group missing    —           dead (state byte set to DEAD)
 DEAD           —                            —           dead
 =============  ===========================  ==========  ======================================
+
+A grouped commit (``store.grouped``) wrote ``group`` records with its ``tx_id`` at consecutive
+LSNs and no QMLog entry; it is whole when that many are found (in any state: some may be
+removed, or settled to LIVE by a checkpoint that did not finish) spanning exactly that many
+LSNs. Anything less is a write a crash cut (it was never acknowledged) — or a member damaged
+before the next checkpoint, which is reported as damage like any other, and takes its group
+with it.
 
 "Removed" means a REMOVE entry, or a TX_COMMIT entry's list, names the record's exact place and
 LSN (a reused place with another LSN is a different record).
@@ -25,6 +35,7 @@ LSN (a reused place with another LSN is a different record).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -61,26 +72,54 @@ def resolve(found: Iterable[RecordHeader], entries: Iterable[LogEntry],
         elif entry.kind == EntryKind.TX_ABORT:
             prepared.pop(entry.tx_id, None)
     result = Resolution(prepared_removes=prepared)
+    found = found if isinstance(found, list) else list(found)
+    whole = _whole_groups(found) if any(map(_GROUP, found)) else set()
     live = result.live
     if not removed:  # the common case, kept cheap: no Ref is built per record
         for item in found:
             if item.state == RecordState.LIVE:
                 live.append(item)
             else:
-                _resolve_one(item, removed, prepared, committed, result)
+                _resolve_one(item, removed, prepared, committed, whole, result)
         return result
     for item in found:
-        _resolve_one(item, removed, prepared, committed, result)
+        _resolve_one(item, removed, prepared, committed, whole, result)
     return result
 
 
+_GROUP = operator.attrgetter("group")
+
+
+def _whole_groups(found: list[RecordHeader]) -> set[int]:
+    """The tx ids of grouped commits found whole (see the module docstring)."""
+    members: dict[int, list[RecordHeader]] = {}
+    for item in found:
+        if item.group:
+            members.setdefault(item.tx_id, []).append(item)
+    whole = set()
+    for tx_id, items in members.items():
+        size = items[0].group
+        lsns = [item.lsn for item in items]
+        if (len(items) == size and all(item.group == size for item in items)
+                and max(lsns) - min(lsns) == size - 1):
+            whole.add(tx_id)
+    return whole
+
+
 def _resolve_one(item: RecordHeader, removed: set[Ref], prepared: dict[int, list[Ref]],
-                 committed: set[int], result: Resolution) -> None:
+                 committed: set[int], whole: set[int], result: Resolution) -> None:
     state = item.state
     ref = item.ref
     if state == RecordState.DEAD:
         result.dead += 1
         return
+    if state == RecordState.GROUPED:
+        if item.tx_id not in whole:
+            result.state_fixes.append((ref, RecordState.DEAD))
+            result.dead += 1
+            return
+        if ref not in removed:
+            result.state_fixes.append((ref, RecordState.LIVE))
     if state == RecordState.PENDING:
         tx_id = item.tx_id
         if tx_id in prepared and tx_id not in committed:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -12,21 +11,10 @@ from store.message_store import MessageStore
 from store.options import StoreOptions
 from store.records import SendSpec
 from tests.fault.faulty_ops import FaultyFileOps
-from tests.store.conftest import close_store, open_store
+from tests.store.conftest import abandon_store, close_store, open_store
 
 OPTIONS = StoreOptions(segment_size=64 << 10, qmlog_size=1 << 20, group_commit_bytes_max=32 << 10,
                        checkpoint_interval_s=3600, cleanup_interval_s=3600)
-
-
-async def _abandon(store: MessageStore) -> None:
-    """Stop without a final checkpoint, as a crash would, and let the directory go."""
-    writer = store._writer
-    if writer is not None:
-        await asyncio.get_running_loop().run_in_executor(None, writer.stop)
-        store._writer = None
-    assert store._lock is not None
-    store._lock.release()
-    store._lock = None
 
 
 def _bodies(store: MessageStore, queue_id: int) -> list[bytes]:
@@ -82,7 +70,7 @@ async def test_eio_on_sync_fail_stops_and_is_never_retried(tmp_path: Path) -> No
     with pytest.raises(StoreFailed):
         await store.append(SendSpec(1, b"refused"))
     assert ops.syncs == syncs, "a failed fsync is never retried"
-    await _abandon(store)
+    await abandon_store(store)
     store = await open_store(tmp_path, OPTIONS)
     assert _bodies(store, 1)[0] == b"durable"
     assert b"refused" not in _bodies(store, 1)
@@ -97,7 +85,7 @@ async def test_torn_write_is_cut_and_everything_acknowledged_recovers(tmp_path: 
     ops.torn_write_bytes = 300
     with pytest.raises(StoreFailed):
         await store.append(SendSpec(1, b"t" * 700))
-    await _abandon(store)
+    await abandon_store(store)
     store = await open_store(tmp_path, OPTIONS)
     assert _bodies(store, 1) == [bytes([i]) * 700 for i in range(5)]
     assert store.recovery.damaged == [], "a torn tail is not corruption"
@@ -111,10 +99,10 @@ async def test_torn_transaction_is_all_or_nothing(tmp_path: Path) -> None:
     store = await open_store(tmp_path, OPTIONS, ops)
     await store.append(SendSpec(1, b"before"))
     ops.torn_write_bytes = 2000  # the first two of three records reach the file
-    with pytest.raises(StoreFailed):
-        await store.commit([SendSpec(2, bytes(900)), SendSpec(2, bytes(900)),
-                            SendSpec(2, bytes(900))])
-    await _abandon(store)
+    with pytest.raises(StoreFailed):  # (not zero bytes: the cut-off tail would be zeros too)
+        await store.commit([SendSpec(2, b"\x07" * 900), SendSpec(2, b"\x07" * 900),
+                            SendSpec(2, b"\x07" * 900)])
+    await abandon_store(store)
     store = await open_store(tmp_path, OPTIONS)
     assert store.count(2) == 0
     assert _bodies(store, 1) == [b"before"]
@@ -160,7 +148,7 @@ async def test_crash_while_creating_a_segment_leaves_nothing_behind(tmp_path: Pa
     ops.torn_on_pwrite = True
     with pytest.raises(StoreFailed):
         await store.append(SendSpec(1, bytes(40000)))  # needs a second segment
-    await _abandon(store)
+    await abandon_store(store)
     assert not (tmp_path / "storage" / "p0000002.mq").exists(), "only whole segments get a name"
     # What a kill -9 at that moment leaves (no exception handler runs): the temporary file.
     (tmp_path / "storage" / "p0000002.mq.tmp").write_bytes(b"")

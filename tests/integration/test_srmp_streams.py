@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 from gateway.appkeys import STATE_KEY
+from gateway.internal_queues import STREAMS_QUEUE
 from gateway.settings import Settings
 from gateway.srmp.codec import parse_request
 from gateway.srmp.model import Kind
@@ -121,6 +122,28 @@ async def test_position_survives_a_restart(aiohttp_client: Any,
             == 200
     await post(again, stream_message(ORDERS, b"m4", 4, receipts_to=to))
     assert await _bodies(again) == [b"m1", b"m2", b"m3", b"m4"]
+
+
+async def test_superseded_positions_go_with_the_checkpoint_not_the_commit(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], receipts: Any) -> None:
+    """Each stored batch writes a position record without removing the one before (a commit
+    that only sends needs no QMLog entry); the stream checkpoint removes them all."""
+    to = str(receipts.make_url("/msmq/private$/order_queue$"))
+    client = await ready_client(aiohttp_client, settings_factory(
+        server__names=["gw"], srmp__stream_checkpoint_interval="1h"))
+    await client.put("/v1/queues/private$/orders", json={"transactional": True})
+    state = client.server.app[STATE_KEY]
+    positions = state.queue_manager.internal(STREAMS_QUEUE).queue_id
+    for n in (1, 2, 3):
+        assert (await post(client, stream_message(ORDERS, b"m%d" % n, n,
+                                                  receipts_to=to))).status == 200
+    assert state.queue_manager.store.count(positions) == 3
+    assert (await post(client, stream_message(ORDERS, b"dup", 2, receipts_to=to))).status \
+        == 200
+    await state.streams.checkpoint()
+    assert state.queue_manager.store.count(positions) == 0
+    await post(client, stream_message(ORDERS, b"m4", 4, receipts_to=to))
+    assert await _bodies(client) == [b"m1", b"m2", b"m3", b"m4"]
 
 
 async def test_final_stream_receipt_when_a_dead_letter_message_leaves(

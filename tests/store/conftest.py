@@ -26,6 +26,17 @@ async def close_store(store: MessageStore) -> None:
     await asyncio.get_running_loop().run_in_executor(None, store.close)
 
 
+async def abandon_store(store: MessageStore) -> None:
+    """Stop without a final checkpoint, as a crash would, and let the directory go."""
+    writer = store._writer
+    if writer is not None:
+        await asyncio.get_running_loop().run_in_executor(None, writer.stop)
+        store._writer = None
+    assert store._lock is not None
+    store._lock.release()
+    store._lock = None
+
+
 @pytest.fixture
 async def store_factory(tmp_path: Path) -> AsyncIterator[Callable[..., object]]:
     opened: list[MessageStore] = []

@@ -40,6 +40,7 @@ PURE_MODULES = [
     "store/framing.py",
     "store/bitmap.py",
     "store/recovery.py",
+    "store/grouped.py",
     "store/logcodec.py",
     "store/allocator.py",
     "store/quota.py",

@@ -97,6 +97,20 @@ def test_restart_in_the_middle_keeps_the_position() -> None:
     assert older_only.decide(KEY, _s(3)) is Verdict.ACCEPT
 
 
+def test_the_highest_of_several_position_records_wins_in_any_order() -> None:
+    """Superseded position records stay until the stream checkpoint removes them: a restart
+    in between reads several for one stream."""
+    table = StreamTable()
+    records = []
+    for n in (1, 2, 3):
+        _feed(table, _s(n, start=n == 1), 0.0)
+        records.append(StreamTable.position(next(iter(table.states()))))
+    again = StreamTable()
+    again.restore(None, [records[2], records[0], records[1]], now=0.0)
+    assert again.decide(KEY, _s(3)) is Verdict.DUPLICATE
+    assert again.decide(KEY, _s(4)) is Verdict.ACCEPT
+
+
 def test_streams_are_keyed_by_stream_and_queue_and_pruned_when_acknowledged() -> None:
     table = StreamTable(streams_max=2)
     for i in range(4):

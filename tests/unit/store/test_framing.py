@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import struct
+import zlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.framing import (
+    FORMAT_VERSION,
     GRANULE,
+    GROUP_MAX,
     RECORD_HEADER_SIZE,
     SEGMENT_HEADER_SIZE,
     ChainScan,
@@ -48,19 +53,21 @@ def _record(payload: bytes, lsn: int, **kw: object) -> bytes:
     priority=st.integers(0, 7),
     flags=st.sampled_from(list(RecordFlags)),
     state=st.sampled_from(list(RecordState)),
+    group=st.integers(0, GROUP_MAX),
 )
 def test_record_round_trip(payload: bytes, lsn: int, queue_id: int, tx_id: int, seq: int,
                            expires_ms: int, priority: int, flags: RecordFlags,
-                           state: RecordState) -> None:
+                           state: RecordState, group: int) -> None:
     data = encode_record(payload, lsn=lsn, nonce=NONCE, queue_id=queue_id, seq=seq, tx_id=tx_id,
-                         expires_ms=expires_ms, priority=priority, flags=flags, state=state)
+                         expires_ms=expires_ms, priority=priority, flags=flags, state=state,
+                         group=group)
     assert len(data) == record_size(len(payload))
     assert len(data) % GRANULE == 0
     header = decode_record(data, 0, len(data), nonce=NONCE)
     assert isinstance(header, RecordHeader)
     assert (header.lsn, header.queue_id, header.tx_id, header.seq, header.expires_ms,
-            header.priority, header.flags, header.state) == (
-        lsn, queue_id, tx_id, seq, expires_ms, priority, flags, state)
+            header.priority, header.flags, header.state, header.group) == (
+        lsn, queue_id, tx_id, seq, expires_ms, priority, flags, state, group)
     assert data[header.payload_offset: header.payload_offset + header.payload_len] == payload
 
 
@@ -105,6 +112,26 @@ def test_segment_header_round_trip_and_damage() -> None:
         damaged = bytearray(data)
         damaged[bit // 8] ^= 1 << (bit % 8)
         assert isinstance(decode_segment_header(damaged), Damage)
+
+
+def test_segments_of_format_version_1_are_still_read() -> None:
+    """Version 2 added grouped commits (a state value and the ``group`` field, 0 before):
+    stores written by version 1 open as they are; an unknown version is damage."""
+    header = SegmentHeader("p", 12, 3, NONCE, 4 << 20, 1_700_000_000_000)
+    data = bytearray(encode_segment_header(header))
+    assert data[8] == FORMAT_VERSION == 2
+    for version, readable in ((1, True), (2, True), (3, False)):
+        data[8] = version
+        data[60:64] = struct.pack("<I", zlib.crc32(bytes(data[:60])))
+        assert (decode_segment_header(data) == header) is readable
+
+
+def test_group_field_is_checked_like_every_other_bit() -> None:
+    record = bytearray(_record(b"abc", 9, state=RecordState.GROUPED, group=3))
+    header = decode_record(record, 0, len(record), nonce=NONCE)
+    assert isinstance(header, RecordHeader) and header.group == 3
+    record[50] ^= 1  # the group field's low byte
+    assert isinstance(decode_record(record, 0, len(record), nonce=NONCE), Damage)
 
 
 def test_max_payload_fills_one_segment() -> None:
