@@ -35,8 +35,6 @@ from store.bitmap import GranuleBitmap
 from store.datadir import DataDir
 from store.errors import DiskFull, MessageTooLarge, StoreFailed, UnknownRecord
 from store.fileops import FileOps
-from store.grouped import PENDING_MAX as GROUPED_PENDING_MAX
-from store.grouped import settle
 from store.framing import (
     GROUP_MAX,
     SEGMENT_HEADER_SIZE,
@@ -47,6 +45,8 @@ from store.framing import (
     peek_record,
     record_size,
 )
+from store.grouped import PENDING_MAX as GROUPED_PENDING_MAX
+from store.grouped import settle
 from store.lfile import LFile
 from store.logcodec import EntryKind, Ref, encode_entry
 from store.logs import cleanup_log, commit_log

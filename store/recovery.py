@@ -88,13 +88,17 @@ def resolve(found: Iterable[RecordHeader], entries: Iterable[LogEntry],
 
 
 _GROUP = operator.attrgetter("group")
+_GROUPED_STATE = RecordState.GROUPED.value
 
 
 def _whole_groups(found: list[RecordHeader]) -> set[int]:
-    """The tx ids of grouped commits found whole (see the module docstring)."""
+    """The tx ids of grouped commits found whole (see the module docstring). Only commits with
+    a member still GROUPED are counted: settled ones are ordinary records, and a store written
+    mostly by grouped commits would otherwise gather every record here."""
+    unsettled = {item.tx_id for item in found if item.state == _GROUPED_STATE}
     members: dict[int, list[RecordHeader]] = {}
     for item in found:
-        if item.group:
+        if item.group and item.tx_id in unsettled:
             members.setdefault(item.tx_id, []).append(item)
     whole = set()
     for tx_id, items in members.items():

@@ -57,3 +57,9 @@ def test_members_must_span_exactly_their_count_of_lsns() -> None:
     """Two records of the transaction but not of one commit (far apart) are no whole group."""
     assert _live_lsns([_member(5, 9, 2), _member(40, 9, 2)]) == []
     assert _live_lsns([_member(5, 9, 2), _member(6, 9, 3)]) == []
+
+
+def test_a_settled_group_missing_members_is_an_ordinary_set_of_records() -> None:
+    """Settled by a checkpoint, then a member removed and its space reused: the others are
+    ordinary live records, never judged as a group again."""
+    assert _live_lsns([_member(5, 9, 3, LIVE), _member(7, 9, 3, LIVE)]) == [5, 7]
