@@ -54,7 +54,12 @@ def _run(tmp_path: Path, cycles: int) -> None:
     rng = random.Random(int(os.environ.get("ENTREPOT_CRASH_SEED", "20261122")))
     ledger = Ledger()
     for cycle in range(cycles):
-        _one_cycle(tmp_path / "data", cycle, rng, ledger)
+        try:
+            _one_cycle(tmp_path / "data", cycle, rng, ledger)
+        except AssertionError as exc:  # name what is needed to look at the failure again
+            raise AssertionError(f"cycle {cycle} of {cycles} (data dir {tmp_path / 'data'}, "
+                                 f"seed {os.environ.get('ENTREPOT_CRASH_SEED', '20261122')})"
+                                 f": {exc}") from exc
     assert ledger.appended, "the writer acknowledged nothing: the test tested nothing"
     assert ledger.transactions
 
