@@ -122,7 +122,9 @@ class Link:
 
     def summary(self) -> dict[str, object]:
         oldest = min(self._seen_at.values(), default=None)
-        return {"destination": self.destination, "state": self.state,
+        # A send in flight when the link was paused may still set state when it ends.
+        return {"destination": self.destination,
+                "state": "paused" if self.paused else self.state,
                 "backlog": self.qm.store.count(self.queue.queue_id),
                 "unacked": len(self.stream.pending) if self.stream else 0,
                 "oldest_age_s": round(time.monotonic() - oldest, 3) if oldest else 0.0,

@@ -362,3 +362,24 @@ async def _equal(client: Any, queue: str, expected: list[bytes]) -> bool:
 
 async def _drained(client: Any) -> bool:
     return all(link["backlog"] == 0 for link in await _links(client))
+
+
+async def test_a_paused_link_shows_paused_whatever_a_send_in_flight_reports(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    """A send that was in flight when the link was paused ends later and sets the link's
+    state ("waiting to connect" after a failed connection): /v1/links still says paused."""
+    from tests.helpers import ready_client
+    client = await ready_client(aiohttp_client, settings_factory())
+    response = await client.post("/v1/messages", data=b"far", headers={
+        "Mq-Transaction": "single",
+        "Mq-Destination": "DIRECT=HTTP://127.0.0.1:1/msmq/private$/far"})
+    assert response.status == 201
+    [summary] = (await (await client.get("/v1/links")).json())["links"]
+    assert (await client.post(f"/v1/links/{summary['id']}/pause")).status == 200
+    link = client.server.app[STATE_KEY].links.find(summary["id"])
+    link.state = "waiting to connect"  # what the send in flight does when it fails
+    [summary] = (await (await client.get("/v1/links")).json())["links"]
+    assert summary["state"] == "paused"
+    assert (await client.post(f"/v1/links/{summary['id']}/resume")).status == 200
+    [summary] = (await (await client.get("/v1/links")).json())["links"]
+    assert summary["state"] != "paused"
