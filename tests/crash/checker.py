@@ -50,6 +50,9 @@ def check(root: Path, ledger: Ledger) -> int:
         for queue in store.queue_ids():
             for record in store.records(queue):
                 found[(record.queue_id, record.seq)] = store.read(record)
+        # Two live records with one (queue, sequence) would hide each other in the index.
+        assert len(found) == store.recovery.live_records, (
+            f"{store.recovery.live_records} live records recovered, {len(found)} in the index")
         tokens: Counter[str] = Counter()
         tx_parts: dict[str, set[int]] = {}
         for key, body in found.items():
@@ -64,10 +67,16 @@ def check(root: Path, ledger: Ledger) -> int:
         for key, token in ledger.appended.items():
             if key not in gone_ok:
                 assert key in found, f"acknowledged append {key} {token} lost"
+                # A sequence number handed out twice would hide one record behind another.
+                assert found[key].startswith(token.encode() + b"|"), (
+                    f"acknowledged append {key} {token} replaced by {found[key][:40]!r}")
         for token, (count, keys) in ledger.transactions.items():
             for key in keys:
                 if key not in gone_ok:
                     assert key in found, f"acknowledged transaction {token} lost {key}"
+                    assert found[key].startswith(token.encode() + b"|"), (
+                        f"acknowledged transaction {token} {key} replaced by "
+                        f"{found[key][:40]!r}")
         for key in ledger.removed:
             assert key not in found, f"acknowledged removal {key} came back"
         # A transaction never acknowledged shows whole or not at all when it is first seen (an

@@ -46,6 +46,8 @@ def _one_cycle(root: Path, seed: int, rng: random.Random, ledger: Ledger) -> int
     proc.stderr.close()  # type: ignore[union-attr]
     assert ready_at is not None, "writer never became ready"
     lines = buffer.decode(errors="replace").split("\n")
+    with (root.parent / "ledger.log").open("a") as trail:  # kept for a post-mortem
+        trail.write(f"# cycle {seed}\n" + "\n".join(lines[:-1]) + "\n")
     ledger.read(lines[:-1])  # the last piece has no newline: not acknowledged
     return check(root, ledger)
 
