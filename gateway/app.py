@@ -314,6 +314,8 @@ async def _open_store(app: web.Application) -> None:
     state.tasks.append(asyncio.create_task(queue_manager.expiry.run(), name="expiry"))
     assert queue_manager.dedup is not None
     state.tasks.append(asyncio.create_task(queue_manager.dedup.run(), name="dedup-trim"))
+    state.tasks.append(asyncio.create_task(queue_manager.dedup.run_flusher(),
+                                           name="dedup-flush"))
     if state.stopping:
         return
     state.ready = True

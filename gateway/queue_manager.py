@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from gateway.errors import ProblemError
 from gateway.acks import wants_ack
 from gateway.copies import ack_specs, dead_letter_spec
-from gateway.dedup import DedupWindow
+from gateway.dedup import DedupWindow, srmp_keyed_entry
 from gateway.internal_queues import DEDUP_QUEUE, INTERNAL_QUEUES, is_internal
 from gateway.expiry import Expiry
 from gateway.logs import server_log
@@ -133,7 +133,9 @@ class QueueManager:
                                      journal_class=name != ORDER_QUEUE)
         for name in (n for n in INTERNAL_QUEUES if n not in self._queues):
             await self.register(parse_queue_path(name), QueueSettings())
-        self.dedup = DedupWindow(self.store, self._queues[DEDUP_QUEUE].queue_id)
+        self.dedup = DedupWindow(self.store, self._queues[DEDUP_QUEUE].queue_id,
+                                 keyed_entry=srmp_keyed_entry(self.store, self._canonical_path))
+        self.store.before_removal = self.dedup.before_removal
         for name, settings in declared:
             path = self._parse(name)
             if path.canonical not in self._queues:
@@ -458,6 +460,10 @@ class QueueManager:
 
     def queue_by_id_or_none(self, queue_id: int) -> Queue | None:
         return self._by_id.get(queue_id)
+
+    def _canonical_path(self, queue_id: int) -> str | None:
+        queue = self._by_id.get(queue_id)
+        return None if queue is None else queue.path.canonical
 
     def journal_queue(self, queue: Queue) -> Queue | None:
         if not queue.settings.journal or queue.path.journal or queue.path.system:

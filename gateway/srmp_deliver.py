@@ -21,7 +21,6 @@ from dataclasses import replace
 
 from gateway.copies import ack_specs, dead_letter_spec
 from gateway.errors import ProblemError
-from gateway.internal_queues import DEDUP_QUEUE
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties, compose_id, encode_payload
@@ -30,6 +29,7 @@ from gateway.srmp.model import Stream
 from gateway.srmp_sequencer import StreamSequencer
 from gateway.store_errors import store_call
 from store.errors import QueueQuotaExceeded
+from store.framing import RecordFlags
 from store.records import SendSpec, StoredRecord
 
 __all__ = ["Outcome", "deliver"]
@@ -56,27 +56,25 @@ async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperti
                           body: bytes) -> Outcome:
     dedup = qm.dedup
     assert dedup is not None
-    key = f"srmp:{props.message_id}" if props.message_id else None
-    digest = dedup.digest(b"", queue.path.canonical)  # the id alone decides (srmp.md §1.10)
+    entry, digest, answer = dedup.srmp_entry(props.message_id, queue.path.canonical)
+    key = entry if props.message_id else None
     if key is not None:
         if await dedup.seen(key, digest):
             return Outcome.DUPLICATE
         dedup.begin(key)
-    answer: dict[str, object] = {"id": props.message_id}
-    # A recoverable message's id is remembered in its own commit: a sender that lost the 200
-    # in a crash resends it, and the resend must find the id (the torture crash loop showed
-    # a lazily written window letting such resends in twice). An express message does not
-    # survive a restart, so its id is kept in memory only.
-    extra = ([(qm.internal(DEDUP_QUEUE), dedup.spec(key, digest, answer))]
-             if key is not None and props.recoverable else [])
+    # A recoverable message holds its id itself (a KEYED record) until the window flushes
+    # it: a sender that lost the 200 in a crash resends it, and the resend must find the id
+    # (gateway.dedup says how it is found). An express message does not survive a restart,
+    # so its id is kept in memory only.
+    keyed = key is not None and props.recoverable
     try:
-        made = await _commit(qm, queue, props, body, extra, [])
+        made = await _commit(qm, queue, props, body, keyed=keyed)
         if made is None:
             await _quota_nack(qm, queue, props, body)
             return Outcome.QUOTA_DROPPED
         if key is not None:
-            if extra:
-                dedup.done(key, digest, answer, made[1])
+            if keyed:
+                dedup.held(key, digest, answer, made[0])
             else:
                 dedup.remember(key, digest, answer)
         return Outcome.STORED
@@ -85,11 +83,9 @@ async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperti
             dedup.failed(key)  # no-op when it was stored
 
 
-async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body: bytes,
-                  extra: list[tuple[Queue, SendSpec]], removes: list[StoredRecord]
-                  ) -> list[StoredRecord] | None:
-    """Store the message with ``extra`` (records that must be atomic with it: a stream
-    position, at index 1..) and the delivery acknowledgement it asks for; None when the queue
+async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body: bytes, *,
+                  keyed: bool) -> list[StoredRecord] | None:
+    """Store the message and the delivery acknowledgement it asks for; None when the queue
     is over its quota. A lone message takes the cheaper non-transactional append (one fsync,
     no QMLog)."""
     now_ms = int(time.time() * 1000)
@@ -104,11 +100,12 @@ async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body
         qm.store.release_seq(queue.queue_id, seq)
         raise
     spec = SendSpec(queue.queue_id, encode_payload(props, body), priority=props.priority,
-                    expires_ms=props.receive_by_ms, express=not props.recoverable, seq=seq)
+                    expires_ms=props.receive_by_ms,
+                    flags=RecordFlags.KEYED if keyed else RecordFlags.NONE,
+                    express=not props.recoverable, seq=seq)
     try:
-        if extra or acks or removes:
-            specs = [spec, *(s for _, s in extra), *(s for _, s in acks)]
-            made = await store_call(qm.store.commit(specs, removes=removes))
+        if acks:
+            made = await store_call(qm.store.commit([spec, *(s for _, s in acks)]))
         else:
             made = [await store_call(qm.store.append(spec))]
     except ProblemError as exc:
@@ -116,7 +113,7 @@ async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body
             return None
         raise
     qm.arrived(queue, made[0])
-    for (target, _), record in zip(acks, made[1 + len(extra):]):
+    for (target, _), record in zip(acks, made[1:]):
         qm.arrived(target, record)
     return made
 

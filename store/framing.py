@@ -116,6 +116,10 @@ class RecordFlags(enum.IntFlag):
     TRANSACTIONAL = 1
     JOURNAL = 2
     EXPRESS = 4
+    # The payload carries the sender's own message id, which a caller's duplicate window keys
+    # on: the caller finds such records again after a crash (``MessageStore.keyed_records``)
+    # and is told before one is removed (``MessageStore.before_removal``).
+    KEYED = 8
 
 
 _KINDS = frozenset(member.value for member in RecordKind)

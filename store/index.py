@@ -127,6 +127,15 @@ class QueueIndex:
         chosen = heapq.nsmallest(limit, (seq for seq in entries if seq > after_seq))
         return [unpack(queue_id, seq, entries[seq]) for seq in chosen]
 
+    def newest_flagged(self, flag: int, limit: int) -> list[StoredRecord]:
+        """Up to ``limit`` records carrying ``flag``, the newest (highest LSN) of every queue
+        together, oldest first. One pass over the packed entries, no object per entry."""
+        chosen = heapq.nlargest(limit, (
+            (packed >> _LSN_SHIFT & _MASK64, queue_id, seq, packed)
+            for queue_id, entries in self._queues.items()
+            for seq, packed in entries.items() if packed & flag))
+        return [unpack(queue_id, seq, packed) for _, queue_id, seq, packed in reversed(chosen)]
+
     def count(self, queue_id: int) -> int:
         return len(self._queues.get(queue_id, ()))
 

@@ -21,7 +21,7 @@ import asyncio
 import itertools
 import operator
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -48,6 +48,7 @@ __all__ = ["MessageStore"]
 
 T = TypeVar("T")
 _QUEUE_ID = operator.attrgetter("queue_id")
+_KEYED = RecordFlags.KEYED
 
 
 class MessageStore:
@@ -91,6 +92,10 @@ class MessageStore:
         self._audit_thread: threading.Thread | None = None
         self._streams: PingPong | None = None
         self._streams_lock = asyncio.Lock()
+        # Awaited with the KEYED records a removal is about to take, before it is submitted:
+        # the caller makes what they stand for durable elsewhere first (the gateway's
+        # duplicate window keeps a message's id in the message alone while it is queued).
+        self.before_removal: Callable[[list[StoredRecord]], Awaitable[None]] | None = None
         # The last saved state of incoming ordered streams (MQInSeqs.lg1/lg2), or None.
         self.stream_state: bytes | None = None
         self._index = QueueIndex()
@@ -236,6 +241,8 @@ class MessageStore:
     async def commit(self, sends: Sequence[SendSpec], removes: Sequence[StoredRecord] = (),
                      *, tx_id: int = 0) -> list[StoredRecord]:
         """Store ``sends`` and remove ``removes`` atomically: all become durable, or none."""
+        if removes:
+            await self._before_removing(removes)
         # Ids come from one counter, here: when the engine numbered the commits that came
         # without one, they met ids reserved for explicit transactions (two commits, one id).
         job = await self._submit_sends(Job("commit", sends=sends,
@@ -247,6 +254,8 @@ class MessageStore:
     async def prepare(self, sends: Sequence[SendSpec], removes: Sequence[StoredRecord] = (),
                       *, tx_id: int = 0) -> PreparedTx:
         """Phase one of a two-phase commit: durable, invisible until ``commit_prepared``."""
+        if removes:
+            await self._before_removing(removes)
         job = await self._submit_sends(Job("prepare", sends=sends,
                                            removes=[r.ref for r in removes],
                                            tx_id=tx_id or self.reserve_tx_id()))
@@ -273,6 +282,7 @@ class MessageStore:
 
     async def remove(self, records: Sequence[StoredRecord]) -> None:
         """Remove messages durably (a receive outside a transaction)."""
+        await self._before_removing(records)
         in_ram = [r for r in records if r.segment == 0]
         spilled = [r for r in records if r.segment and r.flags & RecordFlags.EXPRESS]
         durable = [r for r in records if r.segment and not r.flags & RecordFlags.EXPRESS]
@@ -288,6 +298,13 @@ class MessageStore:
         if durable:
             await self._submit(Job("remove", removes=[r.ref for r in durable],
                                    removed_keys=_keys(durable)))
+
+    async def _before_removing(self, records: Sequence[StoredRecord]) -> None:
+        hook = self.before_removal
+        if hook is not None:
+            keyed = [r for r in records if r.flags & _KEYED]
+            if keyed:
+                await hook(keyed)
 
     async def _submit_sends(self, job: Job) -> Job:
         """Check sizes and quotas, charge them, number the messages, then submit the job.
@@ -457,6 +474,10 @@ class MessageStore:
 
     def queue_ids(self) -> list[int]:
         return self._index.queue_ids()
+
+    def keyed_records(self, limit: int) -> list[StoredRecord]:
+        """The newest ``limit`` live ``KEYED`` records of all queues, oldest first."""
+        return self._index.newest_flagged(RecordFlags.KEYED.value, limit)
 
     def count(self, queue_id: int) -> int:
         return self._index.count(queue_id)

@@ -6,14 +6,15 @@ import asyncio
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from store.errors import MessageTooLarge, StoreClosed, UnknownRecord
-from store.framing import RECORD_HEADER_SIZE, max_payload
+from store.errors import MessageTooLarge, StoreClosed, StoreError, UnknownRecord
+from store.framing import RECORD_HEADER_SIZE, RecordFlags, max_payload
 from store.message_store import MessageStore
 from store.options import StoreOptions
-from store.records import SendSpec
+from store.records import SendSpec, StoredRecord
 from tests.store.conftest import SMALL, close_store, open_store
 
 Factory = Callable[..., "asyncio.Future[MessageStore]"]
@@ -341,3 +342,34 @@ async def test_a_commit_of_many_records_spans_pwritev_calls_and_recovers(tmp_pat
     assert _bodies(recovered, 3) == bodies
     assert recovered.recovery.damaged == []
     await close_store(recovered)
+
+
+async def test_keyed_records_are_found_and_announced_before_removal(store_factory: Any
+                                                                     ) -> None:
+    store = await store_factory()
+    keyed = [await store.append(SendSpec(q, f"k{q}".encode(), flags=RecordFlags.KEYED))
+             for q in (1, 2, 1)]
+    plain = await store.append(SendSpec(1, b"plain"))
+    assert [r.lsn for r in store.keyed_records(10)] == sorted(r.lsn for r in keyed)
+    assert store.keyed_records(1) == [keyed[2]], "the newest of all queues"
+    announced: list[list[StoredRecord]] = []
+
+    async def hook(records: list[StoredRecord]) -> None:
+        announced.append(records)
+        if len(announced) == 2:
+            raise StoreError("cannot keep what they stand for")
+
+    store.before_removal = hook
+    await store.remove([plain])
+    assert announced == [], "only KEYED records are announced"
+    await store.remove([keyed[0]])
+    assert announced == [[keyed[0]]]
+    with pytest.raises(StoreError):
+        await store.commit([SendSpec(3, b"x")], removes=[keyed[1], keyed[2]])
+    assert announced[1] == [keyed[1], keyed[2]]
+    assert store.count(2) == 1 and store.count(1) == 1 and store.count(3) == 0, (
+        "a removal refused by the hook changes nothing")
+    tx = await store.prepare([], removes=[keyed[1]])
+    assert announced[2] == [keyed[1]]
+    await store.commit_prepared(tx.tx_id)
+    assert store.count(2) == 0

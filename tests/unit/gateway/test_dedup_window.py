@@ -7,9 +7,14 @@ import json
 import time
 from pathlib import Path
 
-from gateway.dedup import DedupWindow
-from store.records import SendSpec
-from tests.store.conftest import close_store, open_store
+import pytest
+
+from gateway.dedup import DedupWindow, KeyedEntry
+from store.errors import QueueQuotaExceeded
+from store.framing import RecordFlags
+from store.message_store import MessageStore
+from store.records import SendSpec, StoredRecord
+from tests.store.conftest import abandon_store, close_store, open_store
 
 
 async def test_window_forgets_beyond_its_count_and_age(tmp_path: Path) -> None:
@@ -53,4 +58,119 @@ async def test_memory_only_keys_and_shared_records_of_older_versions(tmp_path: P
     assert store.count(info.queue_id) == 0
     again = DedupWindow(store, info.queue_id, entries_max=10, window_s=3600)
     assert await again.seen("x", "d") is None, "a memory-only key does not survive a reopen"
+    await close_store(store)
+
+
+def _keyed_entry(store: MessageStore) -> KeyedEntry:
+    """Messages of these tests are their own key (the queue manager decodes properties)."""
+    def entry(record: StoredRecord) -> tuple[str, str, dict[str, object], int] | None:
+        key = store.read(record).decode()
+        return key, "d", {"id": key}, int(time.time() * 1000)
+    return entry
+
+
+async def _held(store: MessageStore, window: DedupWindow, queue_id: int, key: str
+                ) -> StoredRecord:
+    window.begin(key)
+    record = await store.append(SendSpec(queue_id, key.encode(), flags=RecordFlags.KEYED))
+    window.held(key, "d", {"id": key}, record)
+    return record
+
+
+async def _reopened(tmp_path: Path, dedup_id: int) -> tuple[MessageStore, DedupWindow]:
+    store = await open_store(tmp_path)
+    window = DedupWindow(store, dedup_id, window_s=3600, keyed_entry=_keyed_entry(store))
+    store.before_removal = window.before_removal
+    return store, window
+
+
+async def test_a_held_key_is_known_at_once_and_found_in_its_message_after_a_crash(
+        tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    dedup = await store.create_queue("private$/entrepot_dedup$", {})
+    queue = await store.create_queue("q", {})
+    window = DedupWindow(store, dedup.queue_id, window_s=3600, keyed_entry=_keyed_entry(store))
+    await _held(store, window, queue.queue_id, "srmp:a")
+    assert await window.seen("srmp:a", "d") == {"id": "srmp:a"}
+    assert store.count(dedup.queue_id) == 0, "held by the message alone until a flush"
+    await abandon_store(store)  # a crash before any flush
+    store, window = await _reopened(tmp_path, dedup.queue_id)
+    assert await window.seen("srmp:a", "d") == {"id": "srmp:a"}
+    assert await window.flush() == 1
+    [record] = store.records(dedup.queue_id)
+    assert json.loads(store.read(record))["entries"][0]["msg"] == [queue.queue_id, 1]
+    await close_store(store)
+    store, window = await _reopened(tmp_path, dedup.queue_id)
+    assert await window.flush() == 0, "a flushed entry is not taken from its message again"
+    await close_store(store)
+
+
+async def test_removing_a_message_flushes_the_key_it_holds_first(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    dedup = await store.create_queue("private$/entrepot_dedup$", {})
+    queue = await store.create_queue("q", {})
+    window = DedupWindow(store, dedup.queue_id, window_s=3600, keyed_entry=_keyed_entry(store))
+    store.before_removal = window.before_removal
+    taken = await _held(store, window, queue.queue_id, "srmp:b")
+    kept = await _held(store, window, queue.queue_id, "srmp:c")
+    await store.remove([taken])  # a receive: the window's entries go to disk before it
+    assert store.count(dedup.queue_id) == 1 and store.count(queue.queue_id) == 1
+    await abandon_store(store)
+    store, window = await _reopened(tmp_path, dedup.queue_id)
+    for key in ("srmp:b", "srmp:c"):
+        assert await window.seen(key, "d") == {"id": key}, key
+    # The same through a transaction that receives the other message.
+    [message] = store.records(queue.queue_id)
+    assert message.seq == kept.seq
+    await _held(store, window, queue.queue_id, "srmp:d")
+    await store.commit([], removes=[message])
+    await abandon_store(store)
+    store, window = await _reopened(tmp_path, dedup.queue_id)
+    assert store.count(queue.queue_id) == 1
+    for key in ("srmp:b", "srmp:c", "srmp:d"):
+        assert await window.seen(key, "d") == {"id": key}, key
+    await close_store(store)
+
+
+async def test_a_removal_whose_key_cannot_be_written_is_refused(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    dedup = await store.create_queue("private$/entrepot_dedup$", {"quota": "1"})
+    queue = await store.create_queue("q", {})
+    window = DedupWindow(store, dedup.queue_id, window_s=3600, keyed_entry=_keyed_entry(store))
+    store.before_removal = window.before_removal
+    message = await _held(store, window, queue.queue_id, "srmp:e")
+    with pytest.raises(QueueQuotaExceeded):
+        await store.remove([message])
+    assert store.count(queue.queue_id) == 1, "the message stays: its key is not on disk"
+    await store.update_queue(dedup.queue_id, {"quota": "0"})
+    await store.remove([message])  # the key still held is written now
+    assert store.count(queue.queue_id) == 0 and store.count(dedup.queue_id) == 1
+    await close_store(store)
+
+
+async def test_the_flusher_writes_held_keys_in_one_record_and_trim_forgets_them(
+        tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    dedup = await store.create_queue("private$/entrepot_dedup$", {})
+    queue = await store.create_queue("q", {})
+    window = DedupWindow(store, dedup.queue_id, window_s=3600, flush_interval_s=0.01,
+                         keyed_entry=_keyed_entry(store))
+    flusher = asyncio.create_task(window.run_flusher())
+    try:
+        for index in range(5):
+            await _held(store, window, queue.queue_id, f"srmp:{index}")
+        for _ in range(200):
+            if store.count(dedup.queue_id):
+                break
+            await asyncio.sleep(0.01)
+        [record] = store.records(dedup.queue_id)
+        assert len(json.loads(store.read(record))["entries"]) == 5
+        window.entries_max = 2
+        assert await window.trim() == 3
+        assert store.count(dedup.queue_id) == 1, "shared by the two keys left"
+        window.entries_max = 0
+        assert await window.trim() == 2
+        assert store.count(dedup.queue_id) == 0
+    finally:
+        flusher.cancel()
     await close_store(store)
