@@ -34,7 +34,7 @@ from gateway.errors import ProblemError
 from gateway.internal_queues import DEDUP_QUEUE
 from gateway.logs import server_log
 from gateway.msmq.message import MessageFormatError, decode_payload
-from store.errors import StoreError
+from store.errors import MessageTooLarge, StoreError
 from store.message_store import MessageStore
 from store.records import SendSpec, StoredRecord
 
@@ -42,7 +42,8 @@ __all__ = ["DedupWindow", "DEDUP_QUEUE", "KeyedEntry", "srmp_keyed_entry"]
 
 # What a KEYED message says of its own entry: (key, digest, answer, arrived at ms), or None.
 KeyedEntry = Callable[[StoredRecord], "tuple[str, str, dict[str, object], int] | None"]
-_FLUSH_ENTRIES_MAX = 1000  # entries per flushed record (~150 KB)
+# Bytes of entries per flushed record, at most: well inside the smallest segment (64 KiB).
+_FLUSH_BYTES_MAX = 32 * 1024
 # Held entries beyond which the flusher writes at once instead of gathering for an interval.
 _HELD_SOON = 2048
 
@@ -195,8 +196,23 @@ class DedupWindow:
             self._flushing, self._held = self._held, {}
             taken = list(self._flushing.items())
             try:
-                for start in range(0, len(taken), _FLUSH_ENTRIES_MAX):
-                    await self._flush_some(taken[start:start + _FLUSH_ENTRIES_MAX])
+                batch: list[tuple[tuple[int, int], _Entry, dict[str, object]]] = []
+                size = 0
+                for where, key in taken:
+                    entry = self._entries.get(key)
+                    if entry is None:  # already left the window
+                        self._flushing.pop(where, None)
+                        continue
+                    doc = {"key": key, "digest": entry.digest, "answer": entry.answer,
+                           "at_ms": entry.at_ms, "msg": list(where)}
+                    doc_size = len(jsonio.dumps(doc)) + 1
+                    if batch and size + doc_size > _FLUSH_BYTES_MAX:
+                        await self._write(batch)
+                        batch, size = [], 0
+                    batch.append((where, entry, doc))
+                    size += doc_size
+                if batch:
+                    await self._write(batch)
             except BaseException:
                 self._held.update(self._flushing)  # what was not written yet
                 raise
@@ -204,17 +220,23 @@ class DedupWindow:
                 self._flushing = {}
             return len(taken)
 
-    async def _flush_some(self, items: list[tuple[tuple[int, int], str]]) -> None:
-        entries = [(where, key, self._entries.get(key)) for where, key in items]
-        docs = [{"key": key, "digest": e.digest, "answer": e.answer, "at_ms": e.at_ms,
-                 "msg": list(where)} for where, key, e in entries if e is not None]
-        if not docs:  # every one already left the window
+    async def _write(self, batch: list[tuple[tuple[int, int], _Entry, dict[str, object]]]
+                     ) -> None:
+        payload = jsonio.dumps({"entries": [doc for _, _, doc in batch]})
+        try:
+            record = await self.store.append(SendSpec(self.queue_id, payload))
+        except MessageTooLarge:
+            # Only an absurd sender id makes one entry larger than a segment: it stays known
+            # in memory, but must not keep every later removal waiting for a write that fails.
+            if len(batch) > 1:
+                raise
+            server_log.warning("duplicate-window entry of %d bytes not written (larger than "
+                               "a segment holds)", len(payload))
+            self._flushing.pop(batch[0][0], None)
             return
-        record = await self.store.append(SendSpec(self.queue_id,
-                                                  jsonio.dumps({"entries": docs})))
         kept = 0
-        for where, key, entry in entries:
-            if entry is not None and self._entries.get(key) is entry:
+        for where, entry, doc in batch:
+            if self._entries.get(str(doc["key"])) is entry:
                 entry.record = record
                 kept += 1
             self._flushing.pop(where, None)

@@ -174,3 +174,25 @@ async def test_the_flusher_writes_held_keys_in_one_record_and_trim_forgets_them(
     finally:
         flusher.cancel()
     await close_store(store)
+
+
+async def test_flushes_are_cut_into_records_a_segment_holds(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)  # 256 KiB segments
+    dedup = await store.create_queue("private$/entrepot_dedup$", {})
+    queue = await store.create_queue("q", {})
+    window = DedupWindow(store, dedup.queue_id, window_s=3600, keyed_entry=_keyed_entry(store))
+    store.before_removal = window.before_removal
+    for index in range(400):
+        await _held(store, window, queue.queue_id, f"srmp:{index:04d}" + "x" * 200)
+    assert await window.flush() == 400
+    sizes = [len(json.loads(store.read(r))["entries"]) for r in store.records(dedup.queue_id)]
+    assert sum(sizes) == 400 and len(sizes) > 1
+    assert all(len(store.read(r)) <= 32 * 1024 for r in store.records(dedup.queue_id))
+    # One absurd id cannot be written; it is known in memory and blocks no removal.
+    window.held("srmp:" + "y" * (300 << 10), "d", {}, await store.append(
+        SendSpec(queue.queue_id, b"absurd", flags=RecordFlags.KEYED)))
+    message = await _held(store, window, queue.queue_id, "srmp:after")
+    await store.remove([message])
+    assert await window.seen("srmp:after", "d") == {"id": "srmp:after"}
+    assert store.count(dedup.queue_id) == len(sizes) + 1
+    await close_store(store)
