@@ -3,8 +3,10 @@ and SRMP clients send (single, batches, multi-queue transactions) and receive in
 transactions; restarted every time. Afterwards, through the REST API:
 
 - every acknowledged message is present exactly once (or was received by a committed
-  transaction); sends whose answer was lost are resent with the same identity (Idempotency-
-  Key, SRMP message id) and end exactly once too;
+  transaction, or an SRMP one by a plain receive); sends whose answer was lost are resent
+  with the same identity (Idempotency-Key, SRMP message id) and end exactly once too;
+- the SRMP messages of each cycle, and the recent ones received, are sent again after the
+  restart: none is stored twice and none that was received comes back (duplicate window);
 - transactions are all or nothing, across queues;
 - each client's transactions appear in its commit order in the transactional queues;
 - nothing received by a committed transaction comes back.
@@ -39,6 +41,9 @@ class Ledger:
     keyed_doubt: set[str] = field(default_factory=set)
     srmp_acked: set[int] = field(default_factory=set)  # SRMP ordinals
     srmp_doubt: set[int] = field(default_factory=set)
+    srmp_consumed: set[int] = field(default_factory=set)  # taken by a plain receive
+    srmp_receive_doubt: int = 0  # receives with no answer: each may have taken one
+    srmp_cycle: set[int] = field(default_factory=set)  # ordinals sent in this cycle
     tx_acked: dict[str, int] = field(default_factory=dict)  # tx id -> members
     tx_doubt: dict[str, int] = field(default_factory=dict)
     consumed: set[str] = field(default_factory=set)  # bodies received by committed txs
@@ -66,6 +71,7 @@ async def _plain(session: aiohttp.ClientSession, url: str, ledger: Ledger, key: 
 
 async def _srmp(session: aiohttp.ClientSession, url: str, ledger: Ledger, ordinal: int) -> None:
     ledger.srmp_doubt.add(ordinal)
+    ledger.srmp_cycle.add(ordinal)
     request = user_message(f"{url}/msmq/{SRMP}", _body(s=ordinal), ordinal=ordinal)
     headers = {k: v for k, v in request.headers if k not in ("Host", "Content-Length")}
     async with session.post(f"{url}/msmq/{SRMP}", data=request.body,
@@ -73,6 +79,16 @@ async def _srmp(session: aiohttp.ClientSession, url: str, ledger: Ledger, ordina
         if response.status == 200:
             ledger.srmp_doubt.discard(ordinal)
             ledger.srmp_acked.add(ordinal)
+
+
+async def _srmp_receive(session: aiohttp.ClientSession, url: str, ledger: Ledger) -> None:
+    ledger.srmp_receive_doubt += 1
+    async with session.post(f"{url}/v1/queues/{SRMP}/receive") as response:
+        if response.status == 200:
+            for message in (await response.json())["messages"]:
+                body = json.loads(base64.b64decode(message["body_base64"]))
+                ledger.srmp_consumed.add(body["s"])
+        ledger.srmp_receive_doubt -= 1
 
 
 async def _batch(session: aiohttp.ClientSession, url: str, ledger: Ledger, client: int) -> None:
@@ -126,8 +142,10 @@ async def _client(url: str, ledger: Ledger, client: int, rng: random.Random,
             try:
                 if kind < 0.3:
                     await _plain(session, url, ledger, f"p{ledger.next()}")
-                elif kind < 0.5:
+                elif kind < 0.42:
                     await _srmp(session, url, ledger, ledger.next())
+                elif kind < 0.5:
+                    await _srmp_receive(session, url, ledger)
                 elif kind < 0.8:
                     await _batch(session, url, ledger, client)
                 else:
@@ -141,8 +159,12 @@ async def _retry_doubts(url: str, ledger: Ledger) -> None:
     async with aiohttp.ClientSession(timeout=_TIMEOUT) as session:
         for key in sorted(ledger.keyed_doubt):
             await _plain(session, url, ledger, key)
-        for ordinal in sorted(ledger.srmp_doubt):
+        # Received ones too, while surely inside the window (each ordinal makes at most one
+        # key; the window keeps 10,000).
+        recent = {s for s in ledger.srmp_consumed if s > ledger.counter - 5000}
+        for ordinal in sorted(ledger.srmp_doubt | ledger.srmp_cycle | recent):
             await _srmp(session, url, ledger, ordinal)
+    ledger.srmp_cycle = set()
 
 
 async def _setup(url: str) -> None:
@@ -174,13 +196,16 @@ def check(ledger: Ledger, queues: dict[str, list[dict[str, Any]]]) -> dict[str, 
     srmp = Counter(m["s"] for m in queues[SRMP])
     duplicated = sum(n - 1 for n in plain.values() if n > 1) + sum(
         n - 1 for n in srmp.values() if n > 1)
-    lost = len(ledger.keyed_acked - set(plain)) + len(ledger.srmp_acked - set(srmp))
+    # A receive nobody saw answered may have taken a message: so many may be missing.
+    srmp_missing = len(ledger.srmp_acked - set(srmp) - ledger.srmp_consumed)
+    lost = len(ledger.keyed_acked - set(plain)) + max(
+        0, srmp_missing - ledger.srmp_receive_doubt)
     present = [json.dumps(m, sort_keys=True, separators=(",", ":"))
                for m in queues[TX] + queues[TX2]]
     copies = Counter(present)
     duplicated += sum(n - 1 for n in copies.values() if n > 1)
     present_set = set(present)
-    came_back = len(ledger.consumed & present_set)
+    came_back = len(ledger.consumed & present_set) + len(ledger.srmp_consumed & set(srmp))
     # Members that existed for sure: present now, received by a committed transaction, or
     # received by one whose commit is in doubt (gone or back, either is right).
     found: dict[str, set[int]] = {}
@@ -211,7 +236,8 @@ def check(ledger: Ledger, queues: dict[str, list[dict[str, Any]]]) -> dict[str, 
               "acknowledged": len(ledger.keyed_acked) + len(ledger.srmp_acked)
               + sum(ledger.tx_acked.values()), "lost": lost, "duplicated": duplicated,
               "out_of_order": out_of_order, "torn_transactions": torn,
-              "consumed_came_back": came_back}
+              "consumed_came_back": came_back, "srmp_received": len(ledger.srmp_consumed),
+              "srmp_receives_unanswered": ledger.srmp_receive_doubt}
     assert (lost, duplicated, out_of_order, torn, came_back) == (0, 0, 0, 0, 0), report
     return report
 
