@@ -6,8 +6,8 @@ store commit as the message it guards, so the window survives a restart at no ex
 
 A recoverable SRMP message carries its id itself, so its entry is first *held* by the message:
 the message is stored alone (flagged ``KEYED``: one record, no transaction) and its entry goes
-to disk shortly after, many entries in one record (``flush``). Why: the second record per
-message was 4-15% of SRMP throughput at C = 64 (A/B runs). What keeps it exact across a crash:
+to disk shortly after, many entries in one record (``flush``). Why: SRMP at C = 64 +1-22% in
+three A/B pairs against a second record per message. What keeps it exact across a crash:
 - while the message is queued, a restart finds its id in the message (``keyed_records``);
 - before the message is removed (received, expired, purged, moved), the store awaits
   ``before_removal``, which flushes its entry first; a crash between the two finds both.
