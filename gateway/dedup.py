@@ -153,27 +153,19 @@ class DedupWindow:
 
     def done(self, key: str, digest: str, answer: dict[str, object],
              record: StoredRecord | None) -> None:
-        self._entries[key] = _Entry(digest, answer, _now_ms(), record)
         if record is not None:
             self._sharing[record.seq] = 1
-        self._entries.move_to_end(key)
-        future = self._pending.pop(key, None)
-        if future is not None and not future.done():
-            future.set_result(answer)
+        self._known(key, _Entry(digest, answer, _now_ms(), record))
 
     def held(self, key: str, digest: str, answer: dict[str, object],
              message: StoredRecord) -> None:
         """``key`` is stored in ``message`` itself (a ``KEYED`` record): known at once, on
         disk with the next flush (see the module docstring)."""
         where = (message.queue_id, message.seq)
-        self._entries[key] = _Entry(digest, answer, _now_ms(), None, where)
-        self._entries.move_to_end(key)
         self._held[where] = key
         if len(self._held) == 1 or len(self._held) >= _HELD_SOON:
             self._wake.set()
-        future = self._pending.pop(key, None)
-        if future is not None and not future.done():
-            future.set_result(answer)
+        self._known(key, _Entry(digest, answer, _now_ms(), None, where))
 
     async def before_removal(self, records: list[StoredRecord]) -> None:
         """The store's ``before_removal``: the entries these messages hold are flushed first.
@@ -264,12 +256,15 @@ class DedupWindow:
     def remember(self, key: str, digest: str, answer: dict[str, object]) -> None:
         """Remember ``key`` in memory only: for express messages, which do not survive a
         restart either (a resend after one must be taken again)."""
-        entry = _Entry(digest, answer, _now_ms(), None)
+        self._known(key, _Entry(digest, answer, _now_ms(), None))
+
+    def _known(self, key: str, entry: _Entry) -> None:
+        """``key`` joins the window as its newest entry; a duplicate waiting for it is let go."""
         self._entries[key] = entry
         self._entries.move_to_end(key)
         future = self._pending.pop(key, None)
         if future is not None and not future.done():
-            future.set_result(answer)
+            future.set_result(entry.answer)
 
     def failed(self, key: str) -> None:
         future = self._pending.pop(key, None)

@@ -48,7 +48,7 @@ __all__ = ["MessageStore"]
 
 T = TypeVar("T")
 _QUEUE_ID = operator.attrgetter("queue_id")
-_KEYED = RecordFlags.KEYED
+_KEYED = RecordFlags.KEYED.value  # tested as a plain int: enum arithmetic is ~9x slower
 
 
 class MessageStore:
@@ -302,7 +302,7 @@ class MessageStore:
     async def _before_removing(self, records: Sequence[StoredRecord]) -> None:
         hook = self.before_removal
         if hook is not None:
-            keyed = [r for r in records if r.flags & _KEYED]
+            keyed = [r for r in records if int(r.flags) & _KEYED]
             if keyed:
                 await hook(keyed)
 
@@ -477,7 +477,7 @@ class MessageStore:
 
     def keyed_records(self, limit: int) -> list[StoredRecord]:
         """The newest ``limit`` live ``KEYED`` records of all queues, oldest first."""
-        return self._index.newest_flagged(RecordFlags.KEYED.value, limit)
+        return self._index.newest_flagged(_KEYED, limit)
 
     def count(self, queue_id: int) -> int:
         return self._index.count(queue_id)
