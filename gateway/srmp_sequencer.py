@@ -177,7 +177,7 @@ class StreamSequencer:
             acks.extend(ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE, now_ms))
         last = batch[-1].stream
         async with self.streams.hold(key):
-            position = self.streams.position(key, last, line.queue_url)
+            position = self.streams.position(key, last, line.queue_url, receipts_to)
             try:
                 made = await store_call(qm.store.commit([*specs, position,
                                                          *(s for _, s in acks)]))

@@ -97,10 +97,11 @@ class IncomingStreams:
         self.table.rejected(key, now=time.monotonic())
         self._wake.set()
 
-    def position(self, key: StreamKey, stream: Stream, queue_url: str) -> SendSpec:
+    def position(self, key: StreamKey, stream: Stream, queue_url: str, receipts_to: str
+                 ) -> SendSpec:
         """The position record to commit with the message."""
-        return SendSpec(self.queue.queue_id,
-                        self.table.position_after(key, stream, queue_url=queue_url))
+        return SendSpec(self.queue.queue_id, self.table.position_after(
+            key, stream, queue_url=queue_url, receipts_to=receipts_to))
 
     def accepted(self, key: StreamKey, stream: Stream, queue_url: str,
                  record: StoredRecord) -> None:
