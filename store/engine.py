@@ -22,7 +22,6 @@ point), and only then lets the allocator use the space freed since the previous 
 from __future__ import annotations
 
 import errno
-import json
 import operator
 import threading
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 
 from store.allocator import Allocator, Area
 from store.bitmap import GranuleBitmap
+from store.mqtrans import Checkpoint
 from store.datadir import DataDir
 from store.errors import DiskFull, MessageTooLarge, StoreFailed, UnknownRecord
 from store.fileops import FileOps
@@ -40,6 +40,7 @@ from store.framing import (
     SEGMENT_HEADER_SIZE,
     RecordFlags,
     RecordState,
+    encode_plain_parts,
     encode_record_parts,
     max_payload,
     peek_record,
@@ -56,7 +57,7 @@ from store.qmlog import QMLog
 from store.records import Job, Placed, PreparedTx, SendSpec, StoredRecord
 from store.segment import Segment, segment_name
 
-__all__ = ["Engine", "SegmentState", "Checkpoint"]
+__all__ = ["Engine", "SegmentState"]
 
 _STATE_BYTE = 3
 _TRANSACTIONAL = RecordFlags.TRANSACTIONAL.value
@@ -77,44 +78,6 @@ class SegmentState:
     oldest_lsn: int = 0
     bitmap_dirty: bool = True
     data_dirty: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """What ``MQTrans`` holds: the point recovery starts from."""
-
-    epoch: int
-    lsn: int
-    qmlog_pos: int
-    nonce: int
-    next_segment: int
-    next_tx: int
-    next_seq: dict[int, int]
-    prepared: dict[int, list[Ref]]  # prepared transaction -> the messages it receives
-    segments: list[int]
-
-    def encode(self) -> bytes:
-        return json.dumps({
-            "epoch": self.epoch, "lsn": self.lsn, "qmlog_pos": self.qmlog_pos,
-            "nonce": self.nonce, "next_segment": self.next_segment, "next_tx": self.next_tx,
-            "next_seq": {str(k): v for k, v in self.next_seq.items()},
-            "prepared": {str(k): [[r.segment, r.offset, r.lsn] for r in v]
-                         for k, v in self.prepared.items()},
-            "segments": self.segments,
-        }, separators=(",", ":")).encode()
-
-    @staticmethod
-    def decode(data: bytes) -> Checkpoint:
-        doc = json.loads(data)
-        return Checkpoint(
-            epoch=int(doc["epoch"]), lsn=int(doc["lsn"]), qmlog_pos=int(doc["qmlog_pos"]),
-            nonce=int(doc["nonce"]), next_segment=int(doc["next_segment"]),
-            next_tx=int(doc["next_tx"]),
-            next_seq={int(k): int(v) for k, v in doc["next_seq"].items()},
-            prepared={int(k): [Ref(*map(int, r)) for r in v]
-                      for k, v in doc["prepared"].items()},
-            segments=[int(n) for n in doc["segments"]],
-        )
 
 
 class Engine:
@@ -164,9 +127,18 @@ class Engine:
             self._validate(jobs)
             writes: dict[int, list[tuple[int, Parts]]] = {}
             placed: list[StoredRecord] = []
+            appends: list[Job] = []
             for job in jobs:
+                if job.op == "append" and len(job.sends) == 1:
+                    appends.append(job)
+                    continue
+                if appends:
+                    self._place_appends(appends, writes, placed)
+                    appends = []
                 if job.error is None:
                     self._place(job, writes, placed)
+            if appends:
+                self._place_appends(appends, writes, placed)
             if placed:
                 self.occupy_many(placed)
             for number, items in writes.items():
@@ -262,6 +234,48 @@ class Engine:
             placed.append(record)
             job.records.append(record)
 
+    def _place_appends(self, jobs: Sequence[Job], writes: dict[int, list[tuple[int, Parts]]],
+                       placed: list[StoredRecord]) -> None:
+        """``_place`` for a run of one-message appends, the commonest job: one loop over the
+        run with everything in locals (2.8 us a message through ``_place``, 1.5 here)."""
+        payload_max, next_seq = self.payload_max, self.next_seq
+        nonce32 = self.nonce & 0xFFFFFFFF
+        allocate = self._allocate
+        for job in jobs:
+            if job.error is not None:
+                continue
+            send = job.sends[0]
+            payload = send.payload
+            payload_len = len(payload)
+            if payload_len > payload_max:
+                job.error = MessageTooLarge(
+                    f"message of {payload_len} bytes exceeds the largest a segment holds "
+                    f"({payload_max} bytes)")
+                continue
+            size = record_size(payload_len)
+            try:
+                number, offset = allocate("j" if send.journal else "p", size)
+            except DiskFull as exc:
+                job.error = exc
+                continue
+            lsn = self.next_lsn
+            self.next_lsn = lsn + 1
+            queue_id = send.queue_id
+            seq = send.seq or next_seq.get(queue_id, 1)
+            if seq >= next_seq.get(queue_id, 1):
+                next_seq[queue_id] = seq + 1
+            flags = int(send.flags) | (_JOURNAL if send.journal else 0)
+            items = writes.get(number)
+            if items is None:
+                items = writes[number] = []
+            items.append((offset, encode_plain_parts(payload, lsn, nonce32, queue_id, seq,
+                                                     send.expires_ms, send.priority, flags)))
+            record = StoredRecord(queue_id, seq, number, offset, size, payload_len, lsn,
+                                  send.priority, send.expires_ms, flags,  # type: ignore[arg-type]
+                                  0)
+            placed.append(record)
+            job.records.append(record)
+
     def _allocate(self, kind: str, size: int) -> tuple[int, int]:
         place = self.allocators[kind].allocate(size)
         if place is None:
@@ -326,14 +340,16 @@ class Engine:
         segment = self.segments[number].segment
         run_start = run_end = items[0][0]
         run: list[bytes | memoryview] = []
-        for offset, parts in items:
+        for offset, (header, payload, pad) in items:
             if offset != run_end:
                 segment.write(run_start, run)
-                run_start, run_end, run = offset, offset, []
-            for part in parts:
-                if part:
-                    run.append(part)
-                    run_end += len(part)
+                run_start, run = offset, []
+            run.append(header)
+            if payload:
+                run.append(payload)
+            if pad:
+                run.append(pad)
+            run_end = offset + len(header) + len(payload) + len(pad)
         segment.write(run_start, run)
 
     def _log_entries(self, jobs: Sequence[Job]) -> list[tuple[EntryKind, int, tuple[Ref, ...]]]:

@@ -70,7 +70,7 @@ class RealFileOps:
             offset += written
 
     def pwritev(self, fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> None:
-        total = sum(len(b) for b in buffers)
+        total = sum(map(len, buffers))
         written = os.pwritev(fd, buffers, offset)
         if written < total:
             # Short write: finish the rest one buffer at a time.

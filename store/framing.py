@@ -65,6 +65,7 @@ __all__ = [
     "encode_segment_header",
     "decode_segment_header",
     "encode_record_parts",
+    "encode_plain_parts",
     "decode_record",
     "scan_chain",
     "scan_run",
@@ -128,6 +129,7 @@ _FLAGS: dict[int, RecordFlags] = {}
 assert _MESSAGE == RecordKind.MESSAGE
 # magic, kind MESSAGE and each state: the header's first four bytes.
 _PREFIXES = {state: struct.pack("<HBB", RECORD_MAGIC, _MESSAGE, state) for state in RecordState}
+_LIVE_PREFIX = _PREFIXES[RecordState.LIVE]
 
 
 def record_flags(value: int) -> RecordFlags:
@@ -265,6 +267,20 @@ def encode_record_parts(
     crc = zlib.crc32(payload, zlib.crc32(tail, _HEAD_CRC))
     header = _PREFIXES[state] + tail + _CRC.pack(crc)
     return header, payload, _PADS[-(RECORD_HEADER_SIZE + payload_len) % GRANULE]
+
+
+def encode_plain_parts(payload: bytes | memoryview, lsn: int, nonce32: int, queue_id: int,
+                       seq: int, expires_ms: int, priority: int,
+                       flags: int) -> tuple[bytes, bytes | memoryview, bytes]:
+    """``encode_record_parts`` of a LIVE record outside any transaction, arguments by
+    position: the writer runs it once per appended message, and keyword passing and the
+    general checks cost 0.4 us of its 0.9. ``nonce32`` is the nonce's low 32 bits."""
+    payload_len = len(payload)
+    tail = _TAIL.pack(payload_len, lsn, nonce32, queue_id, 0, seq, expires_ms, priority, flags,
+                      0)
+    crc = zlib.crc32(payload, zlib.crc32(tail, _HEAD_CRC))
+    return (_LIVE_PREFIX + tail + _CRC.pack(crc), payload,
+            _PADS[-(RECORD_HEADER_SIZE + payload_len) % GRANULE])
 
 
 def decode_record(

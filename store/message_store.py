@@ -48,6 +48,7 @@ __all__ = ["MessageStore"]
 
 T = TypeVar("T")
 _QUEUE_ID = operator.attrgetter("queue_id")
+_VISIBLE_OPS = frozenset(("append", "commit", "commit_prepared", "express"))
 _KEYED = RecordFlags.KEYED.value  # tested as a plain int: enum arithmetic is ~9x slower
 
 
@@ -309,8 +310,9 @@ class MessageStore:
     async def _submit_sends(self, job: Job) -> Job:
         """Check sizes and quotas, charge them, number the messages, then submit the job.
         Whatever fails, the job's sequence numbers (reserved ones included) are resolved."""
+        writer = self._writer
         try:
-            if self._writer is None:
+            if writer is None:
                 raise StoreClosed("the store is not started")
             sends = self._prepare_sends(job.sends,
                                         transactional=job.op not in ("append", "express"))
@@ -323,7 +325,7 @@ class MessageStore:
             raise
         job.sends = self._number(sends)
         try:
-            return await self._submit(job)
+            return await writer.submit(job)  # not through _submit: a coroutine less a message
         except BaseException:
             self.quotas.release(charges)
             self._forget(job.sends)
@@ -414,12 +416,12 @@ class MessageStore:
 
     def _on_durable(self, jobs: list[Job]) -> None:
         """On the loop, after a batch is durable: make its effects visible, in batch order."""
+        add, discard = self._index.add, self._inflight.discard
         for job in jobs:
-            if job.op in ("append", "commit", "commit_prepared", "express"):
-                add = self._index.add
+            if job.op in _VISIBLE_OPS:
                 for record in job.records:
                     add(record)
-                self._resolve(job.records)
+                    discard(record.queue_id, record.seq)
             for queue_id, seq in job.removed_keys:
                 gone = self._index.pop_packed(queue_id, seq)
                 if gone is not None:

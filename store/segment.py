@@ -127,11 +127,11 @@ class Segment:
     def write(self, offset: int, buffers: Sequence[bytes | memoryview]) -> None:
         """Write adjacent buffers from ``offset``, in ``pwritev`` calls of at most IOV_MAX."""
         assert offset >= SEGMENT_HEADER_SIZE
-        assert offset + sum(len(b) for b in buffers) <= self.mapped_bytes
+        assert offset + sum(map(len, buffers)) <= self.mapped_bytes
         for start in range(0, len(buffers), _IOV_MAX):
             chunk = buffers[start: start + _IOV_MAX]
             self.ops.pwritev(self.fd, chunk, offset)
-            offset += sum(len(b) for b in chunk)
+            offset += sum(map(len, chunk))
 
     def write_byte(self, offset: int, value: int) -> None:
         assert SEGMENT_HEADER_SIZE <= offset < self.mapped_bytes

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from store.bitmap import GranuleBitmap
 from store.datadir import DataDir
-from store.engine import Checkpoint, Engine, SegmentState
+from store.engine import Engine, SegmentState
+from store.mqtrans import Checkpoint
 from store.fileops import FileOps
 from store.framing import (
     SEGMENT_HEADER_SIZE, Damage, RecordHeader, record_flags, scan_chain, scan_run)

@@ -291,6 +291,33 @@ async def test_many_concurrent_appends_share_syncs(tmp_path: Path) -> None:
     await close_store(store)
 
 
+async def test_appends_mixed_with_transactions_in_one_batch_keep_order(tmp_path: Path) -> None:
+    """Appends take the writer's fast path, transactions the general one; in a shared batch
+    their records still get LSNs in submission order and all recover."""
+    store = await open_store(tmp_path)
+    old = [await store.append(SendSpec(9, b"old%d" % i)) for i in range(20)]
+    calls: list[Any] = []
+    for i in range(200):
+        if i % 10 == 3:
+            calls.append(store.commit([SendSpec(2, b"t%d" % i), SendSpec(3, b"u%d" % i)],
+                                      removes=[old[i // 10]]))
+        else:
+            calls.append(store.append(SendSpec(1 + i % 2 * 3, b"a%d" % i, priority=i % 8,
+                                               journal=i % 7 == 0)))
+    done = await asyncio.gather(*calls)
+    writer = store._writer
+    assert writer is not None and writer.batches < 100
+    lsns = [r.lsn for result in done for r in (result if isinstance(result, list) else [result])]
+    assert lsns == sorted(lsns) and len(set(lsns)) == len(lsns)
+    store = await _restart(store)
+    assert _bodies(store, 1) == [b"a%d" % i for i in range(200) if i % 2 == 0 and i % 10 != 3]
+    assert _bodies(store, 4) == [b"a%d" % i for i in range(200) if i % 2 == 1 and i % 10 != 3]
+    assert _bodies(store, 2) == [b"t%d" % i for i in range(3, 200, 10)]
+    assert [r.priority for r in store.records(1)][:4] == [0, 2, 4, 6]
+    assert store.count(9) == 0
+    await close_store(store)
+
+
 async def test_stream_state_is_kept_in_mqinseqs_ping_pong(tmp_path: Path) -> None:
     store = await open_store(tmp_path)
     assert store.stream_state is None

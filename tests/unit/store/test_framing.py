@@ -21,6 +21,7 @@ from store.framing import (
     SegmentHeader,
     decode_record,
     decode_segment_header,
+    encode_plain_parts,
     encode_record_parts,
     encode_segment_header,
     max_payload,
@@ -69,6 +70,27 @@ def test_record_round_trip(payload: bytes, lsn: int, queue_id: int, tx_id: int, 
             header.priority, header.flags, header.state, header.group) == (
         lsn, queue_id, tx_id, seq, expires_ms, priority, flags, state, group)
     assert data[header.payload_offset: header.payload_offset + header.payload_len] == payload
+
+
+@given(
+    payload=st.binary(max_size=3000),
+    lsn=st.integers(1, 2**64 - 1),
+    nonce=st.integers(0, 2**64 - 1),
+    queue_id=st.integers(0, 2**32 - 1),
+    seq=st.integers(0, 2**64 - 1),
+    expires_ms=st.integers(0, 2**64 - 1),
+    priority=st.integers(0, 7),
+    flags=st.integers(0, 255),
+)
+def test_plain_encoding_is_the_general_one(payload: bytes, lsn: int, nonce: int, queue_id: int,
+                                           seq: int, expires_ms: int, priority: int,
+                                           flags: int) -> None:
+    """The appends' fast encoder writes the very bytes of the general one (tx 0, LIVE)."""
+    fast = encode_plain_parts(payload, lsn, nonce & 0xFFFFFFFF, queue_id, seq, expires_ms,
+                              priority, flags)
+    general = encode_record_parts(payload, lsn=lsn, nonce=nonce, queue_id=queue_id, seq=seq,
+                                  expires_ms=expires_ms, priority=priority, flags=flags)
+    assert fast == general
 
 
 @settings(max_examples=300)
