@@ -41,10 +41,15 @@ _SIZES: dict[int, int] = {}  # payload_len -> record size; lengths are few
 def pack(record: Placed) -> int:
     """The index entry of ``record`` (its queue and sequence are the keys, not packed)."""
     assert 0 <= record.payload_len <= _MASK31 and 0 <= record.offset <= _MASK48
-    return (int(record.flags) | record.priority << _PRIORITY_SHIFT
-            | record.payload_len << _PAYLOAD_SHIFT | record.segment << _SEGMENT_SHIFT
-            | record.offset << _OFFSET_SHIFT | record.lsn << _LSN_SHIFT
-            | record.expires_ms << _EXPIRES_SHIFT | record.tx_id << _TX_SHIFT)
+    # Small ints first, then one shift for offset and LSN together; the top fields are
+    # usually zero and skipped (every shift of a wide int allocates one).
+    packed = (int(record.flags) | record.priority << _PRIORITY_SHIFT
+              | record.payload_len << _PAYLOAD_SHIFT | record.segment << _SEGMENT_SHIFT
+              | (record.offset | record.lsn << _LSN_SHIFT - _OFFSET_SHIFT) << _OFFSET_SHIFT)
+    if record.expires_ms or record.tx_id:
+        packed |= (record.expires_ms | record.tx_id << _TX_SHIFT - _EXPIRES_SHIFT
+                   ) << _EXPIRES_SHIFT
+    return packed
 
 
 def unpack(queue_id: int, seq: int, packed: int) -> StoredRecord:

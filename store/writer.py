@@ -71,7 +71,8 @@ class GroupCommitter:
             if self._engine.failed is not None:
                 raise StoreFailed(self._engine.failed)
             self._pending.append((job, future))
-            if self._waiting:
+            if self._waiting:  # once: the writer holds no GIL to clear it before waking
+                self._waiting = False
                 self._cond.notify()
         done = await future
         if done.error is not None:
