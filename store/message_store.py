@@ -49,7 +49,8 @@ __all__ = ["MessageStore"]
 T = TypeVar("T")
 _QUEUE_ID = operator.attrgetter("queue_id")
 _VISIBLE_OPS = frozenset(("append", "commit", "commit_prepared", "express"))
-_KEYED = RecordFlags.KEYED.value  # tested as a plain int: enum arithmetic is ~9x slower
+_KEYED = RecordFlags.KEYED.value
+_EXPRESS = RecordFlags.EXPRESS.value  # tested as a plain int: enum arithmetic is ~9x slower
 
 
 class MessageStore:
@@ -284,9 +285,12 @@ class MessageStore:
     async def remove(self, records: Sequence[StoredRecord]) -> None:
         """Remove messages durably (a receive outside a transaction)."""
         await self._before_removing(records)
-        in_ram = [r for r in records if r.segment == 0]
-        spilled = [r for r in records if r.segment and r.flags & RecordFlags.EXPRESS]
-        durable = [r for r in records if r.segment and not r.flags & RecordFlags.EXPRESS]
+        in_ram: list[StoredRecord] = []
+        spilled: list[StoredRecord] = []
+        durable: list[StoredRecord] = []
+        for record in records:  # one pass, flags as plain ints (enum & is ~9x slower)
+            (durable if record.segment and not int(record.flags) & _EXPRESS
+             else spilled if record.segment else in_ram).append(record)
         for record in in_ram:
             if self._ram.pop(record.offset, None) is None:
                 raise UnknownRecord(f"express message {record.queue_id}:{record.seq} is gone")

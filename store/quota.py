@@ -62,6 +62,11 @@ class QuotaBook:
                          <= self.queue_limits[one.queue_id])):
                 return
         total = sum(c.size for c in charges)
+        limits = self.queue_limits
+        if (self.machine_used + total <= self.machine_quota
+                and self.machine_journal_used + total <= self.machine_journal_quota
+                and not any(c.queue_id in limits for c in charges)):
+            return  # several messages, no queue limit among them: the machine checks suffice
         if self.machine_used + total > self.machine_quota:
             raise MachineQuotaExceeded(
                 f"machine quota of {self.machine_quota} bytes is full "

@@ -58,3 +58,14 @@ def test_zero_means_no_queue_quota() -> None:
     book = _book()
     book.set_limit(1, 0)
     book.check([Charge(1, 999, False)])
+
+
+def test_several_messages_without_queue_limits_still_meet_the_machine_quotas() -> None:
+    book = _book()
+    book.check([Charge(2, 400, False), Charge(3, 400, False)])
+    with pytest.raises(MachineQuotaExceeded):
+        book.check([Charge(2, 600, False), Charge(3, 600, False)])
+    book.charge([Charge(4, 250, True)])
+    with pytest.raises(MachineJournalQuotaExceeded):
+        book.check([Charge(2, 10, False), Charge(4, 200, True)])
+    book.check([Charge(2, 300, False), Charge(4, 10, True)])
