@@ -10,7 +10,8 @@ to disk shortly after, many entries in one record (``flush``). Why: SRMP at C = 
 three A/B pairs against a second record per message. What keeps it exact across a crash:
 - while the message is queued, a restart finds its id in the message (``keyed_records``);
 - before the message is removed (received, expired, purged, moved), the store awaits
-  ``before_removal``, which flushes its entry first; a crash between the two finds both.
+  ``before_removal`` (one of its ``removal_hooks``), which flushes its entry first; a crash
+  between the two finds both.
 
 At start the entries are read back; old ones are removed in batches as they leave the window.
 
@@ -168,7 +169,7 @@ class DedupWindow:
         self._known(key, _Entry(digest, answer, _now_ms(), None, where))
 
     async def before_removal(self, records: list[StoredRecord]) -> None:
-        """The store's ``before_removal``: the entries these messages hold are flushed first.
+        """A store removal hook: the entries these messages hold are flushed first.
 
         Raises:
             StoreError: the flush failed (the removal is then not made).

@@ -135,7 +135,7 @@ class QueueManager:
             await self.register(parse_queue_path(name), QueueSettings())
         self.dedup = DedupWindow(self.store, self._queues[DEDUP_QUEUE].queue_id,
                                  keyed_entry=srmp_keyed_entry(self.store, self._canonical_path))
-        self.store.before_removal = self.dedup.before_removal
+        self.store.removal_hooks.append(self.dedup.before_removal)
         for name, settings in declared:
             path = self._parse(name)
             if path.canonical not in self._queues:

@@ -29,6 +29,7 @@ from gateway.srmp.model import Stream
 from gateway.srmp_streams import IncomingStreams
 from gateway.store_errors import store_call
 from store.errors import QueueQuotaExceeded
+from store.framing import RecordFlags
 from store.records import SendSpec
 
 __all__ = ["StreamSequencer", "Outcome"]
@@ -166,21 +167,34 @@ class StreamSequencer:
         now_ms = int(time.time() * 1000)
         acks: list[tuple[Queue, SendSpec]] = []
         for item in batch:
+            # The message holds its stream's position (gateway.srmp_held): id and ordinal are
+            # in extra already; the receipt URL and the queue URL complete it.
             props = replace(item.props, arrived_at_ms=now_ms, priority=0, recoverable=True,
-                            extra={**item.props.extra, "stream_receipts_to": receipts_to})
+                            extra={**item.props.extra, "stream_receipts_to": receipts_to,
+                                   "stream_via": line.queue_url})
             payload = encode_payload(props, item.body)
             seq = qm.store.reserve_seq(queue.queue_id)
             specs.append(SendSpec(queue.queue_id, payload, priority=0,
-                                  expires_ms=props.receive_by_ms, seq=seq))
+                                  expires_ms=props.receive_by_ms, flags=RecordFlags.STREAM,
+                                  seq=seq))
             message = ReceivedMessage(props.message_id or compose_id(
                 qm.qm_guid, queue.queue_id, seq), queue.path.display, seq, props, item.body)
             acks.extend(ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE, now_ms))
-        last = batch[-1].stream
+        held = self.streams.held
         async with self.streams.hold(key):
-            position = self.streams.position(key, last, line.queue_url, receipts_to)
+            token = held.begin(qm.store.lsn_floor())
             try:
-                made = await store_call(qm.store.commit([*specs, position,
-                                                         *(s for _, s in acks)]))
+                # One message and nothing else is a plain append (the store's leanest path);
+                # more, or acknowledgements with it, one atomic commit.
+                sends = [*specs, *(s for _, s in acks)]
+                made = (await store_call(qm.store.commit(sends)) if len(sends) > 1
+                        else [await store_call(qm.store.append(sends[0]))])
+                for record in made[:len(specs)]:
+                    qm.arrived(queue, record)
+                for (target, _), record in zip(acks, made[len(specs):]):
+                    qm.arrived(target, record)
+                self.streams.accepted(key, [(item.stream, record) for item, record
+                                            in zip(batch, made)], line.queue_url)
             except ProblemError as exc:
                 if isinstance(exc.__cause__, QueueQuotaExceeded):
                     server_log.warning("queue %s over its quota: %d stream message(s) of %s "
@@ -188,12 +202,6 @@ class StreamSequencer:
                                        queue.path.display, len(batch), key[0])
                     return False
                 raise
-            for record in made[:len(specs)]:
-                qm.arrived(queue, record)
-            for (target, _), record in zip(acks, made[len(specs) + 1:]):
-                qm.arrived(target, record)
-            for item in batch[:-1]:
-                self.streams.table.accepted(key, item.stream, queue_url=line.queue_url,
-                                            now=time.monotonic())
-            self.streams.accepted(key, last, line.queue_url, made[len(specs)])
+            finally:
+                held.end(token)
         return True

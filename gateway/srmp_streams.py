@@ -1,14 +1,14 @@
 """Incoming exactly-once streams: the EOD receiver table (gateway.srmp.eod) made durable, and
 its stream receipts sent.
 
-Durability: a stream's position is a small record in an internal queue, written in the same
-atomic store commit as the message that moves it, so a crash can never keep a message and lose
-its position, which would let a retransmission in twice. The record it supersedes is not
-removed in that commit (a commit that only sends is a grouped commit, without a QMLog entry:
-SRMP stream sends +2-12% in three A/B runs) but later, with the others that are stale: every
-few seconds the whole table is checkpointed to ``MQInSeqs.lg1``/``.lg2`` (ping-pong) and the
-position records it covers are removed. At start the checkpoint is loaded and the highest
-position of each stream wins, whichever records are left.
+Durability: a stream message carries its stream id and ordinal and is stored flagged
+``STREAM``, so the message itself holds its stream's new position (``gateway.srmp_held``):
+a crash can never keep a message and lose its position, which would let a retransmission in
+twice. Every few seconds the whole table is checkpointed to ``MQInSeqs.lg1``/``.lg2``
+(ping-pong) with an LSN mark; before a message still holding a position is removed, that
+position is written as a small record in an internal queue (removed again, once stale, by the
+next checkpoint). At start the checkpoint, the position records and the queued stream
+messages stored since the mark are merged, and the highest position of each stream wins.
 
 Messages of one stream are decided and stored one at a time (a lock per stream key), which is
 what keeps them in order; different streams do not wait for each other.
@@ -25,10 +25,14 @@ from gateway.internal_queues import STREAMS_QUEUE
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.queue_manager import QueueManager
+from gateway.msmq.message import MessageFormatError, decode_payload
 from gateway.receipt_sender import MessageIds, ReceiptSender
 from gateway.srmp.eod import StreamKey, StreamTable, Verdict
 from gateway.srmp.model import Stream
 from gateway.srmp.receipts import stream_receipt
+from gateway.srmp_held import HeldPositions
+from store.errors import StoreError
+from store.framing import RecordFlags
 from store.records import SendSpec, StoredRecord
 
 __all__ = ["IncomingStreams", "STALE_MAX"]
@@ -54,12 +58,19 @@ class IncomingStreams:
         self._dirty = False
         self._stale: list[StoredRecord] = []
         self._checkpoint_due = asyncio.Event()
+        self.held = HeldPositions()
         self._restore()
+        self.store.removal_hooks.append(self.before_removal)
 
     def _restore(self) -> None:
-        """Checkpoint + position records; several records for one key (a crash between a
-        checkpoint and its clean-up) keep the newest, the others are removed later."""
+        """Checkpoint + position records + stream messages stored since the checkpoint's
+        mark; several records for one key (a crash between a checkpoint and its clean-up)
+        keep the newest, the others are removed later."""
         positions: list[bytes] = []
+        snapshot = self.store.stream_state
+        checkpointed = json.loads(snapshot) if snapshot else {}
+        for doc in checkpointed.get("streams", ()):
+            self.held.written((str(doc["id"]), str(doc["queue"])), int(doc["seq"]))
         for record in self.store.records(self.queue.queue_id):
             raw = self.store.read(record)
             doc = json.loads(raw)
@@ -68,11 +79,39 @@ class IncomingStreams:
             if older is not None:
                 self._stale.append(older)
             self._records[key] = record
+            self.held.written(key, int(doc["seq"]))
             positions.append(raw)
-        self.table.restore(self.store.stream_state, positions, now=time.monotonic())
+        mark = int(checkpointed.get("lsn_mark", 0))
+        for record in self.store.flagged_since(RecordFlags.STREAM, mark):
+            found = self._held_by(record)
+            if found is not None:
+                key, ordinal, doc = found
+                self.held.hold(record, key, ordinal)
+                positions.append(json.dumps(doc).encode())
+        self.table.restore(snapshot, positions, now=time.monotonic())
         self.metrics.srmp_streams.set(len(self.table))
         if len(self.table):
-            server_log.info("incoming streams restored: %d", len(self.table))
+            server_log.info("incoming streams restored: %d (%d held by their messages)",
+                            len(self.table), len(self.held))
+
+    def _held_by(self, record: StoredRecord
+                 ) -> tuple[StreamKey, int, dict[str, object]] | None:
+        """The stream position a queued STREAM message holds: its stream, ordinal, and both as
+        a position record's doc."""
+        queue = self.qm.queue_by_id_or_none(record.queue_id)
+        if queue is None:
+            return None
+        try:
+            extra = decode_payload(self.store.read(record)).properties.extra
+            key = (extra["stream_id"], queue.path.canonical)
+            ordinal = int(extra["stream_current"])
+            return key, ordinal, {"id": key[0], "queue": key[1], "seq": ordinal,
+                                  "to": extra.get("stream_receipts_to", ""),
+                                  "via": extra.get("stream_via", ""), "ack": 0}
+        except (MessageFormatError, StoreError, KeyError, ValueError) as exc:
+            server_log.warning("stream message %d:%d unreadable at start: %s",
+                               record.queue_id, record.seq, exc)
+            return None
 
     def hold(self, key: StreamKey) -> _Hold:
         """Serialise the messages of one stream: ``async with streams.hold(key):``."""
@@ -85,25 +124,42 @@ class IncomingStreams:
         self.table.rejected(key, now=time.monotonic())
         self._wake.set()
 
-    def position(self, key: StreamKey, stream: Stream, queue_url: str, receipts_to: str
-                 ) -> SendSpec:
-        """The position record to commit with the message."""
-        return SendSpec(self.queue.queue_id, self.table.position_after(
-            key, stream, queue_url=queue_url, receipts_to=receipts_to))
-
-    def accepted(self, key: StreamKey, stream: Stream, queue_url: str,
-                 record: StoredRecord) -> None:
-        """After the commit: the table moves and a receipt is scheduled."""
-        self.table.accepted(key, stream, queue_url=queue_url, now=time.monotonic())
-        superseded = self._records.get(key)
-        if superseded is not None:
-            self._stale.append(superseded)
-            if len(self._stale) >= STALE_MAX:
-                self._checkpoint_due.set()
-        self._records[key] = record
+    def accepted(self, key: StreamKey, stored: list[tuple[Stream, StoredRecord]],
+                 queue_url: str) -> None:
+        """After the commit of a batch of stream messages: the table moves, the messages
+        hold the position, and a receipt is scheduled."""
+        now = time.monotonic()
+        for stream, record in stored:
+            self.table.accepted(key, stream, queue_url=queue_url, now=now)
+            self.held.hold(record, key, stream.current)
         self._dirty = True
         self._wake.set()
         self.metrics.srmp_streams.set(len(self.table))
+
+    async def before_removal(self, records: list[StoredRecord]) -> None:
+        """A store removal hook: the positions these messages still hold are written first.
+
+        Raises:
+            StoreError: they could not be written (the removal is then not made).
+        """
+        keys = self.held.to_write(records)
+        if keys:
+            await self._write_positions(keys)
+        self.held.released(records)
+
+    async def _write_positions(self, keys: set[StreamKey]) -> None:
+        states = [(key, state) for key in keys if (state := self.table.get(key)) is not None]
+        made = await self.store.commit([SendSpec(self.queue.queue_id,
+                                                 StreamTable.position(state))
+                                        for _, state in states])
+        for (key, state), record in zip(states, made):
+            self.held.written(key, state.incoming_seq)
+            superseded = self._records.get(key)
+            if superseded is not None:
+                self._stale.append(superseded)
+                if len(self._stale) >= STALE_MAX:
+                    self._checkpoint_due.set()
+            self._records[key] = record
 
     # ---- background work -----------------------------------------------------------------
 
@@ -136,7 +192,11 @@ class IncomingStreams:
         """Save the table to MQInSeqs, then drop the position records it covers."""
         self._dirty = False
         covered = dict(self._records)
-        await self.store.save_stream_state(self.table.snapshot())
+        positions = {(state.stream_id, state.queue): state.incoming_seq
+                     for state in self.table.states()}
+        mark = self.held.mark(self.store.lsn_floor())
+        await self.store.save_stream_state(self.table.snapshot(lsn_mark=mark))
+        self.held.checkpointed(positions)
         gone, self._stale = self._stale, []
         for key, record in covered.items():
             async with self.hold(key):

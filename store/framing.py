@@ -119,8 +119,12 @@ class RecordFlags(enum.IntFlag):
     EXPRESS = 4
     # The payload carries the sender's own message id, which a caller's duplicate window keys
     # on: the caller finds such records again after a crash (``MessageStore.keyed_records``)
-    # and is told before one is removed (``MessageStore.before_removal``).
+    # and is told before one is removed (``MessageStore.removal_hooks``).
     KEYED = 8
+    # The payload carries the position of an ordered stream the caller tracks (a stream
+    # message holds its stream's new position until it is written elsewhere): found again
+    # after a crash (``MessageStore.flagged_since``), announced before removal like KEYED.
+    STREAM = 16
 
 
 _KINDS = frozenset(member.value for member in RecordKind)

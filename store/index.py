@@ -141,6 +141,15 @@ class QueueIndex:
             for seq, packed in entries.items() if packed & flag))
         return [unpack(queue_id, seq, packed) for _, queue_id, seq, packed in reversed(chosen)]
 
+    def flagged_since(self, flag: int, lsn_min: int) -> list[StoredRecord]:
+        """The records carrying ``flag`` whose LSN is at least ``lsn_min``, oldest first."""
+        chosen = sorted(
+            (packed >> _LSN_SHIFT & _MASK64, queue_id, seq, packed)
+            for queue_id, entries in self._queues.items()
+            for seq, packed in entries.items()
+            if packed & flag and packed >> _LSN_SHIFT & _MASK64 >= lsn_min)
+        return [unpack(queue_id, seq, packed) for _, queue_id, seq, packed in chosen]
+
     def count(self, queue_id: int) -> int:
         return len(self._queues.get(queue_id, ()))
 

@@ -50,6 +50,7 @@ T = TypeVar("T")
 _QUEUE_ID = operator.attrgetter("queue_id")
 _VISIBLE_OPS = frozenset(("append", "commit", "commit_prepared", "express"))
 _KEYED = RecordFlags.KEYED.value
+_HELD = _KEYED | RecordFlags.STREAM.value  # records whose removal is announced first
 _EXPRESS = RecordFlags.EXPRESS.value  # tested as a plain int: enum arithmetic is ~9x slower
 
 
@@ -94,10 +95,15 @@ class MessageStore:
         self._audit_thread: threading.Thread | None = None
         self._streams: PingPong | None = None
         self._streams_lock = asyncio.Lock()
-        # Awaited with the KEYED records a removal is about to take, before it is submitted:
-        # the caller makes what they stand for durable elsewhere first (the gateway's
-        # duplicate window keeps a message's id in the message alone while it is queued).
-        self.before_removal: Callable[[list[StoredRecord]], Awaitable[None]] | None = None
+        # Each awaited, in order, with the KEYED and STREAM records a removal is about to
+        # take, before it is submitted: a caller makes what they stand for durable elsewhere
+        # first (the gateway's duplicate window keeps a message's id, and its stream table a
+        # stream's position, in the message alone while it is queued). A hook that raises
+        # refuses the removal.
+        self.removal_hooks: list[Callable[[list[StoredRecord]], Awaitable[None]]] = []
+        # The highest LSN of a record made visible so far: any job submitted from now on
+        # gets higher ones (batches take LSNs in order), see ``lsn_floor``.
+        self._lsn_high = engine.next_lsn - 1
         # The last saved state of incoming ordered streams (MQInSeqs.lg1/lg2), or None.
         self.stream_state: bytes | None = None
         self._index = QueueIndex()
@@ -305,11 +311,11 @@ class MessageStore:
                                    removed_keys=_keys(durable)))
 
     async def _before_removing(self, records: Sequence[StoredRecord]) -> None:
-        hook = self.before_removal
-        if hook is not None:
-            keyed = [r for r in records if int(r.flags) & _KEYED]
-            if keyed:
-                await hook(keyed)
+        if self.removal_hooks:
+            held = [r for r in records if int(r.flags) & _HELD]
+            if held:
+                for hook in self.removal_hooks:
+                    await hook(held)
 
     async def _submit_sends(self, job: Job) -> Job:
         """Check sizes and quotas, charge them, number the messages, then submit the job.
@@ -426,6 +432,8 @@ class MessageStore:
                 for record in job.records:
                     add(record)
                     discard(record.queue_id, record.seq)
+                if job.records and job.records[-1].lsn > self._lsn_high:
+                    self._lsn_high = job.records[-1].lsn
             for queue_id, seq in job.removed_keys:
                 gone = self._index.pop_packed(queue_id, seq)
                 if gone is not None:
@@ -480,6 +488,17 @@ class MessageStore:
 
     def queue_ids(self) -> list[int]:
         return self._index.queue_ids()
+
+    def lsn_floor(self) -> int:
+        """A number every record of a job submitted from now on will have an LSN at or above
+        (a caller that marks a checkpoint with it finds again, at start, the records that
+        became durable after the mark: ``flagged_since``)."""
+        return self._lsn_high + 1
+
+    def flagged_since(self, flag: RecordFlags, lsn_min: int) -> list[StoredRecord]:
+        """The live records carrying ``flag`` with an LSN of at least ``lsn_min``, oldest
+        first (one pass over the index's packed ints)."""
+        return self._index.flagged_since(int(flag), lsn_min)
 
     def keyed_records(self, limit: int) -> list[StoredRecord]:
         """The newest ``limit`` live ``KEYED`` records of all queues, oldest first."""

@@ -164,21 +164,12 @@ class StreamTable:
                        "seq": state.incoming_seq, "to": state.send_receipts_to,
                        "via": state.queue_url, "ack": state.last_acknowledged})
 
-    def position_after(self, key: StreamKey, stream: Stream, *, queue_url: str,
-                       receipts_to: str) -> bytes:
-        """The position record ``stream`` would leave if accepted (written before it is).
-        ``receipts_to``: the stream's receipt URL when it is new — its first message's, which
-        the last message of a batch does not carry (a position without it left a stream
-        restored after a crash with nowhere to send its receipts)."""
-        state = self._streams.get(key)
-        preview = InStream(stream.stream_id, key[1], stream.current,
-                           state.send_receipts_to if state else receipts_to,
-                           queue_url, last_acknowledged=state.last_acknowledged if state else 0)
-        return self.position(preview)
-
-    def snapshot(self) -> bytes:
-        return _dumps({"version": 1, "streams": [json.loads(self.position(s))
-                                                 for s in self._streams.values()]})
+    def snapshot(self, *, lsn_mark: int = 0) -> bytes:
+        """The whole table; ``lsn_mark``: where the messages that may hold newer positions
+        start in the store (``gateway.srmp_held``), kept for the start."""
+        return _dumps({"version": 1, "lsn_mark": lsn_mark,
+                       "streams": [json.loads(self.position(s))
+                                   for s in self._streams.values()]})
 
     def restore(self, snapshot: bytes | None, positions: list[bytes], *, now: float) -> None:
         """Load the checkpoint, then the newer positions (the higher number wins). Streams

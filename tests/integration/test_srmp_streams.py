@@ -24,6 +24,7 @@ from tests.helpers import ready_client
 from tests.srmp_client import STREAM_ID, post, stream_message
 
 ORDERS = "http://gw/msmq/private$/orders"
+OTHER_STREAM = STREAM_ID.rsplit("\\", 1)[0] + "\\77"
 
 
 @pytest.fixture
@@ -42,9 +43,10 @@ async def receipts(aiohttp_server: Any) -> Any:
     return server
 
 
-async def _gateway(aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> Any:
+async def _gateway(aiohttp_client: Any, settings_factory: Callable[..., Settings],
+                   checkpoint_interval: str = "100ms") -> Any:
     client = await ready_client(aiohttp_client, settings_factory(
-        server__names=["gw"], srmp__stream_checkpoint_interval="100ms",
+        server__names=["gw"], srmp__stream_checkpoint_interval=checkpoint_interval,
         srmp__reorder_wait="200ms"))
     await client.put("/v1/queues/private$/orders", json={"transactional": True})
     return client
@@ -66,8 +68,9 @@ async def _last_ordinal(server: Any, want: int = 3, timeout: float = 10.0) -> in
             assert message.envelope.path.action == ORDER_ACK_ACTION
             assert message.envelope.path.rev_via == ORDERS
             receipt = message.envelope.stream_receipt
-            assert receipt is not None and receipt.stream_id == STREAM_ID
-            best = max(best, receipt.last_ordinal)
+            assert receipt is not None and receipt.stream_id in (STREAM_ID, OTHER_STREAM)
+            if receipt.stream_id == STREAM_ID:
+                best = max(best, receipt.last_ordinal)
         if best >= want:
             return best
         await asyncio.sleep(0.05)
@@ -124,26 +127,80 @@ async def test_position_survives_a_restart(aiohttp_client: Any,
     assert await _bodies(again) == [b"m1", b"m2", b"m3", b"m4"]
 
 
-async def test_superseded_positions_go_with_the_checkpoint_not_the_commit(
+async def test_positions_are_held_by_the_messages_and_written_before_one_leaves(
         aiohttp_client: Any, settings_factory: Callable[..., Settings], receipts: Any) -> None:
-    """Each stored batch writes a position record without removing the one before (a commit
-    that only sends needs no QMLog entry); the stream checkpoint removes them all."""
+    """A stored stream message holds its stream's position: no position record is written
+    with it. Receiving it writes the position first (one record, whatever the batch), and the
+    stream checkpoint removes the records it covers."""
     to = str(receipts.make_url("/msmq/private$/order_queue$"))
-    client = await ready_client(aiohttp_client, settings_factory(
-        server__names=["gw"], srmp__stream_checkpoint_interval="1h"))
-    await client.put("/v1/queues/private$/orders", json={"transactional": True})
+    client = await _gateway(aiohttp_client, settings_factory, checkpoint_interval="1h")
     state = client.server.app[STATE_KEY]
+    store = state.queue_manager.store
     positions = state.queue_manager.internal(STREAMS_QUEUE).queue_id
     for n in (1, 2, 3):
         assert (await post(client, stream_message(ORDERS, b"m%d" % n, n,
                                                   receipts_to=to))).status == 200
-    assert state.queue_manager.store.count(positions) == 3
-    assert (await post(client, stream_message(ORDERS, b"dup", 2, receipts_to=to))).status \
+    assert store.count(positions) == 0
+    assert len(state.streams.held) == 3
+    response = await client.post("/v1/queues/private$/orders/receive?max=2")
+    assert [base64.b64decode(m["body_base64"]) for m in (await response.json())["messages"]] \
+        == [b"m1", b"m2"]
+    assert store.count(positions) == 1, "the position (3) is written before m1 and m2 go"
+    assert len(state.streams.held) == 0
+    await client.post("/v1/queues/private$/orders/receive?max=1")
+    assert store.count(positions) == 1, "already written: nothing more to write"
+    assert (await post(client, stream_message(ORDERS, b"dup", 3, receipts_to=to))).status \
         == 200
-    await state.streams.checkpoint()
-    assert state.queue_manager.store.count(positions) == 0
     await post(client, stream_message(ORDERS, b"m4", 4, receipts_to=to))
-    assert await _bodies(client) == [b"m1", b"m2", b"m3", b"m4"]
+    await state.streams.checkpoint()
+    assert store.count(positions) == 0
+    assert len(state.streams.held) == 0
+    assert await _bodies(client) == [b"m4"]
+
+
+async def test_a_start_finds_positions_held_only_by_queued_messages(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], receipts: Any) -> None:
+    """A stop without the stream checkpoint (as a crash leaves it): the positions of the
+    messages stored after the last checkpoint come back from the messages themselves, with
+    their receipt URL, and retransmissions are duplicates; after a receive they come back
+    from the position record written before it."""
+    to = str(receipts.make_url("/msmq/private$/order_queue$"))
+    client = await _gateway(aiohttp_client, settings_factory, checkpoint_interval="1h")
+    state = client.server.app[STATE_KEY]
+    await post(client, stream_message(ORDERS, b"m1", 1, receipts_to=to))
+    await state.streams.checkpoint()  # MQInSeqs holds 1; m2 and m3 hold 3
+    other = stream_message(ORDERS, b"x1", 1, receipts_to=to, stream_id=OTHER_STREAM)
+    assert (await post(client, other)).status == 200
+    for n in (2, 3):
+        await post(client, stream_message(ORDERS, b"m%d" % n, n, receipts_to=to))
+
+    async def no_checkpoint() -> None:
+        return None
+
+    state.streams.checkpoint = no_checkpoint  # type: ignore[method-assign]
+    await client.close()
+
+    again = await ready_client(aiohttp_client, settings_factory(server__names=["gw"]))
+    streams = again.server.app[STATE_KEY].streams
+    assert len(streams.held) == 3, "x1, m2 and m3 hold their positions"
+    assert streams.table.get((STREAM_ID, "private$/orders")).incoming_seq == 3
+    assert streams.table.get((OTHER_STREAM, "private$/orders")).incoming_seq == 1
+    for n in (1, 2, 3):  # retransmissions after the start
+        assert (await post(again, stream_message(ORDERS, b"dup", n, receipts_to=to))).status \
+            == 200
+    assert await _bodies(again) == [b"m1", b"x1", b"m2", b"m3"]
+    assert await _last_ordinal(receipts, want=3) == 3, "receipts go to the stored URL"
+    response = await again.post("/v1/queues/private$/orders/receive?max=4")
+    assert len((await response.json())["messages"]) == 4
+    again.server.app[STATE_KEY].streams.checkpoint = no_checkpoint  # type: ignore[method-assign]
+    await again.close()
+
+    third = await ready_client(aiohttp_client, settings_factory(server__names=["gw"]))
+    streams = third.server.app[STATE_KEY].streams
+    assert streams.table.get((STREAM_ID, "private$/orders")).incoming_seq == 3
+    assert (await post(third, stream_message(ORDERS, b"dup", 3, receipts_to=to))).status == 200
+    await post(third, stream_message(ORDERS, b"m4", 4, receipts_to=to))
+    assert await _bodies(third) == [b"m4"]
 
 
 async def test_final_stream_receipt_when_a_dead_letter_message_leaves(

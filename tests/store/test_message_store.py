@@ -386,7 +386,7 @@ async def test_keyed_records_are_found_and_announced_before_removal(store_factor
         if len(announced) == 2:
             raise StoreError("cannot keep what they stand for")
 
-    store.before_removal = hook
+    store.removal_hooks.append(hook)
     await store.remove([plain])
     assert announced == [], "only KEYED records are announced"
     await store.remove([keyed[0]])
@@ -400,3 +400,28 @@ async def test_keyed_records_are_found_and_announced_before_removal(store_factor
     assert announced[2] == [keyed[1]]
     await store.commit_prepared(tx.tx_id)
     assert store.count(2) == 0
+
+
+async def test_stream_records_are_found_since_a_mark_and_announced_before_removal(
+        store_factory: Any) -> None:
+    store = await store_factory()
+    before = await store.append(SendSpec(1, b"s0", flags=RecordFlags.STREAM))
+    floor = store.lsn_floor()
+    assert floor > before.lsn
+    after = [await store.append(SendSpec(q, b"s", flags=RecordFlags.STREAM)) for q in (2, 1)]
+    await store.append(SendSpec(1, b"plain"))
+    assert all(r.lsn >= floor for r in after)
+    assert store.flagged_since(RecordFlags.STREAM, floor) == after
+    assert store.flagged_since(RecordFlags.STREAM, 0) == [before, *after]
+    seen: list[list[StoredRecord]] = []
+
+    async def first(records: list[StoredRecord]) -> None:
+        seen.append(records)
+
+    async def second(records: list[StoredRecord]) -> None:
+        seen.append([])
+
+    store.removal_hooks.extend([first, second])
+    await store.remove([before])
+    assert seen == [[before], []], "every hook, in order"
+    assert store.flagged_since(RecordFlags.STREAM, 0) == after

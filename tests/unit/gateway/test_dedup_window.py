@@ -80,7 +80,7 @@ async def _held(store: MessageStore, window: DedupWindow, queue_id: int, key: st
 async def _reopened(tmp_path: Path, dedup_id: int) -> tuple[MessageStore, DedupWindow]:
     store = await open_store(tmp_path)
     window = DedupWindow(store, dedup_id, window_s=3600, keyed_entry=_keyed_entry(store))
-    store.before_removal = window.before_removal
+    store.removal_hooks.append(window.before_removal)
     return store, window
 
 
@@ -110,7 +110,7 @@ async def test_removing_a_message_flushes_the_key_it_holds_first(tmp_path: Path)
     dedup = await store.create_queue("private$/entrepot_dedup$", {})
     queue = await store.create_queue("q", {})
     window = DedupWindow(store, dedup.queue_id, window_s=3600, keyed_entry=_keyed_entry(store))
-    store.before_removal = window.before_removal
+    store.removal_hooks.append(window.before_removal)
     taken = await _held(store, window, queue.queue_id, "srmp:b")
     kept = await _held(store, window, queue.queue_id, "srmp:c")
     await store.remove([taken])  # a receive: the window's entries go to disk before it
@@ -137,7 +137,7 @@ async def test_a_removal_whose_key_cannot_be_written_is_refused(tmp_path: Path) 
     dedup = await store.create_queue("private$/entrepot_dedup$", {"quota": "1"})
     queue = await store.create_queue("q", {})
     window = DedupWindow(store, dedup.queue_id, window_s=3600, keyed_entry=_keyed_entry(store))
-    store.before_removal = window.before_removal
+    store.removal_hooks.append(window.before_removal)
     message = await _held(store, window, queue.queue_id, "srmp:e")
     with pytest.raises(QueueQuotaExceeded):
         await store.remove([message])
@@ -181,7 +181,7 @@ async def test_flushes_are_cut_into_records_a_segment_holds(tmp_path: Path) -> N
     dedup = await store.create_queue("private$/entrepot_dedup$", {})
     queue = await store.create_queue("q", {})
     window = DedupWindow(store, dedup.queue_id, window_s=3600, keyed_entry=_keyed_entry(store))
-    store.before_removal = window.before_removal
+    store.removal_hooks.append(window.before_removal)
     for index in range(400):
         await _held(store, window, queue.queue_id, f"srmp:{index:04d}" + "x" * 200)
     assert await window.flush() == 400

@@ -153,16 +153,3 @@ def test_a_resend_round_sends_only_the_head_again_and_progress_restarts_the_wait
     assert stream.to_send() == list(range(501, 565))
     assert stream.acknowledged(1000, now=8.0) == list(range(501, 1001))
     assert stream.finished and stream.next_deadline((3.0,)) is None
-
-
-def test_a_new_streams_first_position_keeps_its_receipt_url_when_written_with_a_batch() -> None:
-    """Messages 1..3 stored in one commit write the position of 3, which carries no
-    sendReceiptsTo: the first message's URL must be in it, or a stream restored after a crash
-    has nowhere to send its receipts (the sender then resends for ever)."""
-    table = StreamTable()
-    to = "http://sender/msmq/private$/order_queue$"
-    record = table.position_after(KEY, _s(3), queue_url=URL, receipts_to=to)
-    again = StreamTable()
-    again.restore(None, [record], now=0.0)
-    [due] = again.due(COALESCE_S)
-    assert (due.last_ordinal, due.send_to) == (3, to)
