@@ -18,3 +18,7 @@ def test_ten_kill_9_cycles_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     assert report["acknowledged"] > 500, "too little load for the run to mean anything"
     assert (report["lost"], report["duplicated"], report["out_of_order"],
             report["torn_transactions"], report["consumed_came_back"]) == (0, 0, 0, 0, 0)
+    stream = report["stream"]
+    assert stream["answered"] > 100 and stream["received"] > 0, stream
+    assert (stream["lost"], stream["duplicated"], stream["out_of_order"],
+            stream["came_back"]) == (0, 0, 0, 0)

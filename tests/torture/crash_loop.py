@@ -9,7 +9,10 @@ transactions; restarted every time. Afterwards, through the REST API:
   restart: none is stored twice and none that was received comes back (duplicate window);
 - transactions are all or nothing, across queues;
 - each client's transactions appear in its commit order in the transactional queues;
-- nothing received by a committed transaction comes back.
+- nothing received by a committed transaction comes back;
+- one exactly-once SRMP stream (client 0 sends ordinal n + 1 once n is answered, resends an
+  unanswered one, and after each restart resends recent ones, received ones included) ends
+  with every answered ordinal once, in order, present or received, and nothing received back.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from typing import Any
 import aiohttp
 
 from tests.helpers import GatewayProcess
-from tests.srmp_client import user_message
+from tests.srmp_client import stream_message, user_message
 
 PLAIN, TX, TX2, SRMP = "private$/t_plain", "private$/t_tx", "private$/t_tx2", "private$/t_srmp"
+STREAM = "private$/t_stream"
 _TIMEOUT = aiohttp.ClientTimeout(total=10)
 
 
@@ -50,6 +54,10 @@ class Ledger:
     consumed_doubt: set[str] = field(default_factory=set)
     commits: dict[int, list[str]] = field(default_factory=dict)  # client -> acked tx order
     counter: int = 0
+    stream_next: int = 1  # the stream ordinal to send next
+    stream_doubt: int = 0  # an ordinal sent without an answer (resent before the next)
+    stream_consumed: set[int] = field(default_factory=set)
+    stream_receive_doubt: int = 0
 
     def next(self) -> int:
         self.counter += 1
@@ -89,6 +97,35 @@ async def _srmp_receive(session: aiohttp.ClientSession, url: str, ledger: Ledger
                 body = json.loads(base64.b64decode(message["body_base64"]))
                 ledger.srmp_consumed.add(body["s"])
         ledger.srmp_receive_doubt -= 1
+
+
+async def _stream(session: aiohttp.ClientSession, url: str, ledger: Ledger,
+                  ordinal: int) -> bool:
+    """Send one stream message; True when answered (stored, or a duplicate of one stored)."""
+    request = stream_message(f"{url}/msmq/{STREAM}", _body(o=ordinal), ordinal,
+                             receipts_to=f"{url}/msmq/private$/order_queue$")
+    headers = {k: v for k, v in request.headers if k not in ("Host", "Content-Length")}
+    async with session.post(f"{url}/msmq/{STREAM}", data=request.body,
+                            headers=headers) as response:
+        return response.status == 200
+
+
+async def _stream_next(session: aiohttp.ClientSession, url: str, ledger: Ledger) -> None:
+    ordinal = ledger.stream_doubt or ledger.stream_next
+    ledger.stream_doubt = ordinal
+    if await _stream(session, url, ledger, ordinal):
+        ledger.stream_doubt = 0
+        ledger.stream_next = ordinal + 1
+
+
+async def _stream_receive(session: aiohttp.ClientSession, url: str, ledger: Ledger) -> None:
+    ledger.stream_receive_doubt += 1
+    async with session.post(f"{url}/v1/queues/{STREAM}/receive?max=3") as response:
+        if response.status == 200:
+            for message in (await response.json())["messages"]:
+                ledger.stream_consumed.add(json.loads(base64.b64decode(
+                    message["body_base64"]))["o"])
+        ledger.stream_receive_doubt -= 1
 
 
 async def _batch(session: aiohttp.ClientSession, url: str, ledger: Ledger, client: int) -> None:
@@ -140,7 +177,11 @@ async def _client(url: str, ledger: Ledger, client: int, rng: random.Random,
         while not stop.is_set():
             kind = rng.random()
             try:
-                if kind < 0.3:
+                if client == 0 and kind < 0.5:
+                    await _stream_next(session, url, ledger)
+                elif client == 1 and kind < 0.1:
+                    await _stream_receive(session, url, ledger)
+                elif kind < 0.3:
                     await _plain(session, url, ledger, f"p{ledger.next()}")
                 elif kind < 0.42:
                     await _srmp(session, url, ledger, ledger.next())
@@ -164,12 +205,18 @@ async def _retry_doubts(url: str, ledger: Ledger) -> None:
         recent = {s for s in ledger.srmp_consumed if s > ledger.counter - 5000}
         for ordinal in sorted(ledger.srmp_doubt | ledger.srmp_cycle | recent):
             await _srmp(session, url, ledger, ordinal)
+        if ledger.stream_doubt:
+            await _stream_next(session, url, ledger)
+            assert not ledger.stream_doubt, "a resent stream message is answered"
+        for ordinal in range(max(1, ledger.stream_next - 30), ledger.stream_next):
+            assert await _stream(session, url, ledger, ordinal), "a duplicate is answered"
     ledger.srmp_cycle = set()
 
 
 async def _setup(url: str) -> None:
     async with aiohttp.ClientSession(timeout=_TIMEOUT) as session:
-        for queue, tx in ((PLAIN, False), (TX, True), (TX2, True), (SRMP, False)):
+        for queue, tx in ((PLAIN, False), (TX, True), (TX2, True), (SRMP, False),
+                          (STREAM, True)):
             async with session.put(f"{url}/v1/queues/{queue}",
                                    json={"transactional": tx}) as response:
                 assert response.status in (200, 201), await response.text()
@@ -190,7 +237,7 @@ async def _contents(url: str, queue: str) -> list[dict[str, Any]]:
             after = page["next"]
 
 
-def check(ledger: Ledger, queues: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
+def check(ledger: Ledger, queues: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """The invariants; returns the counts for the report (raises AssertionError)."""
     plain = Counter(m["k"] for m in queues[PLAIN])
     srmp = Counter(m["s"] for m in queues[SRMP])
@@ -238,7 +285,18 @@ def check(ledger: Ledger, queues: dict[str, list[dict[str, Any]]]) -> dict[str, 
               "out_of_order": out_of_order, "torn_transactions": torn,
               "consumed_came_back": came_back, "srmp_received": len(ledger.srmp_consumed),
               "srmp_receives_unanswered": ledger.srmp_receive_doubt}
+    stream = [m["o"] for m in queues[STREAM]]
+    answered = set(range(1, ledger.stream_next))
+    stream_missing = len(answered - set(stream) - ledger.stream_consumed)
+    report["stream"] = {"answered": len(answered), "received": len(ledger.stream_consumed),
+                        "present": len(stream), "duplicated": len(stream) - len(set(stream)),
+                        "out_of_order": sum(1 for a, b in zip(stream, stream[1:]) if b < a),
+                        "came_back": len(ledger.stream_consumed & set(stream)),
+                        "lost": max(0, stream_missing - ledger.stream_receive_doubt)}
     assert (lost, duplicated, out_of_order, torn, came_back) == (0, 0, 0, 0, 0), report
+    assert {k: v for k, v in report["stream"].items() if k not in (
+        "answered", "received", "present")} == dict.fromkeys(
+        ("duplicated", "out_of_order", "came_back", "lost"), 0), report
     return report
 
 
@@ -266,7 +324,8 @@ def run(data_dir: Path, cycles: int, seed: int = 20261122, clients: int = 6
         gateway.wait_ready()
         asyncio.run(_retry_doubts(gateway.url, ledger))
     try:
-        queues = {q: asyncio.run(_contents(gateway.url, q)) for q in (PLAIN, TX, TX2, SRMP)}
+        queues = {q: asyncio.run(_contents(gateway.url, q))
+                  for q in (PLAIN, TX, TX2, SRMP, STREAM)}
         assert not ledger.keyed_doubt and not ledger.srmp_doubt, "resends all answered"
         report = check(ledger, queues)
     finally:
