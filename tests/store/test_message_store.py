@@ -425,3 +425,22 @@ async def test_stream_records_are_found_since_a_mark_and_announced_before_remova
     await store.remove([before])
     assert seen == [[before], []], "every hook, in order"
     assert store.flagged_since(RecordFlags.STREAM, 0) == after
+
+
+async def test_the_writer_wakes_for_every_submit_around_its_timeouts(tmp_path: Path) -> None:
+    """The writer sleeps on a one-token lock with a timeout (its checkpoint interval); appends
+    arriving just before, during and after its wakes never hang and never find the token
+    released twice."""
+    import random
+
+    options = StoreOptions(segment_size=256 << 10, qmlog_size=1 << 20,
+                           group_commit_bytes_max=64 << 10, checkpoint_interval_s=0.003,
+                           cleanup_interval_s=3600.0)
+    store = await open_store(tmp_path, options)
+    rng = random.Random(5)
+    for i in range(300):
+        await asyncio.wait_for(store.append(SendSpec(1, b"%d" % i)), 5)
+        if rng.random() < 0.5:
+            await asyncio.sleep(rng.uniform(0, 0.008))
+    assert store.count(1) == 300
+    await close_store(store)
