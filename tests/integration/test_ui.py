@@ -55,7 +55,8 @@ async def test_status_json_and_the_admin_credential(
     assert not any("entrepot_" in path for path in queues), "internal queues stay hidden"
     assert doc["dead_letters"] == [{"queue": "system$;deadletter",
                                     "class": "MQMSG_CLASS_NACK_RECEIVE_TIMEOUT", "messages": 1}]
-    assert doc["errors"][0]["message"] == "disk nearly full (test)"
+    # Newest first; under a loaded machine the gateway may have warned of something since.
+    assert "disk nearly full (test)" in [e["message"] for e in doc["errors"]]
     assert doc["ready"] and doc["store"]["used_bytes"] > 0
 
 
