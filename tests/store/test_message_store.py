@@ -444,3 +444,38 @@ async def test_the_writer_wakes_for_every_submit_around_its_timeouts(tmp_path: P
             await asyncio.sleep(rng.uniform(0, 0.008))
     assert store.count(1) == 300
     await close_store(store)
+
+
+async def test_a_wake_left_over_from_a_timeout_is_drained_before_the_next_sleep(
+        tmp_path: Path) -> None:
+    """The writer times out of its sleep, a submit wakes it anyway (a token is left): the next
+    sleep drains that token first, so it sleeps its full interval, and the next wake releases
+    the token once (a second release of the lock would raise)."""
+    import threading
+    import time
+
+    interval = 0.2
+    options = StoreOptions(segment_size=256 << 10, qmlog_size=1 << 20,
+                           group_commit_bytes_max=64 << 10, checkpoint_interval_s=interval,
+                           cleanup_interval_s=3600.0)
+    store = await open_store(tmp_path, options)
+    writer = store._writer
+    assert writer is not None
+    await asyncio.get_running_loop().run_in_executor(None, writer.stop)
+    writer._stopping = False  # drive _take by hand from here on
+    with writer._lock:
+        writer._waiting = True  # as the writer leaves it when its wait times out
+        writer._wake_writer()  # a submit in that moment: the token is left behind
+    started = time.monotonic()
+    assert writer._take() is None
+    assert time.monotonic() - started >= interval * 0.9, "slept, not woken by the old token"
+    sleeper = threading.Thread(target=writer._take)
+    sleeper.start()
+    time.sleep(interval / 4)
+    with writer._lock:
+        assert writer._waiting
+        writer._wake_writer()
+    sleeper.join(interval / 2)
+    assert not sleeper.is_alive(), "woken at once"
+    writer._stopping = True
+    await close_store(store)
