@@ -24,8 +24,8 @@ import time
 from gateway.internal_queues import STREAMS_QUEUE
 from gateway.logs import server_log
 from gateway.metrics import Metrics
-from gateway.queue_manager import QueueManager
 from gateway.msmq.message import MessageFormatError, decode_payload
+from gateway.queue_manager import QueueManager
 from gateway.receipt_sender import MessageIds, ReceiptSender
 from gateway.srmp.eod import StreamKey, StreamTable, Verdict
 from gateway.srmp.model import Stream
@@ -148,12 +148,16 @@ class IncomingStreams:
         self.held.released(records)
 
     async def _write_positions(self, keys: set[StreamKey]) -> None:
-        states = [(key, state) for key in keys if (state := self.table.get(key)) is not None]
-        made = await self.store.commit([SendSpec(self.queue.queue_id,
-                                                 StreamTable.position(state))
-                                        for _, state in states])
-        for (key, state), record in zip(states, made):
-            self.held.written(key, state.incoming_seq)
+        # Taken now, before the commit: the table may move on while it is on its way, and
+        # only what the records say may count as written.
+        written = [(key, state.incoming_seq, StreamTable.position(state)) for key in keys
+                   if (state := self.table.get(key)) is not None]
+        if not written:
+            return
+        made = await self.store.commit([SendSpec(self.queue.queue_id, doc)
+                                        for _, _, doc in written])
+        for (key, seq, _), record in zip(written, made):
+            self.held.written(key, seq)
             superseded = self._records.get(key)
             if superseded is not None:
                 self._stale.append(superseded)

@@ -248,3 +248,32 @@ async def test_concurrent_out_of_order_arrivals_are_put_in_order(
     assert {r.status for r in responses} == {200}
     assert await _bodies(client) == [b"m%02d" % n for n in range(1, 81)]
     assert await _last_ordinal(receipts, want=80) == 80
+
+
+async def test_a_position_written_before_a_removal_counts_for_what_it_says(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], receipts: Any) -> None:
+    """The table moves on while a position record is on its way to disk: what counts as
+    written is the position the record holds, not the table's newer one."""
+    to = str(receipts.make_url("/msmq/private$/order_queue$"))
+    client = await _gateway(aiohttp_client, settings_factory, checkpoint_interval="1h")
+    state = client.server.app[STATE_KEY]
+    store, streams = state.queue_manager.store, state.streams
+    orders = state.queue_manager.queue("private$/orders").queue_id
+    await post(client, stream_message(ORDERS, b"m1", 1, receipts_to=to))
+    [first] = list(store.records(orders))
+    real_commit, gate = store.commit, asyncio.Event()
+
+    async def held_back(*args: Any, **kwargs: Any) -> Any:
+        made = await real_commit(*args, **kwargs)
+        await gate.wait()
+        return made
+
+    store.commit = held_back  # type: ignore[method-assign]
+    writing = asyncio.create_task(streams.before_removal([first]))
+    await asyncio.sleep(0.05)  # position 1 is on disk, its commit not yet back
+    store.commit = real_commit  # type: ignore[method-assign]
+    await post(client, stream_message(ORDERS, b"m2", 2, receipts_to=to))
+    gate.set()
+    await writing
+    [_, second] = list(store.records(orders))
+    assert streams.held.to_write([second]) == {(STREAM_ID, "private$/orders")}
