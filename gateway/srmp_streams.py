@@ -27,7 +27,7 @@ from gateway.metrics import Metrics
 from gateway.msmq.message import MessageFormatError, decode_payload
 from gateway.queue_manager import QueueManager
 from gateway.receipt_sender import MessageIds, ReceiptSender
-from gateway.srmp.eod import StreamKey, StreamTable, Verdict
+from gateway.srmp.eod import InStream, StreamKey, StreamTable, Verdict
 from gateway.srmp.model import Stream
 from gateway.srmp.receipts import stream_receipt
 from gateway.srmp_held import HeldPositions
@@ -67,10 +67,6 @@ class IncomingStreams:
         mark; several records for one key (a crash between a checkpoint and its clean-up)
         keep the newest, the others are removed later."""
         positions: list[bytes] = []
-        snapshot = self.store.stream_state
-        checkpointed = json.loads(snapshot) if snapshot else {}
-        for doc in checkpointed.get("streams", ()):
-            self.held.written((str(doc["id"]), str(doc["queue"])), int(doc["seq"]))
         for record in self.store.records(self.queue.queue_id):
             raw = self.store.read(record)
             doc = json.loads(raw)
@@ -79,39 +75,42 @@ class IncomingStreams:
             if older is not None:
                 self._stale.append(older)
             self._records[key] = record
-            self.held.written(key, int(doc["seq"]))
             positions.append(raw)
-        mark = int(checkpointed.get("lsn_mark", 0))
+        snapshot = self.store.stream_state
+        now = time.monotonic()
+        self.table.restore(snapshot, positions, now=now)
+        self.held.checkpointed(self._positions())  # what is on disk outside the messages
+        mark = int(json.loads(snapshot).get("lsn_mark", 0)) if snapshot else 0
+        held = []
         for record in self.store.flagged_since(RecordFlags.STREAM, mark):
-            found = self._held_by(record)
-            if found is not None:
-                key, ordinal, doc = found
-                self.held.hold(record, key, ordinal)
-                positions.append(json.dumps(doc).encode())
-        self.table.restore(snapshot, positions, now=time.monotonic())
+            state = self._held_by(record)
+            if state is not None:
+                self.held.hold(record, (state.stream_id, state.queue), state.incoming_seq)
+                held.append(StreamTable.position(state))
+        self.table.restore(None, held, now=now)
         self.metrics.srmp_streams.set(len(self.table))
         if len(self.table):
             server_log.info("incoming streams restored: %d (%d held by their messages)",
                             len(self.table), len(self.held))
 
-    def _held_by(self, record: StoredRecord
-                 ) -> tuple[StreamKey, int, dict[str, object]] | None:
-        """The stream position a queued STREAM message holds: its stream, ordinal, and both as
-        a position record's doc."""
+    def _held_by(self, record: StoredRecord) -> InStream | None:
+        """The stream position a queued STREAM message holds."""
         queue = self.qm.queue_by_id_or_none(record.queue_id)
         if queue is None:
             return None
         try:
             extra = decode_payload(self.store.read(record)).properties.extra
-            key = (extra["stream_id"], queue.path.canonical)
-            ordinal = int(extra["stream_current"])
-            return key, ordinal, {"id": key[0], "queue": key[1], "seq": ordinal,
-                                  "to": extra.get("stream_receipts_to", ""),
-                                  "via": extra.get("stream_via", ""), "ack": 0}
+            return InStream(extra["stream_id"], queue.path.canonical,
+                            int(extra["stream_current"]), extra.get("stream_receipts_to", ""),
+                            extra.get("stream_via", ""))
         except (MessageFormatError, StoreError, KeyError, ValueError) as exc:
             server_log.warning("stream message %d:%d unreadable at start: %s",
                                record.queue_id, record.seq, exc)
             return None
+
+    def _positions(self) -> dict[StreamKey, int]:
+        return {(state.stream_id, state.queue): state.incoming_seq
+                for state in self.table.states()}
 
     def hold(self, key: StreamKey) -> _Hold:
         """Serialise the messages of one stream: ``async with streams.hold(key):``."""
@@ -196,8 +195,7 @@ class IncomingStreams:
         """Save the table to MQInSeqs, then drop the position records it covers."""
         self._dirty = False
         covered = dict(self._records)
-        positions = {(state.stream_id, state.queue): state.incoming_seq
-                     for state in self.table.states()}
+        positions = self._positions()
         mark = self.held.mark(self.store.lsn_floor())
         await self.store.save_stream_state(self.table.snapshot(lsn_mark=mark))
         self.held.checkpointed(positions)

@@ -31,7 +31,6 @@ from pathlib import Path
 
 from store.allocator import Allocator, Area
 from store.bitmap import GranuleBitmap
-from store.mqtrans import Checkpoint
 from store.datadir import DataDir
 from store.errors import DiskFull, MessageTooLarge, StoreFailed, UnknownRecord
 from store.fileops import FileOps
@@ -51,6 +50,7 @@ from store.grouped import settle
 from store.lfile import LFile
 from store.logcodec import EntryKind, Ref, encode_entry
 from store.logs import cleanup_log, commit_log
+from store.mqtrans import Checkpoint
 from store.options import StoreOptions
 from store.pingpong import PingPong
 from store.qmlog import QMLog
@@ -183,9 +183,7 @@ class Engine:
             return
         for send in job.sends:
             if len(send.payload) > self.payload_max:
-                job.error = MessageTooLarge(
-                    f"message of {len(send.payload)} bytes exceeds the largest a segment "
-                    f"holds ({self.payload_max} bytes)")
+                job.error = MessageTooLarge.of(len(send.payload), self.payload_max)
                 return
         places: list[tuple[int, int, int]] = []
         for send in job.sends:
@@ -248,9 +246,7 @@ class Engine:
             payload = send.payload
             payload_len = len(payload)
             if payload_len > payload_max:
-                job.error = MessageTooLarge(
-                    f"message of {payload_len} bytes exceeds the largest a segment holds "
-                    f"({payload_max} bytes)")
+                job.error = MessageTooLarge.of(payload_len, payload_max)
                 continue
             size = record_size(payload_len)
             try:

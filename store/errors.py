@@ -62,6 +62,11 @@ class StoreFailed(StoreError):
 class MessageTooLarge(StoreError):
     """A record is larger than one segment can hold; nothing was written."""
 
+    @classmethod
+    def of(cls, size: int, largest: int) -> MessageTooLarge:
+        return cls(f"message of {size} bytes exceeds the largest a segment holds "
+                   f"({largest} bytes)")
+
 
 class QuotaExceeded(StoreError):
     """A quota would be exceeded; nothing was written."""

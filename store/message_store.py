@@ -352,9 +352,7 @@ class MessageStore:
         prepared = []
         for send in sends:
             if len(send.payload) > self._payload_max:
-                raise MessageTooLarge(
-                    f"message of {len(send.payload)} bytes exceeds the largest a segment holds "
-                    f"({self._payload_max} bytes)")
+                raise MessageTooLarge.of(len(send.payload), self._payload_max)
             info = self.registry.get(send.queue_id)
             journal = send.journal or (info is not None and info.journal_class)
             express = send.express and not transactional
