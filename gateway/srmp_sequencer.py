@@ -3,8 +3,10 @@
 A sender with several stream messages in flight (gateway.link keeps a window of them) makes
 them arrive in any order and faster than one commit each. Here a message that is not next
 yet waits (up to ``reorder_wait_s``, within ``window`` numbers) for the ones before it; a
-message that is next is accepted at once and joins the stream's batch, and one task per
-stream commits the batch — every message and the stream's new position in one atomic
+message that is next is accepted at once. With nothing of its stream on the way it is
+committed by its own request (a stream with one message in flight, as a Windows sender
+has: no task, no future); otherwise it joins the stream's batch, and one task per stream
+commits the batch — its messages, holding the stream's new position, in one atomic
 commit — while the next batch gathers. If a batch cannot be stored (a full queue), none of
 it counted: the stream's position stays where the last stored batch left it and messages
 decided on top of the failed batch are answered as out of order, so the sender resends
@@ -47,7 +49,7 @@ class _Item:
     stream: Stream
     props: MessageProperties
     body: bytes
-    future: asyncio.Future[str]
+    future: asyncio.Future[str] | None  # None: its own request commits it (one in flight)
 
 
 @dataclass(slots=True)
@@ -58,7 +60,7 @@ class _Line:
     waiting: list[_Item] = field(default_factory=list)
     committing: bool = False
     users: int = 0
-    advanced: asyncio.Event = field(default_factory=asyncio.Event)
+    advanced: asyncio.Event | None = None  # made by the first message that waits
 
 
 class StreamSequencer:
@@ -100,53 +102,75 @@ class StreamSequencer:
                 self.streams.rejected(key)
                 return Outcome.DUPLICATE if verdict is Verdict.DUPLICATE \
                     else Outcome.OUT_OF_ORDER
-            event = line.advanced
+            if line.advanced is None:
+                line.advanced = asyncio.Event()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), remaining)
+                await asyncio.wait_for(line.advanced.wait(), remaining)
         line.tail = stream.current
-        item = _Item(stream, props, body, asyncio.get_running_loop().create_future())
-        line.waiting.append(item)
         self._advance(line)
         if not line.committing:
+            # Nothing of this stream on its way: this request commits its message itself
+            # (no task, no future); what arrives meanwhile gathers for the commit loop.
             line.committing = True
-            asyncio.create_task(self._commit_loop(key, line), name="stream-commit")
+            try:
+                return await self._commit_batch(key, line, [_Item(stream, props, body, None)])
+            finally:
+                if line.waiting:
+                    asyncio.create_task(self._commit_loop(key, line), name="stream-commit")
+                else:
+                    line.committing = False
+        item = _Item(stream, props, body, asyncio.get_running_loop().create_future())
+        line.waiting.append(item)
+        assert item.future is not None
         return await item.future
 
     @staticmethod
     def _advance(line: _Line) -> None:
-        line.advanced.set()
-        line.advanced = asyncio.Event()
+        if line.advanced is not None:
+            line.advanced.set()
+            line.advanced = None
 
     async def _commit_loop(self, key: StreamKey, line: _Line) -> None:
         try:
             while line.waiting:
                 batch, line.waiting = line.waiting, []
                 try:
-                    stored = await self._commit(key, line, batch)
-                except BaseException as exc:
-                    for item in [*batch, *line.waiting]:
-                        if not item.future.done():
-                            item.future.set_exception(exc)
-                    line.waiting = []
-                    state = self.streams.table.get(key)
-                    line.tail = state.incoming_seq if state else 0
-                    if not isinstance(exc, Exception):
-                        raise
-                    return
-                outcome = Outcome.STORED if stored else Outcome.QUOTA_DROPPED
-                for item in batch:
-                    item.future.set_result(outcome)
-                if not stored:
-                    state = self.streams.table.get(key)
-                    line.tail = state.incoming_seq if state else 0
-                    for item in line.waiting:
-                        item.future.set_result(Outcome.OUT_OF_ORDER)
-                    line.waiting = []
-                    self._advance(line)
+                    await self._commit_batch(key, line, batch)
+                except Exception:
+                    return  # the batch's futures carry it
         finally:
             line.committing = False
             if not line.users and not line.waiting:
                 self._lines.pop(key, None)
+
+    async def _commit_batch(self, key: StreamKey, line: _Line, batch: list[_Item]) -> str:
+        """Commit ``batch`` and answer its futures; returns the batch's outcome. A failed or
+        quota-dropped batch sends back what gathered on top of it and rewinds the line.
+
+        Raises: what the commit raised (also set on the batch's futures)."""
+        try:
+            stored = await self._commit(key, line, batch)
+        except BaseException as exc:
+            for item in [*batch, *line.waiting]:
+                if item.future is not None and not item.future.done():
+                    item.future.set_exception(exc)
+            line.waiting = []
+            state = self.streams.table.get(key)
+            line.tail = state.incoming_seq if state else 0
+            raise
+        outcome = Outcome.STORED if stored else Outcome.QUOTA_DROPPED
+        for item in batch:
+            if item.future is not None:
+                item.future.set_result(outcome)
+        if not stored:
+            state = self.streams.table.get(key)
+            line.tail = state.incoming_seq if state else 0
+            for item in line.waiting:
+                assert item.future is not None
+                item.future.set_result(Outcome.OUT_OF_ORDER)
+            line.waiting = []
+            self._advance(line)
+        return outcome
 
     async def _commit(self, key: StreamKey, line: _Line, batch: list[_Item]) -> bool:
         """One atomic commit: the batch's messages, their delivery acknowledgements and the

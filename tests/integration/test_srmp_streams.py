@@ -277,3 +277,41 @@ async def test_a_position_written_before_a_removal_counts_for_what_it_says(
     await writing
     [_, second] = list(store.records(orders))
     assert streams.held.to_write([second]) == {(STREAM_ID, "private$/orders")}
+
+
+async def test_a_batch_over_the_quota_sends_back_what_gathered_on_it(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], receipts: Any) -> None:
+    """A message committed by its own request (nothing else of its stream on the way) fails
+    the queue quota (two of its size do not fit: each is stored as ~7.4 KB) while the next
+    ones wait on top of it: it is quota-dropped, they are out of order, the stream stays
+    where it was, and once there is room the resends go in in order."""
+    to = str(receipts.make_url("/msmq/private$/order_queue$"))
+    client = await _gateway(aiohttp_client, settings_factory)
+    await client.put("/v1/queues/private$/orders", json={"transactional": True, "quota": 13_000})
+    store = client.server.app[STATE_KEY].queue_manager.store
+    assert (await post(client, stream_message(ORDERS, b"1" * 5000, 1, receipts_to=to))
+            ).headers["Mq-Stream-Verdict"] == "stored"
+    real_append, gate = store.append, asyncio.Event()
+
+    async def held_back(*args: Any, **kwargs: Any) -> Any:
+        await gate.wait()
+        return await real_append(*args, **kwargs)
+
+    store.append = held_back  # type: ignore[method-assign]
+    second = asyncio.create_task(post(client, stream_message(ORDERS, b"2" * 5000, 2,
+                                                             receipts_to=to)))
+    await asyncio.sleep(0.05)  # 2 is committing
+    later = [asyncio.create_task(post(client, stream_message(ORDERS, b"%d" % n, n,
+                                                             receipts_to=to)))
+             for n in (3, 4)]
+    await asyncio.sleep(0.05)  # 3 and 4 are decided and wait for 2's commit
+    store.append = real_append  # type: ignore[method-assign]
+    gate.set()
+    assert (await second).headers["Mq-Stream-Verdict"] == "quota_dropped"
+    assert [(await t).headers["Mq-Stream-Verdict"] for t in later] == ["out_of_order"] * 2
+    assert await _bodies(client) == [b"1" * 5000]
+    assert (await client.post("/v1/queues/private$/orders/purge")).status == 200  # room
+    for n, body in ((2, b"2" * 5000), (3, b"3"), (4, b"4")):
+        assert (await post(client, stream_message(ORDERS, body, n, receipts_to=to))
+                ).headers["Mq-Stream-Verdict"] == "stored"
+    assert await _bodies(client) == [b"2" * 5000, b"3", b"4"]
