@@ -88,18 +88,18 @@ async def _srmp_post(request: web.Request) -> web.Response:
         queue = _destination(request, message)
         if isinstance(queue, tuple):
             stored = await _forward(request, message, raw, *queue)
-            metrics.srmp_messages.labels(kind, "forwarded" if stored else "duplicate").inc()
+            metrics.srmp_message(kind, "forwarded" if stored else "duplicate")
             return web.Response(status=200)
         if kind in (Kind.STREAM_RECEIPT, Kind.FINAL_STREAM_RECEIPT) and await _receipt(
                 request, message):
-            metrics.srmp_messages.labels(kind, "stream_advanced").inc()
+            metrics.srmp_message(kind, "stream_advanced")
             return web.Response(status=200)
     except (SrmpError, ProblemError) as exc:
-        metrics.srmp_messages.labels(kind, "rejected").inc()
+        metrics.srmp_message(kind, "rejected")
         raise _as_srmp(exc) from exc
     refusal = _access(request, queue)
     if refusal:
-        metrics.srmp_messages.labels(kind, "rejected").inc()
+        metrics.srmp_message(kind, "rejected")
         raise ProblemError(403, refusal, type_slug="MQ_ERROR_ACCESS_DENIED")
     try:
         authenticated = _authenticate(request, message, queue)
@@ -111,9 +111,9 @@ async def _srmp_post(request: web.Request) -> web.Response:
         outcome = await deliver(qm, sequencer, queue, props, message.body, stream=stream,
                                 queue_url=message.envelope.path.to)
     except (SrmpError, ProblemError) as exc:
-        metrics.srmp_messages.labels(kind, "rejected").inc()
+        metrics.srmp_message(kind, "rejected")
         raise _as_srmp(exc) from exc
-    metrics.srmp_messages.labels(kind, outcome.value).inc()
+    metrics.srmp_message(kind, outcome.value)
     if outcome is not Outcome.STORED:
         server_log.debug("srmp %s %s: %s", kind, message.envelope.path.id, outcome.value)
     # An extension Windows ignores: an entrepot sender learns whether a stream message was

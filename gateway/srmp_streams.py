@@ -59,6 +59,7 @@ class IncomingStreams:
         self._stale: list[StoredRecord] = []
         self._checkpoint_due = asyncio.Event()
         self.held = HeldPositions()
+        self._streams_shown = -1
         self._restore()
         self.store.removal_hooks.append(self.before_removal)
 
@@ -133,7 +134,9 @@ class IncomingStreams:
             self.held.hold(record, key, stream.current)
         self._dirty = True
         self._wake.set()
-        self.metrics.srmp_streams.set(len(self.table))
+        if len(self.table) != self._streams_shown:  # the gauge's lock, only on a change
+            self._streams_shown = len(self.table)
+            self.metrics.srmp_streams.set(self._streams_shown)
 
     async def before_removal(self, records: list[StoredRecord]) -> None:
         """A store removal hook: the positions these messages still hold are written first.
