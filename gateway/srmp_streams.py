@@ -55,6 +55,8 @@ class IncomingStreams:
         self._records: dict[StreamKey, StoredRecord] = {}
         self._locks: dict[StreamKey, tuple[asyncio.Lock, int]] = {}
         self._wake = asyncio.Event()
+        # When the receipt sender wakes by itself next (None: it is not asleep on a time).
+        self._sleeping_until: float | None = None
         self._dirty = False
         self._stale: list[StoredRecord] = []
         self._checkpoint_due = asyncio.Event()
@@ -121,19 +123,27 @@ class IncomingStreams:
         return self.table.decide(key, stream)
 
     def rejected(self, key: StreamKey) -> None:
-        self.table.rejected(key, now=time.monotonic())
-        self._wake.set()
+        self._receipt_at(self.table.rejected(key, now=time.monotonic()))
+
+    def _receipt_at(self, due_at: float | None) -> None:
+        """Wake the receipt sender only when a receipt falls due before the time it sleeps
+        until (a wake-up a message was a task and a walk of the table each)."""
+        if due_at is not None and (self._sleeping_until is None
+                                   or due_at < self._sleeping_until):
+            self._wake.set()
 
     def accepted(self, key: StreamKey, stored: list[tuple[Stream, StoredRecord]],
                  queue_url: str) -> None:
         """After the commit of a batch of stream messages: the table moves, the messages
         hold the position, and a receipt is scheduled."""
         now = time.monotonic()
+        due_at = None
         for stream, record in stored:
-            self.table.accepted(key, stream, queue_url=queue_url, now=now)
+            due_at = self.table.accepted(key, stream, queue_url=queue_url,
+                                         now=now).receipt_due_at
             self.held.hold(record, key, stream.current)
         self._dirty = True
-        self._wake.set()
+        self._receipt_at(due_at)
         if len(self.table) != self._streams_shown:  # the gauge's lock, only on a change
             self._streams_shown = len(self.table)
             self.metrics.srmp_streams.set(self._streams_shown)
@@ -173,10 +183,12 @@ class IncomingStreams:
         """Send each stream receipt when it falls due (coalesced by the table)."""
         while True:
             self._wake.clear()
-            due_at = self.table.next_due()
+            due_at = self._sleeping_until = self.table.next_due()
             timeout = None if due_at is None else max(0.0, due_at - time.monotonic())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+            self._sleeping_until = None
             now = time.time()
             for due in self.table.due(time.monotonic()):
                 envelope = stream_receipt(stream_id=due.stream_id, last_ordinal=due.last_ordinal,

@@ -21,6 +21,7 @@ oldest one not yet acknowledged.
 from __future__ import annotations
 
 import enum
+import heapq
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -67,11 +68,20 @@ class ReceiptDue:
 
 
 class StreamTable:
-    """The incoming streams, least recently active first (pruned beyond ``streams_max``)."""
+    """The incoming streams, least recently active first (pruned beyond ``streams_max``).
+
+    Receipts falling due are found through a heap of (time, key), not by a walk of the table:
+    that walk ran after every accepted message, so its cost grew with the number of streams
+    (measured: srmp-stream -7% going from 64 to 320 streams; ``streams_max`` is 100,000). A
+    stream has one entry while its receipt is pending; its time only moves later (500 ms
+    after its newest message, capped), so an entry is at or before the stream's due time
+    and is moved on when it comes up early; entries of streams gone are dropped then.
+    """
 
     def __init__(self, *, streams_max: int = 100_000) -> None:
         self.streams_max = streams_max
         self._streams: OrderedDict[StreamKey, InStream] = OrderedDict()
+        self._due: list[tuple[float, StreamKey]] = []
 
     def __len__(self) -> int:
         return len(self._streams)
@@ -108,26 +118,49 @@ class StreamTable:
         state.last_active = now
         if state.oldest_unacked_at is None:
             state.oldest_unacked_at = now
-        state.receipt_due_at = min(now + COALESCE_S, state.oldest_unacked_at + COALESCE_MAX_S)
+        self._schedule(key, state, min(now + COALESCE_S,
+                                       state.oldest_unacked_at + COALESCE_MAX_S))
         self._streams.move_to_end(key)
         self._prune()
         return state
 
-    def rejected(self, key: StreamKey, *, now: float) -> None:
-        """A duplicate or out-of-order message: count it and re-acknowledge what we have."""
+    def rejected(self, key: StreamKey, *, now: float) -> float | None:
+        """A duplicate or out-of-order message: count it and re-acknowledge what we have.
+        Returns when the stream's receipt is due (None: no receipt pending)."""
         state = self._streams.get(key)
         if state is None:
-            return
+            return None
         state.rejected += 1
         state.last_active = now
         if state.incoming_seq and state.receipt_due_at is None:
-            state.receipt_due_at = now + COALESCE_S
+            self._schedule(key, state, now + COALESCE_S)
+        return state.receipt_due_at
+
+    def _schedule(self, key: StreamKey, state: InStream, at: float) -> None:
+        before = state.receipt_due_at
+        state.receipt_due_at = at
+        if before is None or at < before:
+            heapq.heappush(self._due, (at, key))
+
+    def _pending(self, key: StreamKey) -> InStream | None:
+        """The stream a heap entry stands for, if its receipt is still pending."""
+        state = self._streams.get(key)
+        if state is None or state.receipt_due_at is None:
+            return None
+        return state
 
     def due(self, now: float) -> list[ReceiptDue]:
         """The receipts to send now; their streams count as acknowledged from here on."""
         out = []
-        for state in self._streams.values():
-            if state.receipt_due_at is None or state.receipt_due_at > now:
+        heap = self._due
+        while heap and heap[0][0] <= now:
+            at, key = heapq.heappop(heap)
+            state = self._pending(key)
+            if state is None:
+                continue
+            assert state.receipt_due_at is not None
+            if state.receipt_due_at > now:  # moved on since the entry was made
+                heapq.heappush(heap, (state.receipt_due_at, key))
                 continue
             state.receipt_due_at = None
             state.oldest_unacked_at = None
@@ -137,9 +170,18 @@ class StreamTable:
         return out
 
     def next_due(self) -> float | None:
-        times = [s.receipt_due_at for s in self._streams.values()
-                 if s.receipt_due_at is not None]
-        return min(times) if times else None
+        """When the next receipt falls due (None: none pending)."""
+        heap = self._due
+        while heap:
+            at, key = heap[0]
+            state = self._pending(key)
+            if state is None:
+                heapq.heappop(heap)
+            elif state.receipt_due_at is not None and state.receipt_due_at > at:
+                heapq.heapreplace(heap, (state.receipt_due_at, key))
+            else:
+                return at
+        return None
 
     def states(self) -> list[InStream]:
         return list(self._streams.values())
@@ -160,16 +202,15 @@ class StreamTable:
     def position(state: InStream) -> bytes:
         """One stream's position, written in the same store commit as the message that moves
         it, so a crash can never keep the message and lose the position (or the reverse)."""
-        return _dumps({"id": state.stream_id, "queue": state.queue,
-                       "seq": state.incoming_seq, "to": state.send_receipts_to,
-                       "via": state.queue_url, "ack": state.last_acknowledged})
+        return _dumps(_doc(state))
 
     def snapshot(self, *, lsn_mark: int = 0) -> bytes:
         """The whole table; ``lsn_mark``: where the messages that may hold newer positions
-        start in the store (``gateway.srmp_held``), kept for the start."""
+        start in the store (``gateway.srmp_held``), kept for the start. One document built
+        at once, on the loop: 85 ms for 100,000 streams (a position encoded and parsed back
+        per stream took 323)."""
         return _dumps({"version": 1, "lsn_mark": lsn_mark,
-                       "streams": [json.loads(self.position(s))
-                                   for s in self._streams.values()]})
+                       "streams": [_doc(s) for s in self._streams.values()]})
 
     def restore(self, snapshot: bytes | None, positions: list[bytes], *, now: float) -> None:
         """Load the checkpoint, then the newer positions (the higher number wins). Streams
@@ -189,10 +230,16 @@ class StreamTable:
             state.incoming_seq = max(state.incoming_seq, int(doc["seq"]))
             state.last_acknowledged = max(state.last_acknowledged, int(doc["ack"]))
             state.last_active = now
-        for state in self._streams.values():
+        for key, state in self._streams.items():
             if state.incoming_seq > state.last_acknowledged:
                 state.oldest_unacked_at = now
-                state.receipt_due_at = now + COALESCE_S
+                self._schedule(key, state, now + COALESCE_S)
+
+
+def _doc(state: InStream) -> dict[str, object]:
+    return {"id": state.stream_id, "queue": state.queue, "seq": state.incoming_seq,
+            "to": state.send_receipts_to, "via": state.queue_url,
+            "ack": state.last_acknowledged}
 
 
 def _dumps(value: object) -> bytes:

@@ -53,3 +53,11 @@ def test_command_line(tmp_path: Path) -> None:
     bad = subprocess.run([*run, str(tmp_path / "missing.json")], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "missing.json" in bad.stderr
+
+
+def test_p99_is_judged_against_the_fsync_ceiling_measured_around_the_run() -> None:
+    records = [_rec("ceiling-fsync", 10_000, 10_000, p99=4.0),
+               _rec("rest-recoverable", 5_500, 10_000, p99=9.0, fsync_p99_ms=5.0)]
+    rows = {line.split("|")[1].strip(" `"): line for line in table(records).splitlines()[2:]}
+    assert "1.80x (9.0 vs 5.0 ms)" in rows["rest-recoverable p99"]
+    assert rows["rest-recoverable p99"].endswith("| yes |")

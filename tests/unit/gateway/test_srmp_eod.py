@@ -3,6 +3,9 @@ an argument: new stream, in order, gap via <previous>, duplicate, out of order, 
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gateway.srmp.build import envelope_bytes
 from gateway.srmp.envelope import parse_envelope
 from gateway.srmp.eod import COALESCE_MAX_S, COALESCE_S, StreamTable, Verdict
@@ -153,3 +156,37 @@ def test_a_resend_round_sends_only_the_head_again_and_progress_restarts_the_wait
     assert stream.to_send() == list(range(501, 565))
     assert stream.acknowledged(1000, now=8.0) == list(range(501, 1001))
     assert stream.finished and stream.next_deadline((3.0,)) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["send", "resend", "due"]), st.integers(0, 5),
+                          st.floats(0.0, 3.0)), max_size=60),
+       st.integers(1, 6))
+def test_receipts_fall_due_as_a_walk_of_the_table_would_find_them(
+        steps: list[tuple[str, int, float]], streams_max: int) -> None:
+    """The heap of due times against the plain rule: a receipt is due when its stream's
+    ``receipt_due_at`` has passed — with many streams, moved-on times, pruned streams."""
+    table = StreamTable(streams_max=streams_max)
+    sent: dict[int, int] = {}
+    now = 0.0
+    for op, number, later in steps:
+        now += later
+        sid = SID[:-1] + str(number)
+        key = (sid, "private$/orders")
+        pending = {s.stream_id: s.receipt_due_at for s in table.states()
+                   if s.receipt_due_at is not None}
+        assert table.next_due() == (min(pending.values()) if pending else None)
+        if op == "due":
+            expected = {sid for sid, at in pending.items() if at <= now}
+            assert {d.stream_id for d in table.due(now)} == expected
+            continue
+        current = sent.get(number, 0) + (op == "send")
+        if current == 0:
+            continue
+        stream = Stream(sid, current, None, "http://sender/q" if current == 1 else None)
+        if table.decide(key, stream) is Verdict.ACCEPT:
+            table.accepted(key, stream, queue_url=URL, now=now)
+            sent[number] = current
+        else:
+            table.rejected(key, now=now)
+            sent[number] = table.get(key).incoming_seq if table.get(key) else 0
