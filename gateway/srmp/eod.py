@@ -188,13 +188,17 @@ class StreamTable:
 
     def _prune(self) -> None:
         """Beyond the limit, forget the least recently active fully acknowledged streams."""
-        if len(self._streams) <= self.streams_max:
+        excess = len(self._streams) - self.streams_max
+        if excess <= 0:
             return
-        for key, state in list(self._streams.items()):
-            if len(self._streams) <= self.streams_max:
-                break
+        doomed = []  # found from the oldest on, without copying the table (one new stream
+        for key, state in self._streams.items():  # at the limit copied all of it)
             if state.receipt_due_at is None and state.last_acknowledged == state.incoming_seq:
-                del self._streams[key]
+                doomed.append(key)
+                if len(doomed) == excess:
+                    break
+        for key in doomed:
+            del self._streams[key]
 
     # ---- persistence (MQInSeqs and position records) -------------------------------------
 

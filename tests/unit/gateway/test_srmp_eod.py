@@ -187,6 +187,10 @@ def test_receipts_fall_due_as_a_walk_of_the_table_would_find_them(
         if table.decide(key, stream) is Verdict.ACCEPT:
             table.accepted(key, stream, queue_url=URL, now=now)
             sent[number] = current
+            # A new stream prunes down to the limit where acknowledged streams allow it.
+            assert len(table) <= streams_max or all(
+                s.receipt_due_at is not None or s.last_acknowledged != s.incoming_seq
+                for s in table.states())
         else:
             table.rejected(key, now=now)
             sent[number] = table.get(key).incoming_seq if table.get(key) else 0
