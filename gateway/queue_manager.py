@@ -287,12 +287,14 @@ class QueueManager:
         return queue
 
     async def send(self, name: str, body: bytes, properties: MessageProperties, *,
-                   transaction: str | None, dedup_key: str | None = None) -> ReceivedMessage:
+                   transaction: str | None, dedup_key: str | None = None,
+                   fresh: bool = False) -> ReceivedMessage:
         """Store one message in a local queue; returns once it is stored (on disk when
         recoverable). ``transaction``: None (a single-message transaction for a transactional
         queue), "single", or "none" (explicitly outside any transaction). With a
         ``dedup_key`` seen in the window for the same body, the first answer comes back and
-        nothing is stored."""
+        nothing is stored. ``fresh``: the caller made ``properties`` for this call alone, so
+        they are completed in place (a copy was 3% of a REST send)."""
         known = self.queue(name)
         transactional = known.settings.transactional if transaction is None else (
             transaction != "none")
@@ -307,25 +309,27 @@ class QueueManager:
                     prior["seq"])), properties, body)
             self.dedup.begin(dedup_key)
         try:
-            return await self._send(queue, body, properties, transactional, dedup_key, digest)
+            return await self._send(queue, body, properties, transactional, dedup_key, digest,
+                                    fresh)
         finally:
             if dedup_key is not None:
                 self.dedup.failed(dedup_key)  # no-op when it succeeded
 
     async def _send(self, queue: Queue, body: bytes, properties: MessageProperties,
-                    transactional: bool, dedup_key: str | None, digest: str
+                    transactional: bool, dedup_key: str | None, digest: str, fresh: bool
                     ) -> ReceivedMessage:
         assert self.dedup is not None
         now_ms = int(time.time() * 1000)
-        props = replace(properties, transactional=transactional, arrived_at_ms=now_ms,
-                        sent_at_ms=properties.sent_at_ms or now_ms,
-                        source_qm=properties.source_qm or self.qm_guid,
-                        priority=0 if transactional else properties.priority,
-                        recoverable=properties.recoverable or transactional)
+        props = properties if fresh else replace(properties)
+        props.transactional, props.arrived_at_ms = transactional, now_ms
+        props.sent_at_ms = props.sent_at_ms or now_ms
+        props.source_qm = props.source_qm or self.qm_guid
+        if transactional:
+            props.priority, props.recoverable = 0, True
         payload = encode_payload(props, body)
         extra: list[tuple[Queue, SendSpec]] = []
         seq = 0
-        journal_copy = JournalLevel(props.journal) == JournalLevel.JOURNAL
+        journal_copy = props.journal == JournalLevel.JOURNAL.value
         answer: dict[str, object] = {}
         if journal_copy or wants_ack(props, MessageClass.ACK_REACH_QUEUE) or dedup_key:
             # The copies name the original's id, so its sequence number is taken first.

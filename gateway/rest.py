@@ -199,7 +199,7 @@ async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Respon
                                   "index": index}, status=202)
     body = await request.read()
     message = await qm.send(name, body, send.properties, transaction=send.transaction,
-                            dedup_key=send.idempotency_key)
+                            dedup_key=send.idempotency_key, fresh=True)
     return jsonio.json_response({"id": message.message_id, "queue": message.queue,
                               "seq": message.seq}, status=201)
 

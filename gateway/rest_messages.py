@@ -55,7 +55,7 @@ async def send_by_format_name(request: web.Request) -> web.Response:
                                   + [url for _, url in remote], "index": held}, status=202)
     if len(paths) == 1 and not remote:
         message = await qm.send(paths[0], body, send.properties, transaction=tx,
-                                dedup_key=send.idempotency_key)
+                                dedup_key=send.idempotency_key, fresh=True)
         return jsonio.json_response({"id": message.message_id, "queue": message.queue,
                                   "seq": message.seq}, status=201)
     transactional = tx == "single" or (tx is None and any(q.settings.transactional

@@ -73,8 +73,10 @@ def parse_ack_level(text: str) -> AckLevel:
 
 
 def parse_journal_level(text: str) -> JournalLevel:
-    try:
-        return JournalLevel(text.strip().lower())
-    except ValueError:
-        raise ValueError(f"journal level must be none, journal or deadletter, "
-                         f"not {text!r}") from None
+    level = _JOURNAL_LEVELS.get(text.strip().lower())  # not JournalLevel(...): 1 us a send
+    if level is None:
+        raise ValueError(f"journal level must be none, journal or deadletter, not {text!r}")
+    return level
+
+
+_JOURNAL_LEVELS = {level.value: level for level in JournalLevel}

@@ -52,10 +52,13 @@ class QueueManagerModel(RuleBasedStateMachine):
         self.counter += 1
         return b"m%d" % self.counter
 
-    @rule(queue=st.sampled_from(QUEUES))
-    def send(self, queue: str) -> None:
+    @rule(queue=st.sampled_from(QUEUES), fresh=st.booleans())
+    def send(self, queue: str, fresh: bool) -> None:
         body = self._body()
-        self.run(self.qm.send(queue, body, MessageProperties(priority=3), transaction=None))
+        props = MessageProperties(priority=3)
+        self.run(self.qm.send(queue, body, props, transaction=None, fresh=fresh))
+        if not fresh:  # the caller's properties are left as they were
+            assert props == MessageProperties(priority=3)
         self.model[queue].append(body)
 
     @rule(queue=st.sampled_from(QUEUES), count=st.integers(1, 3))
