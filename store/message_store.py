@@ -18,6 +18,7 @@ Life cycle::
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import operator
 import threading
@@ -52,6 +53,12 @@ _VISIBLE_OPS = frozenset(("append", "commit", "commit_prepared", "express"))
 _KEYED = RecordFlags.KEYED.value
 _HELD = _KEYED | RecordFlags.STREAM.value  # records whose removal is announced first
 _EXPRESS = RecordFlags.EXPRESS.value  # tested as a plain int: enum arithmetic is ~9x slower
+
+
+@functools.lru_cache(maxsize=64)
+def _with_express(flags: RecordFlags) -> RecordFlags:
+    """``flags | EXPRESS``, cached: the enum's ``|`` (1.4 us) was 1.4% of an express send."""
+    return flags | RecordFlags.EXPRESS
 
 
 class MessageStore:
@@ -242,7 +249,7 @@ class MessageStore:
         self._ram_bytes += len(send.payload)
         record = StoredRecord(send.queue_id, send.seq, 0, key, size, len(send.payload), 0,
                               send.priority, send.expires_ms,
-                              send.flags | RecordFlags.EXPRESS, 0)
+                              _with_express(send.flags), 0)
         self._index.add(record)
         return record
 
