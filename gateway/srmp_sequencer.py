@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from gateway.copies import ack_specs
 from gateway.errors import ProblemError
@@ -74,7 +74,9 @@ class StreamSequencer:
 
     async def deliver(self, queue: Queue, props: MessageProperties, body: bytes,
                       stream: Stream, queue_url: str) -> str:
-        """Raises: ProblemError when the store refuses the batch (503/507)."""
+        """``props``: made for this message alone (they are completed in place).
+
+        Raises: ProblemError when the store refuses the batch (503/507)."""
         key = (stream.stream_id, queue.path.canonical)
         line = self._lines.get(key)
         if line is None:
@@ -192,10 +194,12 @@ class StreamSequencer:
         acks: list[tuple[Queue, SendSpec]] = []
         for item in batch:
             # The message holds its stream's position (gateway.srmp_held): id and ordinal are
-            # in extra already; the receipt URL and the queue URL complete it.
-            props = replace(item.props, arrived_at_ms=now_ms, priority=0, recoverable=True,
-                            extra={**item.props.extra, "stream_receipts_to": receipts_to,
-                                   "stream_via": line.queue_url})
+            # in extra already; the receipt URL and the queue URL complete it. The properties
+            # were made for this message alone (``deliver``): completed in place, not copied.
+            props = item.props
+            props.arrived_at_ms, props.priority, props.recoverable = now_ms, 0, True
+            props.extra["stream_receipts_to"] = receipts_to
+            props.extra["stream_via"] = line.queue_url
             payload = encode_payload(props, item.body)
             seq = qm.store.reserve_seq(queue.queue_id)
             specs.append(SendSpec(queue.queue_id, payload, priority=0,
