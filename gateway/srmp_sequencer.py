@@ -20,6 +20,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
+from gateway.acks import wants_ack
 from gateway.copies import ack_specs
 from gateway.errors import ProblemError
 from gateway.logs import server_log
@@ -205,9 +206,12 @@ class StreamSequencer:
             specs.append(SendSpec(queue.queue_id, payload, priority=0,
                                   expires_ms=props.receive_by_ms, flags=RecordFlags.STREAM,
                                   seq=seq))
-            message = ReceivedMessage(props.message_id or compose_id(
-                qm.qm_guid, queue.queue_id, seq), queue.path.display, seq, props, item.body)
-            acks.extend(ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE, now_ms))
+            if wants_ack(props, MessageClass.ACK_REACH_QUEUE):  # as QueueManager's sends
+                message = ReceivedMessage(props.message_id or compose_id(
+                    qm.qm_guid, queue.queue_id, seq), queue.path.display, seq, props,
+                    item.body)
+                acks.extend(ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE,
+                                      now_ms))
         held = self.streams.held
         async with self.streams.hold(key):
             token = held.begin(qm.store.lsn_floor())

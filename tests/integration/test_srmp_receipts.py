@@ -13,9 +13,9 @@ from aiohttp import web
 
 from gateway.settings import Settings
 from gateway.srmp.codec import SrmpMessage, parse_request
-from gateway.srmp.model import Kind, Services, objectid_from_base64
+from gateway.srmp.model import Kind, Services, Stream, objectid_from_base64
 from tests.helpers import ready_client
-from tests.srmp_client import SENDER_QM, post, user_message
+from tests.srmp_client import SENDER_QM, STREAM_ID, post, user_message
 
 TO = "http://gw/msmq/plain"
 
@@ -97,3 +97,23 @@ async def test_commitment_receipts_when_the_message_leaves(
     assert receipt.envelope.kind == Kind.COMMITMENT_RECEIPT and commitment is not None
     assert commitment.decision == decision and commitment.id == f"uuid:5@{SENDER_QM}"
     assert receipt.envelope.msmq is not None and receipt.envelope.msmq.message_class == klass
+
+
+async def test_a_stream_message_asking_for_a_delivery_receipt_gets_one(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], sender_side: Any) -> None:
+    """Stored by the stream sequencer, not the plain path: its acknowledgement goes in the
+    same commit as the message."""
+    client = await _gateway(aiohttp_client, settings_factory)
+    await client.put("/v1/queues/private$/orders", json={"transactional": True})
+    receipts_url = str(sender_side.make_url("/msmq/private$/receipts"))
+    to = "http://gw/msmq/private$/orders"
+    stream = Stream(STREAM_ID, 1, None, str(sender_side.make_url("/msmq/order_queue$")))
+    req = user_message(to, b"x", ordinal=1001, stream=stream,
+                       services=Services(durable=True, delivery_receipt_to=receipts_url))
+    response = await post(client, req)
+    assert response.headers["Mq-Stream-Verdict"] == "stored"
+    found = [m for m in await _wait_for(sender_side, 1) if m.envelope.kind
+             == Kind.DELIVERY_RECEIPT]
+    assert found, [m.envelope.kind for m in sender_side.got]
+    receipt = found[0].envelope.delivery_receipt
+    assert receipt is not None and receipt.id == f"uuid:1001@{SENDER_QM}"
