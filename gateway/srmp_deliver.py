@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import enum
 import time
-from dataclasses import replace
 
+from gateway.acks import wants_ack
 from gateway.copies import ack_specs, dead_letter_spec
 from gateway.errors import ProblemError
 from gateway.logs import server_log
@@ -45,7 +45,9 @@ class Outcome(enum.Enum):
 async def deliver(qm: QueueManager, sequencer: StreamSequencer, queue: Queue,
                   props: MessageProperties, body: bytes, *, stream: Stream | None,
                   queue_url: str) -> Outcome:
-    """Raises: ProblemError (400 transactional mismatch, 503/507 store full or stopped)."""
+    """``props``: made for this message alone (completed in place when it is stored).
+
+    Raises: ProblemError (400 transactional mismatch, 503/507 store full or stopped)."""
     queue = qm.check_send(queue.path.display, transactional=stream is not None)
     if stream is None:
         return await _deliver_single(qm, queue, props, body)
@@ -91,11 +93,12 @@ async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body
     now_ms = int(time.time() * 1000)
     props = _arrived(props, now_ms)
     seq = qm.store.reserve_seq(queue.queue_id)
+    acks: list[tuple[Queue, SendSpec]] = []
     try:
-        message = ReceivedMessage(props.message_id or compose_id(qm.qm_guid, queue.queue_id,
-                                                                  seq),
-                                  queue.path.display, seq, props, body)
-        acks = ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE, now_ms)
+        if wants_ack(props, MessageClass.ACK_REACH_QUEUE):
+            message = ReceivedMessage(props.message_id or compose_id(
+                qm.qm_guid, queue.queue_id, seq), queue.path.display, seq, props, body)
+            acks = ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE, now_ms)
     except BaseException:
         qm.store.release_seq(queue.queue_id, seq)
         raise
@@ -119,9 +122,11 @@ async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body
 
 
 def _arrived(props: MessageProperties, now_ms: int) -> MessageProperties:
-    return replace(props, arrived_at_ms=now_ms,
-                   priority=0 if props.transactional else props.priority,
-                   recoverable=props.recoverable or props.transactional)
+    """Completed in place: the front door made them for this message alone (``deliver``)."""
+    props.arrived_at_ms = now_ms
+    if props.transactional:
+        props.priority, props.recoverable = 0, True
+    return props
 
 
 async def _quota_nack(qm: QueueManager, queue: Queue, props: MessageProperties,
