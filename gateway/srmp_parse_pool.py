@@ -177,8 +177,11 @@ class _Worker(asyncio.SubprocessProtocol):
 
     def _flush(self) -> None:
         out, self._out = self._out, []
-        if self.alive:
-            self.pipe().write(b"".join(out))
+        pipe = self.transport.get_pipe_transport(0) if self.transport is not None else None
+        if self.alive and pipe is not None and not pipe.is_closing():
+            cast(asyncio.WriteTransport, pipe).write(b"".join(out))
+        # else: the pool is closing or the worker is gone; its requests fail (process_exited
+        # or the watchdog), none is left waiting for ever.
 
     def _watch(self) -> None:
         self._watchdog = None
