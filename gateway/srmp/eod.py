@@ -72,7 +72,7 @@ class StreamTable:
 
     Receipts falling due are found through a heap of (time, key), not by a walk of the table:
     that walk ran after every accepted message, so its cost grew with the number of streams
-    (measured: srmp-stream -7% going from 64 to 320 streams; ``streams_max`` is 100,000). A
+    (7.4 us a message with 64 streams, 859 us with 10,000; ``streams_max`` is 100,000). A
     stream has one entry while its receipt is pending; its time only moves later (500 ms
     after its newest message, capped), so an entry is at or before the stream's due time
     and is moved on when it comes up early; entries of streams gone are dropped then.
