@@ -321,11 +321,10 @@ class QueueManager:
         assert self.dedup is not None
         now_ms = int(time.time() * 1000)
         props = properties if fresh else replace(properties)
-        props.transactional, props.arrived_at_ms = transactional, now_ms
+        props.transactional = transactional
+        props.arrive(now_ms)
         props.sent_at_ms = props.sent_at_ms or now_ms
         props.source_qm = props.source_qm or self.qm_guid
-        if transactional:
-            props.priority, props.recoverable = 0, True
         payload = encode_payload(props, body)
         extra: list[tuple[Queue, SendSpec]] = []
         seq = 0

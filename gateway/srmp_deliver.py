@@ -91,7 +91,7 @@ async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body
     is over its quota. A lone message takes the cheaper non-transactional append (one fsync,
     no QMLog)."""
     now_ms = int(time.time() * 1000)
-    props = _arrived(props, now_ms)
+    props.arrive(now_ms)
     seq = qm.store.reserve_seq(queue.queue_id)
     acks: list[tuple[Queue, SendSpec]] = []
     try:
@@ -121,20 +121,12 @@ async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body
     return made
 
 
-def _arrived(props: MessageProperties, now_ms: int) -> MessageProperties:
-    """Completed in place: the front door made them for this message alone (``deliver``)."""
-    props.arrived_at_ms = now_ms
-    if props.transactional:
-        props.priority, props.recoverable = 0, True
-    return props
-
-
 async def _quota_nack(qm: QueueManager, queue: Queue, props: MessageProperties,
                       body: bytes) -> None:
     now_ms = int(time.time() * 1000)
     nack = MessageClass.NACK_Q_EXCEED_QUOTA
-    message = ReceivedMessage(props.message_id, queue.path.display, 0,
-                              _arrived(props, now_ms), body)
+    props.arrive(now_ms)
+    message = ReceivedMessage(props.message_id, queue.path.display, 0, props, body)
     specs = ack_specs(qm, queue, message, nack, now_ms)
     acknowledged = bool(specs)
     if props.journal == "deadletter":

@@ -198,7 +198,8 @@ class StreamSequencer:
             # in extra already; the receipt URL and the queue URL complete it. The properties
             # were made for this message alone (``deliver``): completed in place, not copied.
             props = item.props
-            props.arrived_at_ms, props.priority, props.recoverable = now_ms, 0, True
+            props.transactional = True  # a stream message is (message_properties says so too)
+            props.arrive(now_ms)
             props.extra["stream_receipts_to"] = receipts_to
             props.extra["stream_via"] = line.queue_url
             payload = encode_payload(props, item.body)
