@@ -122,23 +122,29 @@ class Engine:
         """
         if self.failed is not None:
             raise StoreFailed(self.failed)
+        # One-message appends (the commonest job) need no validation, log entry or state
+        # change: those steps run over the other jobs only.
+        others = [job for job in jobs if job.op != "append" or len(job.sends) != 1]
         try:
-            self._ensure_log_space(sum(job.log_bytes_max() for job in jobs))
-            self._validate(jobs)
+            self._ensure_log_space(sum(job.log_bytes_max() for job in others))
+            self._validate(others)
             writes: dict[int, list[tuple[int, Parts]]] = {}
             placed: list[StoredRecord] = []
-            appends: list[Job] = []
-            for job in jobs:
-                if job.op == "append" and len(job.sends) == 1:
-                    appends.append(job)
-                    continue
+            if not others:
+                self._place_appends(jobs, writes, placed)
+            else:
+                appends: list[Job] = []
+                for job in jobs:
+                    if job.op == "append" and len(job.sends) == 1:
+                        appends.append(job)
+                        continue
+                    if appends:
+                        self._place_appends(appends, writes, placed)
+                        appends = []
+                    if job.error is None:
+                        self._place(job, writes, placed)
                 if appends:
                     self._place_appends(appends, writes, placed)
-                    appends = []
-                if job.error is None:
-                    self._place(job, writes, placed)
-            if appends:
-                self._place_appends(appends, writes, placed)
             if placed:
                 self.occupy_many(placed)
             for number, items in writes.items():
@@ -146,14 +152,14 @@ class Engine:
             for number in writes:
                 if self.segments[number].segment.kind != "r":  # express: never synced
                     self.segments[number].segment.sync()
-            entries = self._log_entries(jobs)
+            entries = self._log_entries(others)
             if entries:
                 wrap_lsn = self._take_lsn()
                 self.qmlog.append([encode_entry(k, self._take_lsn(), tx_id=t, refs=r)
                                    for k, t, r in entries], next_lsn=wrap_lsn)
                 self.qmlog.sync()
-            for job in jobs:
-                if job.error is None and job.op != "append":  # an append has nothing to apply
+            for job in others:
+                if job.error is None:
                     self._apply(job)
         except OSError as exc:
             raise self._fail(f"I/O error in a commit: {exc}") from exc
@@ -238,7 +244,8 @@ class Engine:
         run with everything in locals (2.8 us a message through ``_place``, 1.5 here)."""
         payload_max, next_seq = self.payload_max, self.next_seq
         nonce32 = self.nonce & 0xFFFFFFFF
-        allocate = self._allocate
+        take_p, take_j = self.allocators["p"].allocate, self.allocators["j"].allocate
+        lsn = self.next_lsn
         for job in jobs:
             if job.error is not None:
                 continue
@@ -249,18 +256,20 @@ class Engine:
                 job.error = MessageTooLarge.of(payload_len, payload_max)
                 continue
             size = record_size(payload_len)
-            try:
-                number, offset = allocate("j" if send.journal else "p", size)
-            except DiskFull as exc:
-                job.error = exc
-                continue
-            lsn = self.next_lsn
-            self.next_lsn = lsn + 1
+            journal = send.journal
+            place = take_j(size) if journal else take_p(size)
+            if place is None:  # a new segment: the general path
+                try:
+                    place = self._allocate("j" if journal else "p", size)
+                except DiskFull as exc:
+                    job.error = exc
+                    continue
+            number, offset = place
             queue_id = send.queue_id
             seq = send.seq or next_seq.get(queue_id, 1)
             if seq >= next_seq.get(queue_id, 1):
                 next_seq[queue_id] = seq + 1
-            flags = int(send.flags) | (_JOURNAL if send.journal else 0)
+            flags = int(send.flags) | (_JOURNAL if journal else 0)
             items = writes.get(number)
             if items is None:
                 items = writes[number] = []
@@ -269,8 +278,10 @@ class Engine:
             record = StoredRecord(queue_id, seq, number, offset, size, payload_len, lsn,
                                   send.priority, send.expires_ms, flags,  # type: ignore[arg-type]
                                   0)
+            lsn += 1
             placed.append(record)
             job.records.append(record)
+        self.next_lsn = lsn
 
     def _allocate(self, kind: str, size: int) -> tuple[int, int]:
         place = self.allocators[kind].allocate(size)
@@ -331,22 +342,18 @@ class Engine:
 
     def _write_segment(self, number: int, items: list[tuple[int, Parts]]) -> None:
         """One ``pwritev`` per run of adjacent records (each record is header, payload and
-        padding: three buffers, the payload never copied)."""
+        padding: three buffers, the payload never copied, an empty one kept)."""
         items.sort(key=_FIRST)
         segment = self.segments[number].segment
         run_start = run_end = items[0][0]
         run: list[bytes | memoryview] = []
-        for offset, (header, payload, pad) in items:
+        for offset, parts in items:
             if offset != run_end:
-                segment.write(run_start, run)
+                segment.write(run_start, run, run_end - run_start)
                 run_start, run = offset, []
-            run.append(header)
-            if payload:
-                run.append(payload)
-            if pad:
-                run.append(pad)
-            run_end = offset + len(header) + len(payload) + len(pad)
-        segment.write(run_start, run)
+            run += parts  # an empty payload or padding is a harmless empty iovec
+            run_end = offset + len(parts[0]) + len(parts[1]) + len(parts[2])
+        segment.write(run_start, run, run_end - run_start)
 
     def _log_entries(self, jobs: Sequence[Job]) -> list[tuple[EntryKind, int, tuple[Ref, ...]]]:
         entries: list[tuple[EntryKind, int, tuple[Ref, ...]]] = []

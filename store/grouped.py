@@ -36,7 +36,7 @@ class Settled(Protocol):
 
     @property
     def view(self) -> memoryview: ...
-    def write(self, offset: int, buffers: Sequence[bytes | memoryview]) -> None: ...
+    def write(self, offset: int, buffers: Sequence[bytes | memoryview], total: int) -> None: ...
 
 
 def settle(segments: Mapping[int, Settled], pending: Sequence[tuple[int, int, int]]
@@ -56,7 +56,7 @@ def settle(segments: Mapping[int, Settled], pending: Sequence[tuple[int, int, in
                 run[offset - start + _STATE_BYTE] = _LIVE
                 changed = True
         if changed:
-            segment.write(start, [memoryview(run)])
+            segment.write(start, [memoryview(run)], len(run))
             written.add(number)
     return written
 

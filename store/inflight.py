@@ -9,6 +9,10 @@ Loop-thread only: reservations, submissions and ``_on_durable`` all run on the e
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from store.records import Placed
+
 __all__ = ["InFlight"]
 
 
@@ -27,6 +31,15 @@ class InFlight:
             pending.discard(seq)
             if not pending:
                 del self._by_queue[queue_id]
+
+    def discard_many(self, records: Iterable[Placed]) -> None:
+        by_queue = self._by_queue
+        for record in records:
+            pending = by_queue.get(record.queue_id)
+            if pending is not None:
+                pending.discard(record.seq)
+                if not pending:
+                    del by_queue[record.queue_id]
 
     def lowest(self, queue_id: int) -> int | None:
         """The lowest sequence of the queue still in flight, or None."""

@@ -34,7 +34,7 @@ from store.errors import MessageTooLarge, StoreClosed, StoreError, UnknownRecord
 from store.fileops import FileOps, RealFileOps
 from store.framing import RECORD_HEADER_SIZE, RecordFlags, RecordHeader, max_payload, record_size
 from store.index import QueueIndex, packed_flags, packed_size
-from store.inflight import InFlight
+from store.numbering import Numbering
 from store.logs import recovery_log
 from store.lqs import QueueInfo, QueueRegistry
 from store.options import StoreOptions
@@ -82,14 +82,9 @@ class MessageStore:
         self.quotas.charge(_charges_by_queue(live))
         self.quotas.charge(_charges_by_queue([r for p in prepared.values() for r in p.records]))
         self._payload_max = max_payload(engine.options.segment_size)
-        # Queue sequence numbers are handed out here, in submission order (the writer keeps
-        # that order), so express messages held in RAM get theirs without a trip to the disk.
-        self._seq_lock = threading.Lock()
-        self._next_seq: dict[int, int] = dict(engine.next_seq)
-        self._next_tx = engine.next_tx
-        engine.seq_floor = self._seq_snapshot
-        # Numbered but not yet visible (or dropped): what bounds a range reader's head.
-        self._inflight = InFlight()
+        self._numbering = Numbering(engine.next_seq, engine.next_tx)
+        engine.seq_floor = self._numbering.snapshot
+        self._inflight = self._numbering.in_flight
         for tx in prepared.values():
             for record in tx.records:
                 self._inflight.add(record.queue_id, record.seq)
@@ -224,34 +219,63 @@ class MessageStore:
         """
         if send.express:
             return await self._append_express(send)
-        job = await self._submit_sends(Job("append", sends=[send]))
-        return job.records[0]
+        writer = self._writer
+        if writer is None:
+            self._numbering.forget((send,))
+            raise StoreClosed("the store is not started")
+        send, charge = self._admit(send, express=False)
+        try:
+            done = await writer.submit(Job("append", sends=(send,)))
+        except BaseException:
+            self.quotas.release((charge,))
+            self._inflight.discard(send.queue_id, send.seq)
+            raise
+        return done.records[0]
 
     async def _append_express(self, send: SendSpec) -> StoredRecord:
         if self._writer is None:
+            self._numbering.forget((send,))
             raise StoreClosed("the store is not started")
         if len(send.payload) + self._ram_bytes > self.options.express_memory:
             job = await self._submit_sends(Job("express", sends=[send]))
             return job.records[0]
-        try:
-            send = self._prepare_sends([send])[0]
-            size = record_size(len(send.payload))
-            charges = [Charge(send.queue_id, size, send.journal)]
-            self.quotas.check(charges)
-        except BaseException:
-            self._forget([send])
-            raise
-        self.quotas.charge(charges)
-        send = self._number([send])[0]
+        send, charge = self._admit(send, express=True)
         self._inflight.discard(send.queue_id, send.seq)
         key = next(self._ram_keys)
         self._ram[key] = send.payload
         self._ram_bytes += len(send.payload)
-        record = StoredRecord(send.queue_id, send.seq, 0, key, size, len(send.payload), 0,
-                              send.priority, send.expires_ms,
+        record = StoredRecord(send.queue_id, send.seq, 0, key, charge.size, len(send.payload),
+                              0, send.priority, send.expires_ms,
                               _with_express(send.flags), 0)
         self._index.add(record)
         return record
+
+    def _admit(self, send: SendSpec, *, express: bool) -> tuple[SendSpec, Charge]:
+        """One message checked (size, quotas), charged and numbered: ``_submit_sends``'s
+        steps for a single send in one pass, without the lists (3.2 us a message on the
+        event loop that way, 1.1 here). A reserved sequence number is released on refusal.
+
+        Raises:
+            MessageTooLarge, QuotaExceeded: nothing charged, nothing numbered.
+        """
+        queue_id, payload, seq = send.queue_id, send.payload, send.seq
+        try:
+            if len(payload) > self._payload_max:
+                raise MessageTooLarge.of(len(payload), self._payload_max)
+            journal = send.journal
+            if not journal:
+                info = self.registry.get(queue_id)
+                journal = info is not None and info.journal_class
+            charge = Charge(queue_id, record_size(len(payload)), journal)
+            self.quotas.take(charge)
+        except BaseException:
+            if seq:
+                self._inflight.discard(queue_id, seq)
+            raise
+        if not seq:
+            seq = self._numbering.take(queue_id)
+        return SendSpec(queue_id, payload, send.priority, send.expires_ms, send.flags, journal,
+                        express, seq), charge
 
     async def commit(self, sends: Sequence[SendSpec], removes: Sequence[StoredRecord] = (),
                      *, tx_id: int = 0) -> list[StoredRecord]:
@@ -338,20 +362,15 @@ class MessageStore:
             self.quotas.check(charges)
             self.quotas.charge(charges)
         except BaseException:
-            self._forget(job.sends)
+            self._numbering.forget(job.sends)
             raise
-        job.sends = self._number(sends)
+        job.sends = self._numbering.number(sends)
         try:
             return await writer.submit(job)  # not through _submit: a coroutine less a message
         except BaseException:
             self.quotas.release(charges)
-            self._forget(job.sends)
+            self._numbering.forget(job.sends)
             raise
-
-    def _forget(self, sends: Sequence[SendSpec]) -> None:
-        for send in sends:
-            if send.seq:
-                self._inflight.discard(send.queue_id, send.seq)
 
     def _prepare_sends(self, sends: Sequence[SendSpec], *,
                        transactional: bool = False) -> list[SendSpec]:
@@ -371,19 +390,12 @@ class MessageStore:
     def reserve_tx_id(self) -> int:
         """A transaction id never used before (the engine persists the high-water mark of the
         ids it is given); the caller passes it to ``commit`` or ``prepare``."""
-        with self._seq_lock:
-            tx_id = self._next_tx
-            self._next_tx += 1
-            return tx_id
+        return self._numbering.take_tx_id()
 
     def reserve_seq(self, queue_id: int) -> int:
         """Take the queue's next sequence number now (for a send about to be submitted, so
         its id is known before its copies are encoded). Call it right before the send."""
-        with self._seq_lock:
-            seq = self._next_seq.get(queue_id, 1)
-            self._next_seq[queue_id] = seq + 1
-        self._inflight.add(queue_id, seq)
-        return seq
+        return self._numbering.take(queue_id)
 
     def release_seq(self, queue_id: int, seq: int) -> None:
         """Give up a reservation whose send will not be submitted (its number stays unused).
@@ -392,37 +404,13 @@ class MessageStore:
 
     def release_sends(self, sends: Sequence[SendSpec]) -> None:
         """``release_seq`` for every numbered send of a batch that failed to be built."""
-        self._forget(sends)
+        self._numbering.forget(sends)
 
     def readable_end(self, queue_id: int) -> int:
         """The queue's stable head: every sequence below it is resolved for good (visible,
         removed, or never to be used), so a range read below it returns the same records
         every time until they are removed."""
-        with self._seq_lock:
-            next_seq = self._next_seq.get(queue_id, 1)
-        lowest = self._inflight.lowest(queue_id)
-        return next_seq if lowest is None else min(lowest, next_seq)
-
-    def _number(self, sends: list[SendSpec]) -> list[SendSpec]:
-        with self._seq_lock:
-            numbered = []
-            for send in sends:
-                if send.seq:  # reserved by reserve_seq
-                    numbered.append(send)
-                    continue
-                seq = self._next_seq.get(send.queue_id, 1)
-                self._next_seq[send.queue_id] = seq + 1
-                self._inflight.add(send.queue_id, seq)
-                # The constructor, not dataclasses.replace: this runs once per message.
-                numbered.append(SendSpec(send.queue_id, send.payload, send.priority,
-                                         send.expires_ms, send.flags, send.journal,
-                                         send.express, seq))
-            return numbered
-
-    def _seq_snapshot(self) -> dict[int, int]:
-        """For the writer thread's checkpoints."""
-        with self._seq_lock:
-            return dict(self._next_seq)
+        return self._numbering.readable_end(queue_id)
 
     async def _submit(self, job: Job) -> Job:
         if self._writer is None:
@@ -431,19 +419,20 @@ class MessageStore:
 
     def _on_durable(self, jobs: list[Job]) -> None:
         """On the loop, after a batch is durable: make its effects visible, in batch order."""
-        add, discard = self._index.add, self._inflight.discard
+        visible: list[StoredRecord] = []
         for job in jobs:
-            if job.op in _VISIBLE_OPS:
-                for record in job.records:
-                    add(record)
-                    discard(record.queue_id, record.seq)
-                if job.records and job.records[-1].lsn > self._lsn_high:
+            if job.op in _VISIBLE_OPS and job.records:
+                visible += job.records
+                if job.records[-1].lsn > self._lsn_high:
                     self._lsn_high = job.records[-1].lsn
             for queue_id, seq in job.removed_keys:
                 gone = self._index.pop_packed(queue_id, seq)
                 if gone is not None:
                     self.quotas.release([Charge(queue_id, packed_size(gone),
                                                 bool(packed_flags(gone) & RecordFlags.JOURNAL))])
+        # A batch's records go in together (a removal never names a record of its own batch).
+        self._index.add_many(visible)
+        self._inflight.discard_many(visible)
 
     def _resolve(self, records: Sequence[StoredRecord]) -> None:
         for record in records:

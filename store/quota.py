@@ -52,15 +52,8 @@ class QuotaBook:
     def check(self, charges: Iterable[Charge]) -> None:
         """Raise the first quota the charges would exceed; change nothing."""
         charges = list(charges)
-        if len(charges) == 1:  # the common case, kept cheap
-            one = charges[0]
-            if (self.machine_used + one.size <= self.machine_quota
-                    and (not one.journal
-                         or self.machine_journal_used + one.size <= self.machine_journal_quota)
-                    and (one.queue_id not in self.queue_limits
-                         or self.queue_used[one.queue_id] + one.size
-                         <= self.queue_limits[one.queue_id])):
-                return
+        if len(charges) == 1 and self._fits(charges[0]):  # the common case, kept cheap
+            return
         total = sum(c.size for c in charges)
         limits = self.queue_limits
         if (self.machine_used + total <= self.machine_quota
@@ -86,6 +79,23 @@ class QuotaBook:
                 error = QueueJournalQuotaExceeded if is_journal else QueueQuotaExceeded
                 raise error(f"queue {queue_id} quota of {limit} bytes is full "
                             f"({self.queue_used[queue_id]} used, {size} more asked)")
+
+    def take(self, one: Charge) -> None:
+        """``check`` then ``charge`` of one message: what every single send does."""
+        if not self._fits(one):
+            self.check((one,))
+        self.machine_used += one.size
+        if one.journal:
+            self.machine_journal_used += one.size
+        self.queue_used[one.queue_id] += one.size
+
+    def _fits(self, one: Charge) -> bool:
+        return (self.machine_used + one.size <= self.machine_quota
+                and (not one.journal
+                     or self.machine_journal_used + one.size <= self.machine_journal_quota)
+                and (one.queue_id not in self.queue_limits
+                     or self.queue_used[one.queue_id] + one.size
+                     <= self.queue_limits[one.queue_id]))
 
     def charge(self, charges: Iterable[Charge]) -> None:
         for charge in charges:

@@ -26,9 +26,12 @@ async def test_enospc_refuses_new_writes_but_reads_and_removals_go_on(tmp_path: 
     store = await open_store(tmp_path, OPTIONS, ops)
     kept = [await store.append(SendSpec(1, bytes([i]) * 20000)) for i in range(3)]
     ops.enospc_on_allocate = True
+    used, end = store.quotas.machine_used, store.readable_end(1)
     with pytest.raises(DiskFull):
         await store.append(SendSpec(1, bytes(20000)))  # needs a second segment
     assert store.failed is None, "a full disk is not a fail-stop"
+    assert store.quotas.machine_used == used, "the refused message's charge is given back"
+    assert store.readable_end(1) == end + 1, "its number is no longer in flight (nor used)"
     assert _bodies(store, 1) == [bytes([i]) * 20000 for i in range(3)]
     await store.remove(kept[:1])
     assert store.count(1) == 2

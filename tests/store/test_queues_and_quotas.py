@@ -73,6 +73,22 @@ async def test_queue_quota_refuses_before_writing_and_frees_on_receive(tmp_path:
     await close_store(store)
 
 
+async def test_a_refused_append_charges_nothing_and_frees_its_reserved_number(
+        tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    info = await store.create_queue("tiny", {"quota": str(record_size(10))})
+    seq = store.reserve_seq(info.queue_id)
+    assert store.readable_end(info.queue_id) == seq, "a reserved number holds the head back"
+    with pytest.raises(QueueQuotaExceeded):
+        await store.append(SendSpec(info.queue_id, bytes(100), seq=seq))
+    assert store.readable_end(info.queue_id) == seq + 1, "released, and never used"
+    assert store.quotas.machine_used == 0
+    record = await store.append(SendSpec(info.queue_id, bytes(10)))
+    assert record.seq == seq + 1
+    assert store.quotas.queue_used[info.queue_id] == record_size(10)
+    await close_store(store)
+
+
 async def test_machine_quota_comes_first_and_counts_everything(tmp_path: Path) -> None:
     options = StoreOptions(segment_size=256 << 10, machine_quota=256 << 10,
                            machine_journal_quota=256 << 10, qmlog_size=1 << 20,

@@ -17,8 +17,9 @@ class FakeSegment:
     def view(self) -> memoryview:
         return memoryview(self.data)
 
-    def write(self, offset: int, buffers: Sequence[bytes | memoryview]) -> None:
+    def write(self, offset: int, buffers: Sequence[bytes | memoryview], total: int) -> None:
         joined = b"".join(bytes(b) for b in buffers)
+        assert len(joined) == total
         self.data[offset: offset + len(joined)] = joined
         self.writes.append((offset, len(joined)))
 

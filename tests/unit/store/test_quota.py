@@ -69,3 +69,18 @@ def test_several_messages_without_queue_limits_still_meet_the_machine_quotas() -
     with pytest.raises(MachineJournalQuotaExceeded):
         book.check([Charge(2, 10, False), Charge(4, 200, True)])
     book.check([Charge(2, 300, False), Charge(4, 10, True)])
+
+
+def test_take_charges_one_message_only_when_every_quota_allows_it() -> None:
+    book = _book()
+    book.take(Charge(1, 400, False))
+    with pytest.raises(QueueQuotaExceeded):
+        book.take(Charge(1, 101, False))
+    book.take(Charge(9, 200, True))
+    with pytest.raises(MachineJournalQuotaExceeded):
+        book.take(Charge(8, 101, True))
+    book.take(Charge(2, 400, False))
+    with pytest.raises(MachineQuotaExceeded):  # over queue 1's quota too: machine first
+        book.take(Charge(1, 101, False))
+    assert (book.machine_used, book.machine_journal_used) == (1000, 200)
+    assert (book.queue_used[1], book.queue_used[9], book.queue_used[8]) == (400, 200, 0)
