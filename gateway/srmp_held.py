@@ -29,15 +29,19 @@ class HeldPositions:
     def __init__(self) -> None:
         # (queue id, sequence) of a queued message -> the stream and ordinal it holds.
         self._held: dict[tuple[int, int], tuple[StreamKey, int]] = {}
-        # The highest ordinal of each stream on disk outside its messages.
-        self._durable: dict[StreamKey, int] = {}
+        # The highest ordinal of each stream on disk outside its messages: the greater of
+        # the last checkpoint's position and a position record's written since.
+        self._checkpoint: dict[StreamKey, int] = {}
+        self._written: dict[StreamKey, int] = {}
         self._floors: dict[int, int] = {}
         self._tokens = itertools.count(1)
 
     def __len__(self) -> int:
         """Messages whose position is still on disk in them alone (a scan: for tests, logs)."""
-        durable = self._durable
-        return sum(1 for key, ordinal in self._held.values() if ordinal > durable.get(key, 0))
+        return sum(1 for key, ordinal in self._held.values() if ordinal > self._durable(key))
+
+    def _durable(self, key: StreamKey) -> int:
+        return max(self._checkpoint.get(key, 0), self._written.get(key, 0))
 
     def begin(self, floor: int) -> int:
         """A commit of stream messages is about to be submitted; ``floor`` is the store's
@@ -55,29 +59,30 @@ class HeldPositions:
         return min(self._floors.values(), default=floor_now)
 
     def hold(self, record: StoredRecord, key: StreamKey, ordinal: int) -> None:
-        if ordinal > self._durable.get(key, 0):
+        if ordinal > self._durable(key):
             self._held[(record.queue_id, record.seq)] = (key, ordinal)
 
     def written(self, key: StreamKey, ordinal: int) -> None:
         """A position record (or a checkpoint) put ``ordinal`` of ``key`` on disk."""
-        if ordinal > self._durable.get(key, 0):
-            self._durable[key] = ordinal
+        if ordinal > self._written.get(key, 0):
+            self._written[key] = ordinal
 
     def checkpointed(self, positions: dict[StreamKey, int]) -> None:
-        """A checkpoint holding ``positions`` (every stream the table knew) is on disk:
-        streams it no longer lists are forgotten, messages it covers are no longer held."""
-        self._durable = {key: max(seq, self._durable.get(key, 0))
-                         for key, seq in positions.items()}
-        durable = self._durable
-        self._held = {where: (key, ordinal) for where, (key, ordinal) in self._held.items()
-                      if ordinal > durable.get(key, 0)}
+        """A checkpoint holding ``positions`` (every stream the table knew; the dict is kept,
+        not copied) is on disk: streams it no longer lists are forgotten. O(records written
+        since the last one), not O(streams): the positions are built a piece at a time by
+        the caller, and a message the checkpoint covers stops counting as held (it leaves
+        ``_held`` when it is removed, ``released``)."""
+        self._checkpoint = positions
+        self._written = {key: ordinal for key, ordinal in self._written.items()
+                         if ordinal > positions.get(key, ordinal)}
 
     def to_write(self, records: Iterable[StoredRecord]) -> set[StreamKey]:
         """The streams whose position must be written before ``records`` may go."""
         keys = set()
         for record in records:
             held = self._held.get((record.queue_id, record.seq))
-            if held is not None and held[1] > self._durable.get(held[0], 0):
+            if held is not None and held[1] > self._durable(held[0]):
                 keys.add(held[0])
         return keys
 

@@ -27,7 +27,7 @@ from gateway.metrics import Metrics
 from gateway.msmq.message import MessageFormatError, decode_payload
 from gateway.queue_manager import QueueManager
 from gateway.receipt_sender import MessageIds, ReceiptSender
-from gateway.srmp.eod import InStream, StreamKey, StreamTable, Verdict
+from gateway.srmp.eod import SNAPSHOT_PART_STREAMS, InStream, StreamKey, StreamTable, Verdict
 from gateway.srmp.model import Stream
 from gateway.srmp.receipts import stream_receipt
 from gateway.srmp_held import HeldPositions
@@ -207,19 +207,28 @@ class IncomingStreams:
                 await self.checkpoint()
 
     async def checkpoint(self) -> None:
-        """Save the table to MQInSeqs, then drop the position records it covers."""
+        """Save the table to MQInSeqs, then drop the position records it covers; a large
+        table is built and cleaned up a piece per loop iteration (``snapshot_parts``)."""
         self._dirty = False
         covered = dict(self._records)
-        positions = self._positions()
         mark = self.held.mark(self.store.lsn_floor())
-        await self.store.save_stream_state(self.table.snapshot(lsn_mark=mark))
+        parts = []
+        positions: dict[StreamKey, int] = {}  # exactly what the saved document says
+        for part, states in self.table.snapshot_parts(lsn_mark=mark):
+            parts.append(part)
+            for state in states:
+                positions[(state.stream_id, state.queue)] = state.incoming_seq
+            await asyncio.sleep(0)
+        await self.store.save_stream_state(b"".join(parts))
         self.held.checkpointed(positions)
         gone, self._stale = self._stale, []
-        for key, record in covered.items():
+        for count, (key, record) in enumerate(covered.items(), 1):
             async with self.hold(key):
                 if self._records.get(key) is record:
                     del self._records[key]
                     gone.append(record)
+            if count % SNAPSHOT_PART_STREAMS == 0:
+                await asyncio.sleep(0)
         for start in range(0, len(gone), 1000):
             await self.store.remove(gone[start:start + 1000])
 

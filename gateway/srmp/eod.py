@@ -24,6 +24,7 @@ import enum
 import heapq
 import json
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import orjson
@@ -31,10 +32,11 @@ import orjson
 from gateway.srmp.model import Stream
 
 __all__ = ["Verdict", "InStream", "StreamTable", "ReceiptDue", "StreamKey",
-           "COALESCE_S", "COALESCE_MAX_S"]
+           "COALESCE_S", "COALESCE_MAX_S", "SNAPSHOT_PART_STREAMS"]
 
 COALESCE_S = 0.5
 COALESCE_MAX_S = 10.0
+SNAPSHOT_PART_STREAMS = 5_000  # ~3 ms of the event loop a piece
 
 StreamKey = tuple[str, str]  # (stream id, canonical destination queue)
 
@@ -184,7 +186,7 @@ class StreamTable:
         return None
 
     def states(self) -> list[InStream]:
-        return list(self._streams.values())
+        return list(dict.values(self._streams))  # see snapshot_parts
 
     def _prune(self) -> None:
         """Beyond the limit, forget the least recently active fully acknowledged streams."""
@@ -210,11 +212,26 @@ class StreamTable:
 
     def snapshot(self, *, lsn_mark: int = 0) -> bytes:
         """The whole table; ``lsn_mark``: where the messages that may hold newer positions
-        start in the store (``gateway.srmp_held``), kept for the start. One document built
-        at once, on the loop: 85 ms for 100,000 streams (a position encoded and parsed back
-        per stream took 323)."""
-        return _dumps({"version": 1, "lsn_mark": lsn_mark,
-                       "streams": [_doc(s) for s in self._streams.values()]})
+        start in the store (``gateway.srmp_held``), kept for the start."""
+        return b"".join(part for part, _ in self.snapshot_parts(lsn_mark=lsn_mark))
+
+    def snapshot_parts(self, *, lsn_mark: int = 0, streams_per_part: int = SNAPSHOT_PART_STREAMS
+                       ) -> Iterator[tuple[bytes, list[InStream]]]:
+        """``snapshot`` in pieces of at most ``streams_per_part`` streams, each with the
+        states it was made from (read them before the next piece), so the caller can let
+        other work run in between: at once, 100,000 streams held the event loop 56-62 ms.
+        The streams are those of the first piece; one that changes before its piece is taken
+        as it is then, which is as safe: positions only grow, and ``restore`` keeps the
+        higher."""
+        # dict.values: the plain dict under the OrderedDict, in no order (its own values()
+        # walks the linked list: 11 ms for 100,000 streams, this 1.5).
+        states = list(dict.values(self._streams))
+        yield b'{"version":1,"lsn_mark":%d,"streams":[' % lsn_mark, []
+        for start in range(0, len(states), streams_per_part):
+            piece = states[start:start + streams_per_part]
+            items = _dumps([_doc(s) for s in piece])
+            yield (b"," if start else b"") + items[1:-1], piece  # the list without brackets
+        yield b"]}", []
 
     def restore(self, snapshot: bytes | None, positions: list[bytes], *, now: float) -> None:
         """Load the checkpoint, then the newer positions (the higher number wins). Streams

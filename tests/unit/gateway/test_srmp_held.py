@@ -56,3 +56,18 @@ def test_a_checkpoint_covers_what_it_lists_and_forgets_the_rest() -> None:
     held.hold(_record(6), B, 2)
     assert held.to_write([_record(6)]) == {B}, "B forgotten: nothing is on disk for it"
     assert len(held) == 3, "3 of A, and 4 and 6 of B"
+
+
+def test_a_position_written_while_a_checkpoint_is_saved_still_counts() -> None:
+    held = HeldPositions()
+    held.hold(_record(5), A, 5)
+    held.hold(_record(6), B, 2)
+    held.written(A, 5)  # after the checkpoint read A at 3, before it was on disk
+    held.written(B, 1)
+    held.checkpointed({A: 3, B: 2})
+    assert held.to_write([_record(5), _record(6)]) == set()
+    held.hold(_record(7), B, 3)
+    assert held.to_write([_record(7)]) == {B}
+    held.checkpointed({A: 4})  # A's record at 5 is newer than this checkpoint too
+    assert held.to_write([_record(5)]) == set()
+    assert held.to_write([_record(7)]) == {B}, "B forgotten by the checkpoint"
