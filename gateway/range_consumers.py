@@ -104,8 +104,8 @@ class RangeConsumers:
 
     def _lowest_live(self, queue: Queue) -> int:
         end = self.store.readable_end(queue.queue_id)
-        live = [r.seq for r in self.store.records(queue.queue_id) if r.seq < end]
-        return min(live) if live else end
+        lowest = self.store.first_records(queue.queue_id, 0, 1)  # not a walk of the queue
+        return lowest[0].seq if lowest and lowest[0].seq < end else end
 
     def check_range(self, queue: Queue, start: int) -> int:
         """The floor, after refusing a range that starts below it (410, naming the range)."""

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from store.framing import RecordFlags, record_flags, record_size
 from store.records import Placed, StoredRecord
+from store.seqorder import SeqOrder
 
 __all__ = ["QueueIndex", "pack", "unpack"]
 
@@ -80,36 +81,56 @@ def _size(payload_len: int) -> int:
 
 
 class QueueIndex:
-    """Live records per queue, in the order they became visible (sequence order for each
-    writer batch; ``ordered`` sorts when a caller needs strict sequence order)."""
+    """Live records per queue: a dict of packed entries by sequence, and the sequences in
+    ascending order beside it (``store.seqorder``) for the lowest ones and ordered walks."""
 
     def __init__(self) -> None:
         self._queues: dict[int, dict[int, int]] = {}
+        self._orders: dict[int, SeqOrder] = {}
 
-    def add(self, record: Placed) -> None:
-        entries = self._queues.get(record.queue_id)
-        if entries is None:
-            entries = self._queues[record.queue_id] = {}
-        entries[record.seq] = pack(record)
-
-    def add_many(self, records: Iterable[Placed]) -> None:
-        queues = self._queues
-        for record in records:  # add(), inlined: recovery runs this once per record
-            entries = queues.get(record.queue_id)
-            if entries is None:
-                entries = queues[record.queue_id] = {}
-            entries[record.seq] = pack(record)
-
-    def add_packed(self, queue_id: int, seq: int, packed: int) -> None:
+    def _queue(self, queue_id: int) -> tuple[dict[int, int], SeqOrder]:
         entries = self._queues.get(queue_id)
         if entries is None:
             entries = self._queues[queue_id] = {}
+            self._orders[queue_id] = SeqOrder()
+        return entries, self._orders[queue_id]
+
+    def add(self, record: Placed) -> None:
+        entries, order = self._queue(record.queue_id)
+        entries[record.seq] = pack(record)
+        order.add(record.seq)
+
+    def add_many(self, records: Iterable[Placed]) -> None:
+        """``add`` for a writer batch, or for every record recovery found (in any order)."""
+        queues = self._queues
+        added: dict[int, list[int]] = {}
+        for record in records:  # add(), inlined: recovery runs this once per record
+            queue_id, seq = record.queue_id, record.seq
+            entries = queues.get(queue_id)
+            if entries is None:
+                entries = self._queue(queue_id)[0]
+            entries[seq] = pack(record)
+            seqs = added.get(queue_id)
+            if seqs is None:
+                seqs = added[queue_id] = []
+            seqs.append(seq)
+        for queue_id, seqs in added.items():
+            self._orders[queue_id].extend(seqs)
+
+    def add_packed(self, queue_id: int, seq: int, packed: int) -> None:
+        entries, order = self._queue(queue_id)
         entries[seq] = packed
+        order.add(seq)
 
     def pop_packed(self, queue_id: int, seq: int) -> int | None:
         """Remove an entry; its packed value (for ``packed_size``), or None when absent."""
         entries = self._queues.get(queue_id)
-        return None if entries is None else entries.pop(seq, None)
+        if entries is None:
+            return None
+        packed = entries.pop(seq, None)
+        if packed is not None:
+            self._orders[queue_id].removed(seq, entries, len(entries))
+        return packed
 
     def get(self, queue_id: int, seq: int) -> StoredRecord | None:
         entries = self._queues.get(queue_id)
@@ -119,8 +140,11 @@ class QueueIndex:
         return None if packed is None else unpack(queue_id, seq, packed)
 
     def ordered(self, queue_id: int) -> list[StoredRecord]:
-        entries = self._queues.get(queue_id, {})
-        return [unpack(queue_id, seq, entries[seq]) for seq in sorted(entries)]
+        entries = self._queues.get(queue_id)
+        if entries is None:
+            return []
+        return [unpack(queue_id, seq, entries[seq])
+                for seq in self._orders[queue_id].live(entries)]
 
     def unordered(self, queue_id: int) -> list[StoredRecord]:
         return [unpack(queue_id, seq, packed)
@@ -128,9 +152,11 @@ class QueueIndex:
 
     def first(self, queue_id: int, after_seq: int, limit: int) -> list[StoredRecord]:
         """Up to ``limit`` records with a sequence above ``after_seq``, in sequence order."""
-        entries = self._queues.get(queue_id, {})
-        chosen = heapq.nsmallest(limit, (seq for seq in entries if seq > after_seq))
-        return [unpack(queue_id, seq, entries[seq]) for seq in chosen]
+        entries = self._queues.get(queue_id)
+        if entries is None:
+            return []
+        return [unpack(queue_id, seq, entries[seq])
+                for seq in self._orders[queue_id].first(entries, after_seq, limit)]
 
     def newest_flagged(self, flag: int, limit: int) -> list[StoredRecord]:
         """Up to ``limit`` records carrying ``flag``, the newest (highest LSN) of every queue
