@@ -25,6 +25,7 @@ from gateway.internal_queues import DEDUP_QUEUE, INTERNAL_QUEUES, is_internal
 from gateway.expiry import Expiry
 from gateway.logs import server_log
 from gateway.queue_settings import QueueSettings
+from gateway.seen_ids import SeenIds
 from gateway.store_errors import store_call
 from gateway.msmq.classes import JournalLevel, MessageClass
 from gateway.msmq.message import (
@@ -102,9 +103,9 @@ class QueueManager:
         self._by_id: dict[int, Queue] = {}
         # Every request names its queue: parsing the name showed in send profiles (3%).
         self._parsed: dict[str, QueuePath] = {}
-        # Ids that do not lead to their record by themselves (copies, ids from SRMP senders):
-        # (queue number, id) -> sequence, filled as they are seen.
-        self._foreign_ids: dict[tuple[int, str], int] = {}
+        # Ids that do not lead to their record by themselves (copies, ids from SRMP senders),
+        # the latest ones seen.
+        self.seen_ids = SeenIds()
         self.expiry = Expiry(self)
         self.dedup: DedupWindow | None = None
 
@@ -379,7 +380,7 @@ class QueueManager:
 
     def message_id(self, queue: Queue, record: StoredRecord, props: MessageProperties) -> str:
         if props.message_id:
-            self._foreign_ids[(queue.queue_id, props.message_id)] = record.seq
+            self.seen_ids.note(queue.queue_id, props.message_id, record.seq)
             return props.message_id
         return compose_id(self.qm_guid, queue.queue_id, record.seq)
 
@@ -563,9 +564,9 @@ class QueueManager:
         key = parse_id(message_id, self.qm_guid)
         if key is not None and key[0] == queue.queue_id:
             record = self.store.record(queue.queue_id, key[1])
-        if record is None and (queue.queue_id, message_id) in self._foreign_ids:
-            record = self.store.record(queue.queue_id,
-                                       self._foreign_ids[(queue.queue_id, message_id)])
+        seen = self.seen_ids.get(queue.queue_id, message_id)
+        if record is None and seen is not None:
+            record = self.store.record(queue.queue_id, seen)
         holds_copies = (queue.is_dead_letter or queue.path.journal
                         or queue.path.canonical == MACHINE_JOURNAL)
         if record is None and (key is None or holds_copies):

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from gateway.appkeys import STATE_KEY
+from gateway.seen_ids import SeenIds
 from gateway.settings import Settings
 from gateway.srmp.model import Services
 from tests.helpers import ready_client
@@ -66,6 +68,28 @@ async def test_v01_is_stored_and_answered_like_iis(make_client: Any) -> None:
              + base64.b64decode(props["srmp_mime_tail"]))
     assert whole == req.body
     assert message["delivery"] == "express"  # no <durable/>
+
+
+async def test_ids_chosen_by_senders_are_remembered_within_a_bound(make_client: Any) -> None:
+    """A received SRMP message keeps its sender's id; the gateway remembers the latest ids it
+    showed (every one of them, forever, before), and finds an older one by reading the
+    queue."""
+    client = await make_client()
+    qm = client.server.app[STATE_KEY].queue_manager
+    qm.seen_ids = SeenIds(limit=4)
+    for ordinal in range(1, 11):
+        request = user_message(SIMPLEQ, b"m%d" % ordinal, ordinal=ordinal)
+        assert (await post(client, request)).status == 200
+    shown = await _messages(client, "private$/simpleq")
+    assert [m["id"] for m in shown] == ["{" + SENDER_QM + "}\\" + str(n) for n in range(1, 11)]
+    assert len(qm.seen_ids) == 4
+    first = await client.get(f"/v1/queues/private$/simpleq/messages/{shown[0]['id']}")
+    assert first.status == 200 and base64.b64decode((await first.json())["body_base64"]) == b"m1"
+    response = await client.post("/v1/queues/private$/simpleq/receive?max=10")
+    assert len((await response.json())["messages"]) == 10
+    assert len(qm.seen_ids) == 4
+    gone = await client.get(f"/v1/queues/private$/simpleq/messages/{shown[-1]['id']}")
+    assert gone.status == 404
 
 
 async def test_d3_duplicate_id_is_dropped_but_answered_200(make_client: Any) -> None:
