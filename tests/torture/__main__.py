@@ -49,6 +49,13 @@ def _network_faults(tmp: Path, quick: bool) -> dict[str, Any]:
     return {**three, "two_gateways": two}
 
 
+def _clip(text: str, head: int = 600, tail: int = 3000) -> str:
+    """A violation's start (what failed) and end (a gateway log's last lines say why)."""
+    if len(text) <= head + tail:
+        return text
+    return f"{text[:head]} [... {len(text) - head - tail} characters ...] {text[-tail:]}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.torture")
     parser.add_argument("--quick", action="store_true", help="a few minutes instead of ~20")
@@ -72,7 +79,7 @@ def main() -> int:
             except RuntimeError as exc:  # the machine cannot run it (mount)
                 result = {"scenario": name, "skipped": str(exc)}
             except AssertionError as exc:
-                result = {"scenario": name, "ok": False, "violation": str(exc)[:2000]}
+                result = {"scenario": name, "ok": False, "violation": _clip(str(exc))}
                 failed = True
         result["seconds"] = round(time.monotonic() - started, 1)
         results.append(result)
@@ -97,3 +104,4 @@ def _scratch() -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
+
