@@ -25,7 +25,7 @@ from gateway.internal_queues import DEDUP_QUEUE, INTERNAL_QUEUES, is_internal
 from gateway.expiry import Expiry
 from gateway.logs import server_log
 from gateway.queue_settings import QueueSettings
-from gateway.seen_ids import SeenIds
+from gateway.seen_ids import SeenIds, locate
 from gateway.store_errors import store_call
 from gateway.msmq.classes import JournalLevel, MessageClass
 from gateway.msmq.message import (
@@ -34,7 +34,6 @@ from gateway.msmq.message import (
     compose_id,
     decode_payload,
     encode_payload,
-    parse_id,
 )
 from mapping.names import (
     DEADLETTER,
@@ -558,22 +557,11 @@ class QueueManager:
         return messages, (records[-1].seq if records else after)
 
     def find(self, queue: Queue, message_id: str) -> StoredRecord:
-        """The record of ``message_id`` in ``queue``: straight from a composed id, else from
-        the ids seen so far, else by reading the queue once (copies keep foreign ids)."""
-        record = None
-        key = parse_id(message_id, self.qm_guid)
-        if key is not None and key[0] == queue.queue_id:
-            record = self.store.record(queue.queue_id, key[1])
-        seen = self.seen_ids.get(queue.queue_id, message_id)
-        if record is None and seen is not None:
-            record = self.store.record(queue.queue_id, seen)
+        """The record of ``message_id`` in ``queue`` (``gateway.seen_ids.locate``)."""
         holds_copies = (queue.is_dead_letter or queue.path.journal
                         or queue.path.canonical == MACHINE_JOURNAL)
-        if record is None and (key is None or holds_copies):
-            for candidate in self.store.records(queue.queue_id):
-                if self.decode(queue, candidate).message_id == message_id:
-                    record = candidate
-                    break
+        record = locate(self.store, self.seen_ids, self.qm_guid, queue.queue_id, message_id,
+                        holds_copies=holds_copies)
         if record is None:
             raise ProblemError(404, f"no message {message_id!r} in {queue.path.display!r}",
                                type_slug="MQ_ERROR_MESSAGE_NOT_FOUND")

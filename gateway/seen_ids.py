@@ -1,18 +1,25 @@
-"""Message ids seen lately that do not lead to their record by themselves: (queue number,
-id) -> sequence, for copies in journals and dead-letter queues and for ids chosen by SRMP
-senders.
+"""Finding a queued message by the id a client was shown (GET/DELETE .../messages/{id}).
+
+An id the gateway composed names its queue and sequence. Others do not lead to their record by
+themselves — copies in journals and dead-letter queues keep their original's id, SRMP senders
+choose theirs — so the latest ones seen are remembered ((queue number, id) -> sequence), and
+one not remembered is found by reading its queue.
 
 Bounded, oldest out first: every message with such an id that was sent, received, forwarded
 or read by a range reader was entered and never left, so a gateway carrying SRMP traffic
-grew by every message it handled. An id that fell out is found by reading its queue
-(``QueueManager.find``), as one never seen.
+grew by every message it handled.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-__all__ = ["SeenIds"]
+from gateway import jsonio
+from gateway.msmq.message import decode_payload, parse_id
+from store.message_store import MessageStore
+from store.records import StoredRecord
+
+__all__ = ["SeenIds", "locate"]
 
 SEEN_IDS_MAX = 65_536  # ~10 MB at most; a browse page or a receive holds far fewer
 
@@ -34,3 +41,36 @@ class SeenIds:
 
     def get(self, queue_id: int, message_id: str) -> int | None:
         return self._seqs.get((queue_id, message_id))
+
+
+def locate(store: MessageStore, seen: SeenIds, qm_guid: str, queue_id: int, message_id: str,
+           *, holds_copies: bool) -> StoredRecord | None:
+    """The queued record shown as ``message_id``, or None."""
+    record = None
+    key = parse_id(message_id, qm_guid)
+    if key is not None and key[0] == queue_id:
+        record = store.record(queue_id, key[1])
+    seq = seen.get(queue_id, message_id)
+    if record is None and seq is not None:
+        record = store.record(queue_id, seq)  # numbers are never reused: still that message
+    if record is None and (key is None or holds_copies):
+        record = _scan(store, seen, queue_id, message_id)
+    return record
+
+
+def _scan(store: MessageStore, seen: SeenIds, queue_id: int, message_id: str
+          ) -> StoredRecord | None:
+    """The queue read once for a kept id (a composed id of this queue was looked up above).
+    Only a record whose bytes hold the id's JSON text is decoded — an ASCII id is written
+    the same by any JSON encoder — so a miss costs a read and a substring search a message
+    instead of a decode of each."""
+    plain = message_id.isascii() and message_id.isprintable()
+    needle = jsonio.dumps(message_id) if plain else b""
+    for candidate in store.records(queue_id):  # in sequence order: the oldest copy first
+        payload = store.read(candidate)
+        if needle not in payload:
+            continue
+        if decode_payload(payload).properties.message_id == message_id:
+            seen.note(queue_id, message_id, candidate.seq)
+            return candidate
+    return None

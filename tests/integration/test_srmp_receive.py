@@ -4,6 +4,7 @@ srmp.md §1.10 (each storing nothing), duplicates, quotas, access, redirection."
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
@@ -77,14 +78,19 @@ async def test_ids_chosen_by_senders_are_remembered_within_a_bound(make_client: 
     client = await make_client()
     qm = client.server.app[STATE_KEY].queue_manager
     qm.seen_ids = SeenIds(limit=4)
+    ids = ["{" + SENDER_QM + "}\\" + str(n) for n in range(1, 11)]
     for ordinal in range(1, 11):
-        request = user_message(SIMPLEQ, b"m%d" % ordinal, ordinal=ordinal)
+        # m2's body holds m3's id as its header writes it: the scan must not stop there.
+        body = json.dumps(ids[2]).encode() if ordinal == 2 else b"m%d" % ordinal
+        request = user_message(SIMPLEQ, body, ordinal=ordinal)
         assert (await post(client, request)).status == 200
     shown = await _messages(client, "private$/simpleq")
-    assert [m["id"] for m in shown] == ["{" + SENDER_QM + "}\\" + str(n) for n in range(1, 11)]
+    assert [m["id"] for m in shown] == ids
     assert len(qm.seen_ids) == 4
-    first = await client.get(f"/v1/queues/private$/simpleq/messages/{shown[0]['id']}")
-    assert first.status == 200 and base64.b64decode((await first.json())["body_base64"]) == b"m1"
+    for n in (1, 3):  # both fell out of the map: found by reading the queue
+        found = await client.get(f"/v1/queues/private$/simpleq/messages/{ids[n - 1]}")
+        assert found.status == 200
+        assert base64.b64decode((await found.json())["body_base64"]) == b"m%d" % n
     response = await client.post("/v1/queues/private$/simpleq/receive?max=10")
     assert len((await response.json())["messages"]) == 10
     assert len(qm.seen_ids) == 4
