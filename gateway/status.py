@@ -44,29 +44,33 @@ class RecentErrors(logging.Handler):
 
 
 class DeadLetterClasses:
-    """Dead letters held now, by queue and class (each message decoded once)."""
+    """Dead letters held now, by queue and class. Each message is decoded once, when first
+    counted; after that a refresh is set arithmetic over the queue's sequence numbers (it
+    unpacked and looked up every record: ~2 us a dead letter, every 2 s while the status
+    page is open and at every metrics scrape)."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[int, int], str] = {}
+        self._classes: dict[int, dict[int, str]] = {}  # queue number -> sequence -> class
+        self._counts: dict[int, collections.Counter[str]] = {}
 
     def count(self, qm: QueueManager, queue: Queue) -> dict[str, int]:
-        live = set()
-        counts: collections.Counter[str] = collections.Counter()
-        for record in qm.store.unordered(queue.queue_id):
-            key = (queue.queue_id, record.seq)
-            live.add(key)
-            name = self._seen.get(key)
-            if name is None:
-                number = qm.decode(queue, record).properties.message_class
-                try:
-                    name = MessageClass(number).msmq_name
-                except ValueError:
-                    name = str(number)
-                self._seen[key] = name
+        classes = self._classes.setdefault(queue.queue_id, {})
+        counts = self._counts.setdefault(queue.queue_id, collections.Counter())
+        live = qm.store.seqs(queue.queue_id)
+        for seq in classes.keys() - live:
+            counts[classes.pop(seq)] -= 1
+        for seq in live - classes.keys():
+            record = qm.store.record(queue.queue_id, seq)
+            if record is None:
+                continue
+            number = qm.decode(queue, record).properties.message_class
+            try:
+                name = MessageClass(number).msmq_name
+            except ValueError:
+                name = str(number)
+            classes[seq] = name
             counts[name] += 1
-        for key in [k for k in self._seen if k[0] == queue.queue_id and k not in live]:
-            del self._seen[key]
-        return dict(counts)
+        return {name: count for name, count in counts.items() if count}
 
 
 def _oldest_age_s(qm: QueueManager, queue: Queue, now_ms: int) -> float:

@@ -16,7 +16,7 @@ because express messages held in RAM use it for their RAM key, a counter.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, KeysView
 
 from store.framing import RecordFlags, record_flags, record_size
 from store.records import Placed, StoredRecord
@@ -178,6 +178,10 @@ class QueueIndex:
 
     def count(self, queue_id: int) -> int:
         return len(self._queues.get(queue_id, ()))
+
+    def seqs(self, queue_id: int) -> KeysView[int]:
+        """The queue's live sequence numbers (a live view: copy it to keep it)."""
+        return self._queues.get(queue_id, {}).keys()
 
     def queue_ids(self) -> list[int]:
         return sorted(q for q, entries in self._queues.items() if entries)

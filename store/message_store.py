@@ -22,7 +22,7 @@ import functools
 import itertools
 import operator
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, KeysView, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -497,6 +497,11 @@ class MessageStore:
     def keyed_records(self, limit: int) -> list[StoredRecord]:
         """The newest ``limit`` live ``KEYED`` records of all queues, oldest first."""
         return self._index.newest_flagged(_KEYED, limit)
+
+    def seqs(self, queue_id: int) -> KeysView[int]:
+        """The live sequence numbers of a queue, unordered (a live view: copy it to keep
+        it); no record is built."""
+        return self._index.seqs(queue_id)
 
     def count(self, queue_id: int) -> int:
         return self._index.count(queue_id)
