@@ -1,7 +1,9 @@
 """Time-to-be-received expiry: a heap of deadlines and one task, never a scan of the queues.
 
 The heap is filled at start from the records (their deadline is stored with them, so timers
-survive restarts) and on each arrival. At a deadline the message is removed — to the
+survive restarts) and on each arrival. A message received before its deadline leaves its entry
+behind (found gone when it falls due), so when the heap has grown to twice what it held after
+its last clean-up it is compacted, a piece per loop iteration (``_compact``). At a deadline the message is removed — to the
 dead-letter queue when its journal level is ``deadletter``, with class NACK_RECEIVE_TIMEOUT,
 and with a negative acknowledgement when its level asks (``QueueManager.finish``).
 """
@@ -11,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import itertools
 import time
+from collections.abc import KeysView
 from typing import TYPE_CHECKING
 
 from gateway.errors import ProblemError
@@ -27,6 +31,8 @@ __all__ = ["Expiry"]
 _WAIT_S_MAX = 60.0
 _RETRY_BUSY_MS = 1000
 _RETRY_FAILED_MS = 5000
+_COMPACT_MIN = 65_536  # deadlines held before the first compaction
+_COMPACT_PIECE = 50_000  # deadlines checked per loop iteration while compacting
 
 
 class Expiry:
@@ -36,13 +42,18 @@ class Expiry:
         self._qm = qm
         self._deadlines: list[tuple[int, int, int]] = []  # (deadline ms, queue, sequence)
         self._changed = asyncio.Event()
+        self.compact_at = _COMPACT_MIN
+
+    def __len__(self) -> int:
+        """Deadlines held, those of messages already gone included."""
+        return len(self._deadlines)
 
     def track(self, queue: Queue, record: StoredRecord) -> None:
         if record.expires_ms and not queue.is_dead_letter and not queue.path.journal:
             entry = (record.expires_ms, queue.queue_id, record.seq)
             earliest = not self._deadlines or entry < self._deadlines[0]
             heapq.heappush(self._deadlines, entry)
-            if earliest:
+            if earliest or len(self._deadlines) > self.compact_at:
                 self._changed.set()
 
     def _due(self, now_ms: int) -> dict[int, list[StoredRecord]]:
@@ -63,6 +74,8 @@ class Expiry:
     async def run(self) -> None:
         """Expire what is due, then sleep until the next deadline (runs until cancelled)."""
         while True:
+            if len(self._deadlines) > self.compact_at:
+                await self._compact()
             now_ms = int(time.time() * 1000)
             for queue_id, records in self._due(now_ms).items():
                 await self._expire(queue_id, records, now_ms)
@@ -73,6 +86,29 @@ class Expiry:
             # Wake at the next deadline, or earlier when an earlier one arrives.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), wait_s)
+
+    async def _compact(self) -> None:
+        """Drop the entries of messages already gone (a busy queue with a one-hour
+        time-to-be-received held an hour of its traffic here). Deadlines arriving meanwhile go
+        to a fresh heap; one of the old ones falling due meanwhile waits for the end (a few
+        ms a piece)."""
+        old, self._deadlines = self._deadlines, []
+        live: dict[int, KeysView[int]] = {}
+        store = self._qm.store
+        kept = []
+        for start in range(0, len(old), _COMPACT_PIECE):
+            for entry in itertools.islice(old, start, start + _COMPACT_PIECE):
+                seqs = live.get(entry[1])
+                if seqs is None:
+                    seqs = live[entry[1]] = store.seqs(entry[1])
+                if entry[2] in seqs:
+                    kept.append(entry)
+            await asyncio.sleep(0)
+        kept += self._deadlines
+        heapq.heapify(kept)
+        self._deadlines = kept
+        self.compact_at = max(2 * len(kept), _COMPACT_MIN)
+        server_log.debug("expiry deadlines compacted: %d -> %d", len(old), len(kept))
 
     async def _expire(self, queue_id: int, records: list[StoredRecord], now_ms: int) -> None:
         queue = self._qm.queue_by_id(queue_id)

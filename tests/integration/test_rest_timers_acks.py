@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gateway.appkeys import STATE_KEY
 from gateway.settings import Settings
 from tests.helpers import ready_client
 
@@ -57,6 +58,24 @@ async def test_receive_timeout_lands_in_the_right_dead_letter_queue_on_time(
     assert await _messages(client, "plain") == []
     assert await _messages(client, "private$/tx") == []
     assert len(await _messages(client, "system$;deadletter")) == 1, "no deadletter asked: gone"
+
+
+async def test_deadlines_of_messages_gone_are_dropped_and_the_rest_still_expire(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    client = await _client(aiohttp_client, settings_factory())
+    await client.put("/v1/queues/plain", json={})
+    expiry = client.server.app[STATE_KEY].queue_manager.expiry
+    for _ in range(30):
+        await client.post("/v1/queues/plain/messages", data=b"x",
+                          headers={"Mq-Time-To-Be-Received": "3600"})
+    received = await (await client.post("/v1/queues/plain/receive?max=30")).json()
+    assert len(received["messages"]) == 30 and len(expiry) == 30, "received: entries stay"
+    expiry.compact_at = 20  # the next deadline brings a compaction
+    await client.post("/v1/queues/plain/messages", data=b"late", headers={
+        "Mq-Time-To-Be-Received": "0.3", "Mq-Journal": "deadletter"})
+    [dead] = await _wait_for(client, "system$;deadletter", 1)
+    assert base64.b64decode(dead["body_base64"]) == b"late"
+    assert len(expiry) == 0
 
 
 async def test_timers_survive_a_restart(aiohttp_client: Any,
