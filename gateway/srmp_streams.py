@@ -221,6 +221,8 @@ class IncomingStreams:
             await asyncio.sleep(0)
         await self.store.save_stream_state(b"".join(parts))
         self.held.checkpointed(positions)
+        for _ in self.held.forget_covered(SNAPSHOT_PART_STREAMS):
+            await asyncio.sleep(0)
         gone, self._stale = self._stale, []
         for count, (key, record) in enumerate(covered.items(), 1):
             async with self.hold(key):

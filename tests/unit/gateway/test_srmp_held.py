@@ -56,6 +56,10 @@ def test_a_checkpoint_covers_what_it_lists_and_forgets_the_rest() -> None:
     held.hold(_record(6), B, 2)
     assert held.to_write([_record(6)]) == {B}, "B forgotten: nothing is on disk for it"
     assert len(held) == 3, "3 of A, and 4 and 6 of B"
+    assert held.entries == 5
+    assert sum(1 for _ in held.forget_covered(2)) == 3, "five entries, two a step"
+    assert held.entries == 3 and len(held) == 3, "1 and 2 of A dropped"
+    assert held.to_write([_record(3), _record(4)]) == {A, B}
 
 
 def test_a_position_written_while_a_checkpoint_is_saved_still_counts() -> None:
