@@ -1,11 +1,13 @@
 """Time-to-be-received expiry: a heap of deadlines and one task, never a scan of the queues.
 
 The heap is filled at start from the records (their deadline is stored with them, so timers
-survive restarts) and on each arrival. A message received before its deadline leaves its entry
-behind (found gone when it falls due), so when the heap has grown to twice what it held after
-its last clean-up it is compacted, a piece per loop iteration (``_compact``). At a deadline the message is removed — to the
+survive restarts) and on each arrival. At a deadline the message is removed — to the
 dead-letter queue when its journal level is ``deadletter``, with class NACK_RECEIVE_TIMEOUT,
 and with a negative acknowledgement when its level asks (``QueueManager.finish``).
+
+A message received before its deadline leaves its entry behind (found gone when it falls
+due), so when the heap has grown to twice what it held after its last clean-up it is
+compacted, a piece per loop iteration (``_compact``).
 """
 
 from __future__ import annotations
