@@ -33,6 +33,7 @@ class InFlight:
                 del self._by_queue[queue_id]
 
     def discard_many(self, records: Iterable[Placed]) -> None:
+        """``discard`` of a batch's records, inlined: it runs once per message sent."""
         by_queue = self._by_queue
         for record in records:
             pending = by_queue.get(record.queue_id)
