@@ -50,9 +50,9 @@ class Expiry:
         """Deadlines held, those of messages already gone included."""
         return len(self._deadlines)
 
-    def track(self, queue: Queue, record: StoredRecord) -> None:
-        if record.expires_ms and not queue.is_dead_letter and not queue.path.journal:
-            entry = (record.expires_ms, queue.queue_id, record.seq)
+    def track(self, queue: Queue, seq: int, expires_ms: int) -> None:
+        if expires_ms and not queue.is_dead_letter and not queue.path.journal:
+            entry = (expires_ms, queue.queue_id, seq)
             earliest = not self._deadlines or entry < self._deadlines[0]
             heapq.heappush(self._deadlines, entry)
             if earliest or len(self._deadlines) > self.compact_at:

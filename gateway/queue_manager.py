@@ -145,19 +145,19 @@ class QueueManager:
              ) -> Queue:
         queue = Queue(info, path, QueueSettings.from_properties(info.properties, problems),
                       [collections.deque() for _ in range(PRIORITIES)])
-        for record in self.store.records(info.queue_id):
-            self._index(queue, record)
+        for seq, priority, expires_ms in self.store.timings(info.queue_id):
+            self._place(queue, seq, priority, expires_ms)  # no record built: start-up
         self._queues[path.canonical] = queue
         self._by_id[info.queue_id] = queue
         return queue
 
-    def _index(self, queue: Queue, record: StoredRecord) -> None:
-        self.expiry.track(queue, record)
-        lane = queue.order[0 if queue.settings.transactional else 7 - record.priority]
-        if lane and lane[-1] > record.seq:  # a late commit (two-phase): keep sequence order
-            lane.insert(bisect.bisect_left(lane, record.seq), record.seq)
+    def _place(self, queue: Queue, seq: int, priority: int, expires_ms: int) -> None:
+        self.expiry.track(queue, seq, expires_ms)
+        lane = queue.order[0 if queue.settings.transactional else 7 - priority]
+        if lane and lane[-1] > seq:  # a late commit (two-phase): keep sequence order
+            lane.insert(bisect.bisect_left(lane, seq), seq)
         else:
-            lane.append(record.seq)
+            lane.append(seq)
 
     async def register(self, path: QueuePath, settings: QueueSettings, *,
                        journal_class: bool = False, extra: dict[str, str] | None = None
@@ -374,7 +374,7 @@ class QueueManager:
 
     def arrived(self, queue: Queue, record: StoredRecord) -> None:
         """A record became visible in ``queue`` (after a commit)."""
-        self._index(queue, record)
+        self._place(queue, record.seq, record.priority, record.expires_ms)
         queue.arrived.set()
 
     def message_id(self, queue: Queue, record: StoredRecord, props: MessageProperties) -> str:

@@ -16,7 +16,7 @@ because express messages held in RAM use it for their RAM key, a counter.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, KeysView
+from collections.abc import Iterable, Iterator, KeysView
 
 from store.framing import RecordFlags, record_flags, record_size
 from store.records import Placed, StoredRecord
@@ -145,6 +145,16 @@ class QueueIndex:
             return []
         return [unpack(queue_id, seq, entries[seq])
                 for seq in self._orders[queue_id].live(entries)]
+
+    def timings(self, queue_id: int) -> Iterator[tuple[int, int, int]]:
+        """(sequence, priority, expires_ms) of each live record in sequence order, read from
+        the packed entries without building records."""
+        entries = self._queues.get(queue_id)
+        if entries is None:
+            return
+        for seq in self._orders[queue_id].live(entries):
+            packed = entries[seq]
+            yield seq, packed >> _PRIORITY_SHIFT & 7, packed >> _EXPIRES_SHIFT & _MASK64
 
     def unordered(self, queue_id: int) -> list[StoredRecord]:
         return [unpack(queue_id, seq, packed)

@@ -457,6 +457,11 @@ class MessageStore:
         """Live records of a queue in sequence order."""
         return iter(self._index.ordered(queue_id))
 
+    def timings(self, queue_id: int) -> Iterator[tuple[int, int, int]]:
+        """(sequence, priority, expires_ms) of each live record of a queue in sequence
+        order, no record built (the gateway's delivery lanes and timers at start)."""
+        return self._index.timings(queue_id)
+
     def unordered(self, queue_id: int) -> Iterator[StoredRecord]:
         """Live records of a queue in no particular order (no sort: for counting)."""
         return iter(self._index.unordered(queue_id))

@@ -72,3 +72,15 @@ def test_recovery_pauses_the_collector_and_restores_it(enabled: bool) -> None:
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()
+
+
+@given(st.lists(records, max_size=40, unique_by=lambda r: r.seq))
+def test_timings_read_from_the_packed_entries_match_the_records(found: list[StoredRecord]
+                                                                 ) -> None:
+    index = QueueIndex()
+    index.add_many([r._replace(queue_id=1) for r in found])
+    if found:
+        index.pop_packed(1, found[0].seq)
+    assert list(index.timings(1)) == [(r.seq, r.priority, r.expires_ms)
+                                      for r in index.ordered(1)]
+    assert list(index.timings(2)) == []
