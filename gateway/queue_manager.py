@@ -24,6 +24,7 @@ from gateway.dedup import DedupWindow, srmp_keyed_entry
 from gateway.internal_queues import DEDUP_QUEUE, INTERNAL_QUEUES, is_internal
 from gateway.expiry import Expiry
 from gateway.logs import server_log
+from gateway.purge import purge_queue
 from gateway.queue_settings import QueueSettings
 from gateway.seen_ids import SeenIds, locate
 from gateway.store_errors import store_call
@@ -252,16 +253,7 @@ class QueueManager:
                     ) -> int:
         """Remove every message that is not being received right now; return how many.
         Messages whose acknowledgement level asks get a negative acknowledgement."""
-        queue = self.queue(name)
-        records = [r for r in self.store.records(queue.queue_id) if r.seq not in queue.reserved]
-        for start in range(0, len(records), 1000):
-            await self.finish(queue, records[start: start + 1000], ack=reason)
-        gone = {r.seq for r in records}
-        for lane in queue.order:
-            kept = [seq for seq in lane if seq not in gone]
-            lane.clear()
-            lane.extend(kept)
-        return len(records)
+        return await purge_queue(self, self.queue(name), reason)
 
     # ---- send ----------------------------------------------------------------------------
 

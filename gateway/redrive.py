@@ -20,9 +20,10 @@ from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
 from gateway.store_errors import store_call
 from store.records import SendSpec, StoredRecord
 
-__all__ = ["Redrive", "RedriveFilter"]
+__all__ = ["Redrive", "RedriveFilter", "SCAN_STEP"]
 
 _DEAD_EXTRAS = ("dead_letter_class", "source_queue", "dead_lettered_at_ms")
+SCAN_STEP = 500  # dead letters decoded per turn of the event loop while choosing
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,22 +77,40 @@ class Redrive:
 
     async def bulk(self, dead_queue: str, flt: RedriveFilter, target: str | None) -> int:
         queue = self._dead_letter_queue(dead_queue)
-        chosen: list[StoredRecord] = []
-        for record in self.qm.store.records(queue.queue_id):
-            if record.seq in queue.reserved:
-                continue
-            if flt.matches(self.qm.decode(queue, record)):
-                chosen.append(record)
-                if len(chosen) >= flt.limit:
-                    break
+        chosen = await self._choose(queue, flt)
         moved = 0
         batch = max(1, int(self.rate_per_s // 10))
         for start in range(0, len(chosen), batch):
             began = time.monotonic()
-            moved += len(await self._move(queue, chosen[start: start + batch], target))
+            # Chosen over several turns of the loop: one may have been removed or taken since.
+            records = [r for r in chosen[start: start + batch] if r.seq not in queue.reserved
+                       and self.qm.store.record(queue.queue_id, r.seq) is not None]
+            if records:
+                moved += len(await self._move(queue, records, target))
             # Rate limit: one batch per tenth of a second at most.
             await asyncio.sleep(max(0.0, 0.1 - (time.monotonic() - began)))
         return moved
+
+    async def _choose(self, queue: Queue, flt: RedriveFilter) -> list[StoredRecord]:
+        """Up to ``flt.limit`` matching dead letters, oldest first, decoded ``SCAN_STEP`` at
+        a time with a turn of the event loop between steps: a filter that matches few of a
+        million dead letters decodes them all (~5 us each), which must not stall the loop."""
+        store = self.qm.store
+        chosen: list[StoredRecord] = []
+        after = 0
+        while len(chosen) < flt.limit:
+            records = store.first_records(queue.queue_id, after, SCAN_STEP)
+            if not records:
+                break
+            after = records[-1].seq
+            for record in records:
+                if record.seq not in queue.reserved and flt.matches(
+                        self.qm.decode(queue, record)):
+                    chosen.append(record)
+                    if len(chosen) >= flt.limit:
+                        break
+            await asyncio.sleep(0)
+        return chosen
 
     async def _move(self, queue: Queue, records: list[StoredRecord], target: str | None
                     ) -> list[ReceivedMessage]:

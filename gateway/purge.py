@@ -1,0 +1,67 @@
+"""Purge: remove a queue's waiting messages in steps, so a queue of millions never stalls the loop.
+
+Why steps: the purge used to list every record of the queue first (an index entry unpacked into
+a record each: ~1.5 s on the event loop for 1,000,000 messages) and to rebuild every delivery
+lane at the end. Here messages are taken ``STEP`` at a time in sequence order (the index's
+sequence order finds a step in O(step)), removed in one store commit a step (with their
+negative acknowledgements), and dropped from the heads of the delivery lanes as they go.
+
+What is purged: every message below the queue's readable end when the purge starts that is not
+being received at that step. A message that arrives meanwhile stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from gateway.msmq.classes import MessageClass
+
+if TYPE_CHECKING:
+    from gateway.queue_manager import Queue, QueueManager
+
+__all__ = ["purge_queue", "STEP"]
+
+STEP = 1000  # messages removed per store commit (and per turn of the event loop at most)
+
+
+async def purge_queue(qm: QueueManager, queue: Queue, reason: MessageClass) -> int:
+    """Remove the waiting messages of ``queue``; return how many were removed."""
+    store = qm.store
+    end = store.readable_end(queue.queue_id)
+    after = 0
+    purged = 0
+    while after < end - 1:
+        records = [r for r in store.first_records(queue.queue_id, after, STEP) if r.seq < end]
+        if not records:
+            break
+        after = records[-1].seq
+        chosen = [r for r in records if r.seq not in queue.reserved]
+        if not chosen:
+            await asyncio.sleep(0)
+            continue
+        seqs = [r.seq for r in chosen]
+        # Reserved while their removal is being committed: a receive meanwhile skips them.
+        queue.reserved.update(seqs)
+        try:
+            await qm.finish(queue, chosen, ack=reason)
+        finally:
+            queue.reserved.difference_update(seqs)
+        purged += len(chosen)
+        _drop_heads(qm, queue, after)
+    return purged
+
+
+def _drop_heads(qm: QueueManager, queue: Queue, upto: int) -> None:
+    """Pop the lanes' entries up to ``upto`` whose message is gone (lanes are in sequence
+    order; a message still there — received meanwhile and given back — keeps its place). An
+    entry left behind out of order is harmless: taking and peeking skip gone messages."""
+    record = qm.store.record
+    queue_id = queue.queue_id
+    for lane in queue.order:
+        kept: list[int] = []
+        while lane and lane[0] <= upto:
+            seq = lane.popleft()
+            if record(queue_id, seq) is not None:
+                kept.append(seq)
+        lane.extendleft(reversed(kept))

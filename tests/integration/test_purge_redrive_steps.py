@@ -1,0 +1,122 @@
+"""Purge and bulk requeue of big queues work in steps: the event loop turns between them, the
+queue is never listed whole, and what happens meanwhile (arrivals, receives) is respected."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from gateway.appkeys import STATE_KEY
+from gateway.batch import send_batch
+from gateway.msmq.classes import MessageClass
+from gateway.msmq.message import MessageProperties
+from gateway.purge import STEP
+from gateway.queue_manager import QueueManager
+from gateway.redrive import SCAN_STEP, Redrive, RedriveFilter
+from gateway.settings import Settings
+from tests.helpers import ready_client
+
+DEAD = "system$;deadletter"
+
+
+async def _qm(aiohttp_client: Any, settings: Settings) -> QueueManager:
+    client = await ready_client(aiohttp_client, settings)
+    assert (await client.put("/v1/queues/big", json={})).status in (200, 201)
+    qm: QueueManager = client.server.app[STATE_KEY].queue_manager
+    return qm
+
+
+async def _fill(qm: QueueManager, count: int, properties: MessageProperties) -> None:
+    for start in range(0, count, 250):
+        await send_batch(qm, [("big", b"m%d" % i, properties)
+                              for i in range(start, min(count, start + 250))])
+
+
+def _lanes(qm: QueueManager) -> list[int]:
+    return [seq for lane in qm.queue("big").order for seq in lane]
+
+
+async def test_purge_goes_in_steps_and_spares_what_arrives_meanwhile(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    qm = await _qm(aiohttp_client, settings_factory())
+    total = 2 * STEP + 500
+    await _fill(qm, total, MessageProperties())
+    asked: list[int] = []
+    first_records = qm.store.first_records
+
+    def spy(queue_id: int, after: int, limit: int) -> Any:
+        asked.append(limit)
+        return first_records(queue_id, after, limit)
+
+    def whole(queue_id: int) -> Any:
+        raise AssertionError("the purge listed the whole queue")
+
+    qm.store.first_records = spy  # type: ignore[method-assign]
+    qm.store.records = whole  # type: ignore[method-assign]
+    purge = asyncio.create_task(qm.purge("big"))
+    await asyncio.sleep(0)  # the purge has fixed its end and is committing its first step
+    [late] = await send_batch(qm, [("big", b"late", MessageProperties())])
+    # A receive meanwhile never gets a message whose removal is being committed.
+    taken = await qm.receive("big", max_messages=10, wait_s=0)
+    assert all(m.seq > STEP for m in taken), [m.seq for m in taken]
+    purged = await purge
+    assert purged + len(taken) == total
+    assert asked and max(asked) <= STEP and len(asked) >= 3
+    assert qm.store.count(qm.queue("big").queue_id) == 1
+    assert _lanes(qm) == [late.seq], "the lanes keep only the message that came later"
+    peeked = qm.peek("big")
+    assert peeked is not None and peeked.body == b"late"
+
+
+async def test_purge_leaves_a_message_being_received_in_its_place(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    qm = await _qm(aiohttp_client, settings_factory())
+    await _fill(qm, 30, MessageProperties())
+    queue = qm.queue("big")
+    [held] = await qm.wait_and_take(queue, 1, 0)
+    assert await qm.purge("big") == 29
+    qm.release(queue, held, removed=False)
+    assert _lanes(qm) == [held.seq]
+    [again] = await qm.receive("big", max_messages=5, wait_s=0)
+    assert again.seq == held.seq
+
+
+async def test_bulk_requeue_decodes_in_steps_with_the_loop_turning(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    qm = await _qm(aiohttp_client, settings_factory())
+    total = 2 * SCAN_STEP + 200
+    await _fill(qm, total, MessageProperties(journal="deadletter"))
+    queue = qm.queue("big")
+    records = list(qm.store.first_records(queue.queue_id, 0, total))
+    # Only the newest 100 become dead letters of the class the requeue looks for.
+    split = total - 100
+    await qm.finish(queue, records[:split], ack=MessageClass.NACK_RECEIVE_TIMEOUT,
+                    dead_letter=MessageClass.NACK_RECEIVE_TIMEOUT)
+    await qm.finish(queue, records[split:], ack=MessageClass.NACK_Q_PURGED,
+                    dead_letter=MessageClass.NACK_Q_PURGED)
+    turns = 0
+    stop = False
+
+    async def ticker() -> None:
+        nonlocal turns
+        while not stop:
+            turns += 1
+            await asyncio.sleep(0)
+
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    redrive = Redrive(qm, rate_per_s=1000)
+    chosen = await redrive._choose(qm.queue(DEAD), RedriveFilter(
+        message_class=MessageClass.NACK_Q_PURGED.msmq_name, limit=60))
+    during = turns
+    stop = True
+    await ticking
+    assert during >= 2, "the loop turned while dead letters were decoded"
+    assert len(chosen) == 60
+    bodies = [qm.decode(qm.queue(DEAD), r).body for r in chosen]
+    assert bodies == [b"m%d" % i for i in range(split, split + 60)]
+    moved = await redrive.bulk(DEAD, RedriveFilter(
+        message_class=MessageClass.NACK_Q_PURGED.msmq_name, limit=60), "big")
+    assert moved == 60
+    assert qm.store.count(queue.queue_id) == 60
