@@ -100,6 +100,16 @@ class AuditingFileOps:
         with self._touching(self._fd_paths.get(fd)):
             self._inner.fdatasync(fd)
 
+    def open_synced(self, path: Path) -> int:
+        fd = self._inner.open_synced(path)
+        self._fd_paths[fd] = path
+        return fd
+
+    def pwritev_synced(self, fd: int, buffers: Sequence[bytes | memoryview],
+                       offset: int) -> None:
+        with self._touching(self._fd_paths.get(fd)):
+            self._inner.pwritev_synced(fd, buffers, offset)
+
     def fsync_dir(self, path: Path) -> None:
         self._inner.fsync_dir(path)
 

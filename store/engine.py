@@ -5,7 +5,8 @@ so nothing here takes locks. The event loop never calls it directly.
 
 A batch (``write_batch``) is:
 1. place every new record (allocate, assign LSN and queue sequence, encode);
-2. write them with ``pwritev`` and ``fdatasync`` every segment written;
+2. write them and sync every segment written (``store.runs``: a segment written in one run,
+   the commonest case, by one ``O_DSYNC`` write);
 3. append the batch's QMLog entries (removals, transaction outcomes) and ``fdatasync`` the log;
 4. apply the lazy changes: state bytes rewritten in place (made durable by the next
    checkpoint), bitmaps updated, prepared transactions remembered.
@@ -55,6 +56,7 @@ from store.options import StoreOptions
 from store.pingpong import PingPong
 from store.qmlog import QMLog
 from store.records import Job, Placed, PreparedTx, SendSpec, StoredRecord
+from store.runs import Parts, SyncedWrites
 from store.segment import Segment, segment_name
 
 __all__ = ["Engine", "SegmentState"]
@@ -64,8 +66,6 @@ _TRANSACTIONAL = RecordFlags.TRANSACTIONAL.value
 _JOURNAL = RecordFlags.JOURNAL.value
 _EXPRESS = RecordFlags.EXPRESS.value
 _OFFSET = operator.attrgetter("offset")
-_FIRST = operator.itemgetter(0)
-Parts = tuple[bytes, bytes | memoryview, bytes]  # a record as encode_record_parts gives it
 
 
 @dataclass(slots=True)
@@ -111,6 +111,7 @@ class Engine:
         self.unheld.set()
         self.last_cleanup = time.monotonic()
         self.payload_max = max_payload(options.segment_size)
+        self.synced_writes = SyncedWrites()
 
     # ---- batches -------------------------------------------------------------------------
 
@@ -147,11 +148,7 @@ class Engine:
                     self._place_appends(appends, writes, placed)
             if placed:
                 self.occupy_many(placed)
-            for number, items in writes.items():
-                self._write_segment(number, items)
-            for number in writes:
-                if self.segments[number].segment.kind != "r":  # express: never synced
-                    self.segments[number].segment.sync()
+            self.synced_writes.write({n: self.segments[n].segment for n in writes}, writes)
             entries = self._log_entries(others)
             if entries:
                 wrap_lsn = self._take_lsn()
@@ -339,21 +336,6 @@ class Engine:
             oldest = min(r.lsn for r in items)
             state.oldest_lsn = min(state.oldest_lsn or oldest, oldest)
             state.bitmap_dirty = True
-
-    def _write_segment(self, number: int, items: list[tuple[int, Parts]]) -> None:
-        """One ``pwritev`` per run of adjacent records (each record is header, payload and
-        padding: three buffers, the payload never copied, an empty one kept)."""
-        items.sort(key=_FIRST)
-        segment = self.segments[number].segment
-        run_start = run_end = items[0][0]
-        run: list[bytes | memoryview] = []
-        for offset, parts in items:
-            if offset != run_end:
-                segment.write(run_start, run, run_end - run_start)
-                run_start, run = offset, []
-            run += parts  # an empty payload or padding is a harmless empty iovec
-            run_end = offset + len(parts[0]) + len(parts[1]) + len(parts[2])
-        segment.write(run_start, run, run_end - run_start)
 
     def _log_entries(self, jobs: Sequence[Job]) -> list[tuple[EntryKind, int, tuple[Ref, ...]]]:
         entries: list[tuple[EntryKind, int, tuple[Ref, ...]]] = []

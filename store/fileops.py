@@ -32,6 +32,16 @@ class FileOps(Protocol):
 
     def fdatasync(self, fd: int) -> None: ...
 
+    def open_synced(self, path: Path) -> int:
+        """A second descriptor of an existing file whose writes return once durable
+        (``O_DSYNC``): a write and its sync in one call (see ``store/runs.py``)."""
+        ...
+
+    def pwritev_synced(self, fd: int, buffers: Sequence[bytes | memoryview],
+                       offset: int) -> None:
+        """``pwritev`` on an ``open_synced`` descriptor: an error is a failed sync."""
+        ...
+
     def fsync_dir(self, path: Path) -> None: ...
 
     def size(self, fd: int) -> int: ...
@@ -81,6 +91,13 @@ class RealFileOps:
 
     def fdatasync(self, fd: int) -> None:
         os.fdatasync(fd)
+
+    def open_synced(self, path: Path) -> int:
+        return os.open(path, os.O_RDWR | os.O_DSYNC | os.O_CLOEXEC)
+
+    def pwritev_synced(self, fd: int, buffers: Sequence[bytes | memoryview],
+                       offset: int) -> None:
+        self.pwritev(fd, buffers, offset)
 
     def fsync_dir(self, path: Path) -> None:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

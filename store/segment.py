@@ -57,6 +57,7 @@ class Segment:
         self._map: mmap.mmap | None = ops.map_readonly(fd, mapped_bytes)
         self.view = memoryview(self._map)
         self.mapped_bytes = mapped_bytes
+        self._synced_fd: int | None = None  # opened on the first write_synced
 
     @property
     def kind(self) -> str:
@@ -138,6 +139,29 @@ class Segment:
             self.ops.pwritev(self.fd, chunk, offset)
             offset += sum(map(len, chunk))
 
+    def write_synced(self, offset: int, buffers: Sequence[bytes | memoryview],
+                     total: int) -> None:
+        """``write`` and its ``sync`` in one call per IOV_MAX buffers (an ``O_DSYNC``
+        descriptor): the caller's thread holds no GIL from the write to the durable end."""
+        assert offset >= SEGMENT_HEADER_SIZE
+        assert offset + total <= self.mapped_bytes
+        fd = self._synced_fd
+        if fd is None:
+            fd = self._synced_fd = self.ops.open_synced(self.path)
+        if len(buffers) <= _IOV_MAX:
+            self.ops.pwritev_synced(fd, buffers, offset)
+            return
+        for start in range(0, len(buffers), _IOV_MAX):
+            chunk = buffers[start: start + _IOV_MAX]
+            self.ops.pwritev_synced(fd, chunk, offset)
+            offset += sum(map(len, chunk))
+
+    def close_synced(self) -> None:
+        """Close the ``O_DSYNC`` descriptor (idempotent; the next ``write_synced`` reopens)."""
+        if self._synced_fd is not None:
+            self.ops.close(self._synced_fd)
+            self._synced_fd = None
+
     def write_byte(self, offset: int, value: int) -> None:
         assert SEGMENT_HEADER_SIZE <= offset < self.mapped_bytes
         self.ops.pwrite(self.fd, bytes((value,)), offset)
@@ -149,6 +173,7 @@ class Segment:
         return bytes(self.view[offset: offset + length])
 
     def close(self) -> None:
+        self.close_synced()
         if self._map is not None:
             self.view.release()
             self._map.close()

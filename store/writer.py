@@ -1,11 +1,12 @@
 """Group commit: one writer thread makes batches of jobs durable; the event loop awaits them.
 
-Handlers on the event loop ``submit`` a job and await its future. The thread takes everything
-pending (up to ``group_commit_bytes_max`` of payload), calls ``Engine.write_batch`` — one
-``fdatasync`` per file for the whole batch — and hands the batch back to the loop with one
-``call_soon_threadsafe``. Between batches it checkpoints every ``checkpoint_interval_s`` and
-deletes empty segments every ``cleanup_interval_s``. The loop never waits on a lock held across
-I/O: the only shared structure is the pending list, guarded by a condition variable.
+Handlers on the event loop ``submit`` a job and await its future. The thread takes half of
+what is pending (at least ``_BATCH_JOBS_MIN`` jobs, at most ``group_commit_bytes_max`` of
+payload), calls ``Engine.write_batch`` — one sync per file for the whole batch — and hands the
+batch back to the loop with one ``call_soon_threadsafe``. Between batches it checkpoints every
+``checkpoint_interval_s`` and deletes empty segments every ``cleanup_interval_s``. The loop
+never waits on a lock held across I/O: the only shared structure is the pending list, guarded
+by a lock.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ __all__ = ["GroupCommitter"]
 
 # Jobs waiting for the writer, at most: beyond it ``submit`` makes callers wait (back-pressure).
 _PENDING_JOBS_MAX = 65_536
+# A batch takes half of what is pending (at least this many jobs): a burst of closed-loop
+# committers then splits into two groups, and the loop resumes one group while the other is
+# written and synced (store/runs.py: the sync holds no GIL). Taking everything kept the loop,
+# the framing and the disk in series. Store commits at C = 64: +10-15% (A/B runs).
+_BATCH_JOBS_MIN = 32
 
 
 class GroupCommitter:
@@ -109,11 +115,12 @@ class GroupCommitter:
                 return None
             size = 0
             count = 0
+            most = max(_BATCH_JOBS_MIN, (len(self._pending) + 1) // 2)
             for job, _ in self._pending:
                 for send in job.sends:
                     size += len(send.payload)
                 count += 1
-                if size >= self._batch_bytes_max:
+                if size >= self._batch_bytes_max or count >= most:
                     break
             batch, self._pending = self._pending[:count], self._pending[count:]
             return batch

@@ -35,6 +35,17 @@ class FaultyFileOps(RealFileOps):
             raise OSError(errno.EIO, "Input/output error (injected)")
         super().fdatasync(fd)
 
+    def pwritev_synced(self, fd: int, buffers: Sequence[bytes | memoryview],
+                       offset: int) -> None:
+        """A write that is its own sync: torn like a ``pwritev``, failing like a sync."""
+        if self.torn_write_bytes is not None and not self.torn_on_pwrite:
+            self.pwritev(fd, buffers, offset)  # raises SimulatedCrash
+        with self._lock:
+            self.syncs += 1
+        if self.eio_on_fdatasync:
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        super().pwritev_synced(fd, buffers, offset)
+
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> None:
         if self.torn_on_pwrite and self.torn_write_bytes is not None:
             kept = bytes(data)[: self.torn_write_bytes]
