@@ -1,7 +1,9 @@
 """The store engine: the state the writer thread owns, and the blocking work it does.
 
 One thread calls into an ``Engine`` (the group-commit writer, or recovery before it starts),
-so nothing here takes locks. The event loop never calls it directly.
+so nothing here takes locks; the segment preparer (``store.spare``) calls only
+``make_segment``, which touches no engine state, and ``_fail``. The event loop never calls it
+directly.
 
 A batch (``write_batch``) is:
 1. place every new record (allocate, assign LSN and queue sequence, encode);
@@ -58,6 +60,7 @@ from store.qmlog import QMLog
 from store.records import Job, Placed, PreparedTx, SendSpec, StoredRecord
 from store.runs import Parts, SyncedWrites
 from store.segment import Segment, segment_name
+from store.spare import Made, SegmentPreparer
 
 __all__ = ["Engine", "SegmentState"]
 
@@ -112,6 +115,7 @@ class Engine:
         self.last_cleanup = time.monotonic()
         self.payload_max = max_payload(options.segment_size)
         self.synced_writes = SyncedWrites()
+        self.preparer: SegmentPreparer | None = None
 
     # ---- batches -------------------------------------------------------------------------
 
@@ -289,22 +293,41 @@ class Engine:
         return place
 
     def _add_segment(self, kind: str) -> SegmentState:
-        number = self.next_segment
-        try:
-            segment = Segment.create(self.ops, self.data_dir.storage, kind=kind, number=number,
-                                     size=self.options.segment_size, nonce=self.nonce)
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFull(f"no space for a new {self.options.segment_size}-byte segment "
-                               f"in {self.data_dir.storage}") from exc
-            raise
-        self.next_segment += 1
+        preparer = None if kind == "r" else self.preparer  # express segments: never ahead
+        made = preparer.take(kind) if preparer is not None else None
+        if made is None:
+            try:
+                made = self.make_segment(kind, self.next_segment)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFull(f"no space for a new {self.options.segment_size}-byte "
+                                   f"segment in {self.data_dir.storage}") from exc
+                raise
+            self.next_segment += 1
+        segment, lfile = made
+        if preparer is not None:
+            preparer.ensure(kind, self._reserve_segment)
+        state = SegmentState(segment, lfile, GranuleBitmap(self.options.segment_size))
+        self.segments[segment.number] = state
+        self.allocators[kind].add_area(Area(segment.number, SEGMENT_HEADER_SIZE, segment.size))
+        return state
+
+    def make_segment(self, kind: str, number: int) -> Made:
+        """Create a data segment and its ``l`` file (any thread: touches no engine state)."""
+        segment = Segment.create(self.ops, self.data_dir.storage, kind=kind, number=number,
+                                 size=self.options.segment_size, nonce=self.nonce)
         lfile = None if kind == "r" else LFile.open(
             self.ops, self.data_dir.storage / segment_name("l", number), self.options.segment_size)
-        state = SegmentState(segment, lfile, GranuleBitmap(self.options.segment_size))
-        self.segments[number] = state
-        self.allocators[kind].add_area(Area(number, SEGMENT_HEADER_SIZE, segment.size))
-        return state
+        return segment, lfile
+
+    def _reserve_segment(self) -> int:
+        number = self.next_segment
+        self.next_segment += 1
+        return number
+
+    def start_preparing(self) -> None:
+        """Make data segments ahead of need from now on (``store.spare``)."""
+        self.preparer = SegmentPreparer(self.make_segment, self._fail)
 
     def _occupy(self, record: StoredRecord) -> None:
         state = self.segments[record.segment]
@@ -529,7 +552,14 @@ class Engine:
 
     def close(self) -> None:
         """Write a final checkpoint (a fast next start) and close every file; express segments
-        are deleted (their messages do not outlive the process)."""
+        are deleted (their messages do not outlive the process). Segments made ahead and not
+        used stay on disk, empty: the next start takes them like any other."""
+        if self.preparer is not None:
+            for segment, lfile in self.preparer.stop():
+                segment.close()
+                if lfile is not None:
+                    lfile.close()
+            self.preparer = None
         if self.failed is None:
             self.checkpoint()
         for state in self.segments.values():

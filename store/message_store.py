@@ -166,6 +166,8 @@ class MessageStore:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer thread; async calls may be made on ``loop`` from now on."""
         assert self._writer is None
+        if self.options.segments_ahead:
+            self._engine.start_preparing()
         self._writer = GroupCommitter(self._engine, loop, self._on_durable)
         self._audit_thread = threading.Thread(target=self._audit_loop, name="store-audit",
                                               daemon=True)

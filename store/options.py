@@ -21,6 +21,9 @@ class StoreOptions:
     qmlog_size: int = 16 << 20
     group_commit_bytes_max: int = 512 << 10
     audit_interval_s: float = 60.0
+    # Data segments made ahead of need by a thread of their own (store.spare); off only in
+    # tests that need every file operation on the writer thread.
+    segments_ahead: bool = True
 
     def __post_init__(self) -> None:
         assert self.segment_size >= 64 << 10, "segment_size below 64 KiB"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,26 +23,51 @@ def _bodies(store: MessageStore, queue_id: int) -> list[bytes]:
     return [store.read(r) for r in store.records(queue_id)]
 
 
+async def made_ahead(store: MessageStore, kind: str = "p") -> int:
+    """Wait until the segment preparer has the next segment of ``kind`` ready; its number."""
+    preparer = store._engine.preparer
+    assert preparer is not None
+    for _ in range(500):
+        with preparer._lock:
+            ready = preparer._ready.get(kind)
+        if ready is not None:
+            return ready[0].number
+        await asyncio.sleep(0.01)
+    raise AssertionError("no segment made ahead")
+
+
+async def until_failed(store: MessageStore) -> str:
+    """Wait until the store fail-stops (an error on another thread); the reason."""
+    for _ in range(500):
+        if store.failed is not None:
+            return store.failed
+        await asyncio.sleep(0.01)
+    raise AssertionError("the store did not stop")
+
+
 async def test_enospc_refuses_new_writes_but_reads_and_removals_go_on(tmp_path: Path) -> None:
     ops = FaultyFileOps()
     store = await open_store(tmp_path, OPTIONS, ops)
     kept = [await store.append(SendSpec(1, bytes([i]) * 20000)) for i in range(3)]
+    await made_ahead(store)
     ops.enospc_on_allocate = True
+    # The segment made before the disk filled takes three more; none can be made after it.
+    kept += [await store.append(SendSpec(1, bytes([i]) * 20000)) for i in range(3, 6)]
     used, end = store.quotas.machine_used, store.readable_end(1)
     with pytest.raises(DiskFull):
-        await store.append(SendSpec(1, bytes(20000)))  # needs a second segment
+        await store.append(SendSpec(1, bytes(20000)))  # needs a third segment
     assert store.failed is None, "a full disk is not a fail-stop"
     assert store.quotas.machine_used == used, "the refused message's charge is given back"
     assert store.readable_end(1) == end + 1, "its number is no longer in flight (nor used)"
-    assert _bodies(store, 1) == [bytes([i]) * 20000 for i in range(3)]
+    assert _bodies(store, 1) == [bytes([i]) * 20000 for i in range(6)]
     await store.remove(kept[:1])
-    assert store.count(1) == 2
+    assert store.count(1) == 5
     ops.enospc_on_allocate = False  # space freed: service resumes by itself
     await store.append(SendSpec(1, b"after"))
     await close_store(store)
     store = await open_store(tmp_path, OPTIONS)
     assert _bodies(store, 1)[-1] == b"after"
-    assert store.count(1) == 3
+    assert store.count(1) == 6
     await close_store(store)
 
 
@@ -48,9 +75,10 @@ async def test_enospc_inside_a_transaction_leaves_no_trace(tmp_path: Path) -> No
     ops = FaultyFileOps()
     store = await open_store(tmp_path, OPTIONS, ops)
     await store.append(SendSpec(1, bytes(30000)))
+    await made_ahead(store)
     ops.enospc_on_allocate = True
-    with pytest.raises(DiskFull):
-        await store.commit([SendSpec(2, bytes(20000)), SendSpec(2, bytes(20000))])
+    with pytest.raises(DiskFull):  # part goes to the segment made ahead, the rest finds none
+        await store.commit([SendSpec(2, bytes(20000)) for _ in range(6)])
     assert store.count(2) == 0
     ops.enospc_on_allocate = False
     await close_store(store)
@@ -64,6 +92,7 @@ async def test_eio_on_sync_fail_stops_and_is_never_retried(tmp_path: Path) -> No
     ops = FaultyFileOps()
     store = await open_store(tmp_path, OPTIONS, ops)
     await store.append(SendSpec(1, b"durable"))
+    await made_ahead(store)  # no sync of the preparer's after this point
     ops.eio_on_fdatasync = True
     with pytest.raises(StoreFailed):
         await store.append(SendSpec(1, b"lost"))
@@ -143,21 +172,34 @@ async def test_both_checkpoint_copies_damaged_means_full_rebuild(tmp_path: Path)
     await close_store(store)
 
 
-async def test_crash_while_creating_a_segment_leaves_nothing_behind(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ahead", [False, True], ids=["by-the-writer", "made-ahead"])
+async def test_crash_while_creating_a_segment_leaves_nothing_behind(tmp_path: Path,
+                                                                     ahead: bool) -> None:
     ops = FaultyFileOps()
-    store = await open_store(tmp_path, OPTIONS, ops)
+    store = await open_store(tmp_path, replace(OPTIONS, segments_ahead=ahead), ops)
     await store.append(SendSpec(1, bytes(40000)))
-    ops.torn_write_bytes = 0  # the header write of the next segment "dies"
-    ops.torn_on_pwrite = True
-    with pytest.raises(StoreFailed):
-        await store.append(SendSpec(1, bytes(40000)))  # needs a second segment
+    if ahead:  # segment 2 is made ahead; taking it asks for segment 3, whose header "dies"
+        assert await made_ahead(store) == 2
+        ops.torn_write_bytes = 0
+        ops.torn_on_pwrite = True
+        await store.append(SendSpec(1, bytes(40000)))
+        assert "making segment 3" in await until_failed(store)
+        with pytest.raises(StoreFailed):
+            await store.append(SendSpec(1, b"refused"))
+    else:
+        ops.torn_write_bytes = 0  # the header write of the next segment "dies"
+        ops.torn_on_pwrite = True
+        with pytest.raises(StoreFailed):
+            await store.append(SendSpec(1, bytes(40000)))  # needs a second segment
     await abandon_store(store)
-    assert not (tmp_path / "storage" / "p0000002.mq").exists(), "only whole segments get a name"
+    made = 3 if ahead else 2
+    assert not (tmp_path / "storage" / f"p000000{made}.mq").exists(), \
+        "only whole segments get a name"
     # What a kill -9 at that moment leaves (no exception handler runs): the temporary file.
     (tmp_path / "storage" / "p0000002.mq.tmp").write_bytes(b"")
     (tmp_path / "storage" / "p0000003.mq.tmp").write_bytes(bytes(4096))
     store = await open_store(tmp_path, OPTIONS)
     assert store.recovery.damaged == []
     assert not any(p.suffix == ".tmp" for p in (tmp_path / "storage").iterdir())
-    assert store.count(1) == 1
+    assert store.count(1) == (2 if ahead else 1)
     await close_store(store)

@@ -26,12 +26,23 @@ async def close_store(store: MessageStore) -> None:
     await asyncio.get_running_loop().run_in_executor(None, store.close)
 
 
-async def abandon_store(store: MessageStore) -> None:
-    """Stop without a final checkpoint, as a crash would, and let the directory go."""
+async def halt_threads(store: MessageStore) -> None:
+    """Stop the writer and the segment preparer as a crash would: nothing more written, no
+    final checkpoint (a preparer left running could still add a segment to the directory)."""
+    loop = asyncio.get_running_loop()
     writer = store._writer
     if writer is not None:
-        await asyncio.get_running_loop().run_in_executor(None, writer.stop)
+        await loop.run_in_executor(None, writer.stop)
         store._writer = None
+    preparer = store._engine.preparer
+    if preparer is not None:
+        await loop.run_in_executor(None, preparer.stop)
+        store._engine.preparer = None
+
+
+async def abandon_store(store: MessageStore) -> None:
+    """Stop without a final checkpoint, as a crash would, and let the directory go."""
+    await halt_threads(store)
     assert store._lock is not None
     store._lock.release()
     store._lock = None

@@ -15,7 +15,8 @@ from store.framing import RECORD_HEADER_SIZE, RecordFlags, max_payload
 from store.message_store import MessageStore
 from store.options import StoreOptions
 from store.records import SendSpec, StoredRecord
-from tests.store.conftest import SMALL, close_store, open_store
+from store.segment import segment_name
+from tests.store.conftest import SMALL, close_store, halt_threads, open_store
 
 Factory = Callable[..., "asyncio.Future[MessageStore]"]
 
@@ -160,12 +161,13 @@ async def test_cleanup_deletes_or_archives_empty_segments(tmp_path: Path) -> Non
         records = [await store.append(SendSpec(1, bytes(8000))) for _ in range(40)]
         assert len(list((root / "storage").glob("p*.mq"))) >= 5
         await store.remove(records)
+        # Left: one empty segment kept as a spare, and the next one made ahead (store.spare).
         for _ in range(100):
-            if len(list((root / "storage").glob("p*.mq"))) == 1:
+            if len(list((root / "storage").glob("p*.mq"))) == 2:
                 break
             await asyncio.sleep(0.05)
-        assert len(list((root / "storage").glob("p*.mq"))) == 1, "one spare is kept"
-        assert len(list((root / "storage").glob("l*.mq"))) == 1
+        assert len(list((root / "storage").glob("p*.mq"))) == 2, "one spare is kept"
+        assert len(list((root / "storage").glob("l*.mq"))) == 2
         archived = list((root / "storage" / "archive").glob("p*.mq")) if archive else []
         assert (len(archived) >= 4) == archive
         await close_store(store)
@@ -173,10 +175,12 @@ async def test_cleanup_deletes_or_archives_empty_segments(tmp_path: Path) -> Non
 
 async def test_journal_messages_go_to_j_segments(tmp_path: Path) -> None:
     store = await open_store(tmp_path)
-    await store.append(SendSpec(1, b"journal copy", journal=True))
-    await store.append(SendSpec(2, b"plain"))
-    assert len(list((tmp_path / "storage").glob("j*.mq"))) == 1
-    assert len(list((tmp_path / "storage").glob("p*.mq"))) == 1
+    journal = await store.append(SendSpec(1, b"journal copy", journal=True))
+    plain = await store.append(SendSpec(2, b"plain"))
+    storage = tmp_path / "storage"
+    assert (storage / segment_name("j", journal.segment)).exists()
+    assert (storage / segment_name("p", plain.segment)).exists()
+    assert journal.segment != plain.segment
     store = await _restart(store)
     assert _bodies(store, 1) == [b"journal copy"]
     await close_store(store)
@@ -191,10 +195,7 @@ async def test_deleting_checkpoints_forces_a_full_rebuild(tmp_path: Path) -> Non
     await store.commit([SendSpec(2, b"t1"), SendSpec(2, b"t2")])
     root = store.data_dir.root
     # Crash-like stop: no final checkpoint.
-    writer = store._writer
-    assert writer is not None
-    await asyncio.get_running_loop().run_in_executor(None, writer.stop)
-    store._writer = None
+    await halt_threads(store)
     store._lock.release()  # type: ignore[union-attr]
     for path in list((root / "storage").glob("MQTrans.lg*")) + list(
             (root / "storage").glob("l*.mq")):
