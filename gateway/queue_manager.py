@@ -548,27 +548,27 @@ class QueueManager:
                                             decoded.properties, decoded.body))
         return messages, (records[-1].seq if records else after)
 
-    def find(self, queue: Queue, message_id: str) -> StoredRecord:
+    async def find(self, queue: Queue, message_id: str) -> StoredRecord:
         """The record of ``message_id`` in ``queue`` (``gateway.seen_ids.locate``)."""
         holds_copies = (queue.is_dead_letter or queue.path.journal
                         or queue.path.canonical == MACHINE_JOURNAL)
-        record = locate(self.store, self.seen_ids, self.qm_guid, queue.queue_id, message_id,
-                        holds_copies=holds_copies)
+        record = await locate(self.store, self.seen_ids, self.qm_guid, queue.queue_id,
+                              message_id, holds_copies=holds_copies)
         if record is None:
             raise ProblemError(404, f"no message {message_id!r} in {queue.path.display!r}",
                                type_slug="MQ_ERROR_MESSAGE_NOT_FOUND")
         return record
 
-    def get(self, name: str, message_id: str) -> ReceivedMessage:
+    async def get(self, name: str, message_id: str) -> ReceivedMessage:
         queue = self.queue(name)
-        record = self.find(queue, message_id)
+        record = await self.find(queue, message_id)
         decoded: DecodedMessage = decode_payload(self.store.read(record))
         return ReceivedMessage(message_id, queue.path.display, record.seq, decoded.properties,
                                decoded.body)
 
     async def delete(self, name: str, message_id: str) -> None:
         queue = self.queue(name)
-        record = self.find(queue, message_id)
+        record = await self.find(queue, message_id)
         self.check_removable(queue, record.seq)
         if record.seq in queue.reserved:
             raise ProblemError(409, f"message {message_id!r} is being received",

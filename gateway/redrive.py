@@ -72,7 +72,7 @@ class Redrive:
 
     async def one(self, dead_queue: str, message_id: str, target: str | None) -> ReceivedMessage:
         queue = self._dead_letter_queue(dead_queue)
-        record = self.qm.find(queue, message_id)
+        record = await self.qm.find(queue, message_id)
         return (await self._move(queue, [record], target))[0]
 
     async def bulk(self, dead_queue: str, flt: RedriveFilter, target: str | None) -> int:

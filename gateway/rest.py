@@ -106,7 +106,7 @@ async def queue_tree(request: web.Request) -> web.StreamResponse:
     if len(rest) == 2 and rest[0] == "messages":
         message_id = unquote(rest[1])
         if method == "GET":
-            return jsonio.json_response(_message(qm.get(name, message_id)))
+            return jsonio.json_response(_message(await qm.get(name, message_id)))
         if method == "DELETE":
             await qm.delete(name, message_id)
             return web.Response(status=204)

@@ -12,6 +12,7 @@ grew by every message it handled.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 
 from gateway import jsonio
@@ -19,9 +20,10 @@ from gateway.msmq.message import decode_payload, parse_id
 from store.message_store import MessageStore
 from store.records import StoredRecord
 
-__all__ = ["SeenIds", "locate"]
+__all__ = ["SeenIds", "locate", "SCAN_STEP"]
 
 SEEN_IDS_MAX = 65_536  # ~10 MB at most; a browse page or a receive holds far fewer
+SCAN_STEP = 1000  # records read per turn of the event loop while looking for an id
 
 
 class SeenIds:
@@ -43,8 +45,8 @@ class SeenIds:
         return self._seqs.get((queue_id, message_id))
 
 
-def locate(store: MessageStore, seen: SeenIds, qm_guid: str, queue_id: int, message_id: str,
-           *, holds_copies: bool) -> StoredRecord | None:
+async def locate(store: MessageStore, seen: SeenIds, qm_guid: str, queue_id: int,
+                 message_id: str, *, holds_copies: bool) -> StoredRecord | None:
     """The queued record shown as ``message_id``, or None."""
     record = None
     key = parse_id(message_id, qm_guid)
@@ -54,23 +56,30 @@ def locate(store: MessageStore, seen: SeenIds, qm_guid: str, queue_id: int, mess
     if record is None and seq is not None:
         record = store.record(queue_id, seq)  # numbers are never reused: still that message
     if record is None and (key is None or holds_copies):
-        record = _scan(store, seen, queue_id, message_id)
+        record = await _scan(store, seen, queue_id, message_id)
     return record
 
 
-def _scan(store: MessageStore, seen: SeenIds, queue_id: int, message_id: str
-          ) -> StoredRecord | None:
-    """The queue read once for a kept id (a composed id of this queue was looked up above).
-    Only a record whose bytes hold the id's JSON text is decoded — an ASCII id is written
-    the same by any JSON encoder — so a miss costs a read and a substring search a message
-    instead of a decode of each."""
+async def _scan(store: MessageStore, seen: SeenIds, queue_id: int, message_id: str
+                ) -> StoredRecord | None:
+    """The queue read once for a kept id (a composed id of this queue was looked up above),
+    ``SCAN_STEP`` records a turn of the event loop: a miss reads the whole queue (~1 us a
+    record), which for a million messages held the loop for seconds. Only a record whose
+    bytes hold the id's JSON text is decoded — an ASCII id is written the same by any JSON
+    encoder — so a miss costs a read and a substring search a message, not a decode."""
     plain = message_id.isascii() and message_id.isprintable()
     needle = jsonio.dumps(message_id) if plain else b""
-    for candidate in store.records(queue_id):  # in sequence order: the oldest copy first
-        payload = store.read(candidate)
-        if needle not in payload:
-            continue
-        if decode_payload(payload).properties.message_id == message_id:
-            seen.note(queue_id, message_id, candidate.seq)
-            return candidate
-    return None
+    after = 0
+    while True:
+        page = store.first_records(queue_id, after, SCAN_STEP)  # the oldest copy first
+        if not page:
+            return None
+        for candidate in page:
+            payload = store.read(candidate)
+            if needle not in payload:
+                continue
+            if decode_payload(payload).properties.message_id == message_id:
+                seen.note(queue_id, message_id, candidate.seq)
+                return candidate
+        after = page[-1].seq
+        await asyncio.sleep(0)

@@ -1,11 +1,14 @@
-"""Purge and bulk requeue of big queues work in steps: the event loop turns between them, the
-queue is never listed whole, and what happens meanwhile (arrivals, receives) is respected."""
+"""Purge, bulk requeue and lookup by a kept id on big queues work in steps: the event loop turns
+between them, the queue is never listed whole, and what happens meanwhile (arrivals, receives)
+is respected."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+import pytest
 
 from gateway.appkeys import STATE_KEY
 from gateway.batch import send_batch
@@ -13,7 +16,10 @@ from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties
 from gateway.purge import STEP
 from gateway.queue_manager import QueueManager
+from gateway.errors import ProblemError
 from gateway.redrive import SCAN_STEP, Redrive, RedriveFilter
+from gateway.seen_ids import SCAN_STEP as ID_SCAN_STEP
+from gateway.seen_ids import SeenIds
 from gateway.settings import Settings
 from tests.helpers import ready_client
 
@@ -80,6 +86,45 @@ async def test_purge_leaves_a_message_being_received_in_its_place(
     assert _lanes(qm) == [held.seq]
     [again] = await qm.receive("big", max_messages=5, wait_s=0)
     assert again.seq == held.seq
+
+
+async def _turns_during(work: Awaitable[Any]) -> tuple[Any, int]:
+    """``work``'s result and how many times the event loop turned while it ran."""
+    turns = 0
+    stop = False
+
+    async def ticker() -> None:
+        nonlocal turns
+        while not stop:
+            turns += 1
+            await asyncio.sleep(0)
+
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    try:
+        result = await work
+    finally:
+        stop = True
+        await ticking
+    return result, turns - 1
+
+
+async def test_lookup_by_a_forgotten_sender_id_reads_the_queue_in_steps(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    qm = await _qm(aiohttp_client, settings_factory())
+    qm.seen_ids = SeenIds(limit=1)
+    total = 2 * ID_SCAN_STEP + 100
+    ids = ["{0b5f6c1e-2a7d-4c39-9a51-7e0c2d4b8f13}\\%d" % n for n in range(total)]
+    for start in range(0, total, 250):
+        await send_batch(qm, [("big", b"m%d" % n, MessageProperties(message_id=ids[n]))
+                              for n in range(start, min(total, start + 250))])
+    found, turns = await _turns_during(qm.get("big", ids[-2]))
+    assert found.body == b"m%d" % (total - 2) and found.message_id == ids[-2]
+    assert turns >= 2, "the loop turned while the queue was read"
+    assert (await qm.get("big", ids[-2])).seq == found.seq  # remembered now
+    with pytest.raises(ProblemError) as missing:
+        await qm.get("big", "{0b5f6c1e-2a7d-4c39-9a51-7e0c2d4b8f13}\\99999")
+    assert missing.value.status_hint == 404
 
 
 async def test_bulk_requeue_decodes_in_steps_with_the_loop_turning(
