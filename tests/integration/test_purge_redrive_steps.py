@@ -140,23 +140,9 @@ async def test_bulk_requeue_decodes_in_steps_with_the_loop_turning(
                     dead_letter=MessageClass.NACK_RECEIVE_TIMEOUT)
     await qm.finish(queue, records[split:], ack=MessageClass.NACK_Q_PURGED,
                     dead_letter=MessageClass.NACK_Q_PURGED)
-    turns = 0
-    stop = False
-
-    async def ticker() -> None:
-        nonlocal turns
-        while not stop:
-            turns += 1
-            await asyncio.sleep(0)
-
-    ticking = asyncio.create_task(ticker())
-    await asyncio.sleep(0)
     redrive = Redrive(qm, rate_per_s=1000)
-    chosen = await redrive._choose(qm.queue(DEAD), RedriveFilter(
-        message_class=MessageClass.NACK_Q_PURGED.msmq_name, limit=60))
-    during = turns
-    stop = True
-    await ticking
+    chosen, during = await _turns_during(redrive._choose(qm.queue(DEAD), RedriveFilter(
+        message_class=MessageClass.NACK_Q_PURGED.msmq_name, limit=60)))
     assert during >= 2, "the loop turned while dead letters were decoded"
     assert len(chosen) == 60
     bodies = [qm.decode(qm.queue(DEAD), r).body for r in chosen]
