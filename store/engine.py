@@ -514,13 +514,15 @@ class Engine:
         self._reset_allocators()
 
     def _empty_segments(self) -> list[int]:
-        """Empty segments to delete, keeping the newest empty one of each kind as a spare."""
+        """Empty segments to delete, keeping the newest empty one of each kind as a spare —
+        or none when one of that kind is made ahead and ready: it is the spare."""
         self.last_cleanup = time.monotonic()
         doomed: list[int] = []
         for kind in ("p", "j", "r"):
             empty = sorted(n for n, s in self.segments.items()
                            if s.segment.kind == kind and s.live_count == 0)
-            doomed.extend(empty[:-1])
+            ahead = self.preparer is not None and self.preparer.ready(kind)
+            doomed.extend(empty if ahead else empty[:-1])
         return doomed
 
     def _retire(self, number: int) -> None:

@@ -9,9 +9,12 @@ starts filling a new segment of a kind, this thread makes the next one of that k
 writer takes it ready (created, synced, opened and mapped).
 
 A segment made ahead is an ordinary empty segment on disk: a restart finds it and uses it like
-any other, and a cleanup pass deletes it if it stays empty. Out of space (ENOSPC, EDQUOT), none
-is made ahead and the writer makes its own when it needs one, reporting the full disk then. Any
-other error is an I/O error of the store and is fatal, like every sync error: ``on_fatal``.
+any other. While one is ready, it is the kind's spare: a cleanup pass deletes every empty
+segment of that kind (it otherwise keeps the newest empty one), so an idle store keeps one
+empty segment per kind on disk, as before segments were made ahead. Out of space (ENOSPC,
+EDQUOT), none is made ahead and the writer makes its own when it needs one, reporting the full
+disk then. Any other error is an I/O error of the store and is fatal, like every sync error:
+``on_fatal``.
 """
 
 from __future__ import annotations
@@ -49,6 +52,11 @@ class SegmentPreparer:
         """The segment made ahead for ``kind``, if it is ready (writer thread)."""
         with self._lock:
             return self._ready.pop(kind, None)
+
+    def ready(self, kind: str) -> bool:
+        """Whether a segment of ``kind`` is made and waiting to be taken."""
+        with self._lock:
+            return kind in self._ready
 
     def ensure(self, kind: str, reserve: Callable[[], int]) -> None:
         """Have a segment of ``kind`` made ahead unless one is ready or on its way;
