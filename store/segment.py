@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import mmap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from store.fileops import FileOps
@@ -131,13 +131,7 @@ class Segment:
         the writer thread)."""
         assert offset >= SEGMENT_HEADER_SIZE
         assert offset + total <= self.mapped_bytes
-        if len(buffers) <= _IOV_MAX:
-            self.ops.pwritev(self.fd, buffers, offset)
-            return
-        for start in range(0, len(buffers), _IOV_MAX):
-            chunk = buffers[start: start + _IOV_MAX]
-            self.ops.pwritev(self.fd, chunk, offset)
-            offset += sum(map(len, chunk))
+        _pwritev_all(self.ops.pwritev, self.fd, buffers, offset)
 
     def write_synced(self, offset: int, buffers: Sequence[bytes | memoryview],
                      total: int) -> None:
@@ -148,13 +142,7 @@ class Segment:
         fd = self._synced_fd
         if fd is None:
             fd = self._synced_fd = self.ops.open_synced(self.path)
-        if len(buffers) <= _IOV_MAX:
-            self.ops.pwritev_synced(fd, buffers, offset)
-            return
-        for start in range(0, len(buffers), _IOV_MAX):
-            chunk = buffers[start: start + _IOV_MAX]
-            self.ops.pwritev_synced(fd, chunk, offset)
-            offset += sum(map(len, chunk))
+        _pwritev_all(self.ops.pwritev_synced, fd, buffers, offset)
 
     def close_synced(self) -> None:
         """Close the ``O_DSYNC`` descriptor (idempotent; the next ``write_synced`` reopens)."""
@@ -179,3 +167,15 @@ class Segment:
             self._map.close()
             self._map = None
             self.ops.close(self.fd)
+
+
+def _pwritev_all(pwritev: Callable[[int, Sequence[bytes | memoryview], int], None], fd: int,
+                 buffers: Sequence[bytes | memoryview], offset: int) -> None:
+    """``pwritev`` of adjacent buffers, IOV_MAX at a time (Linux refuses more in one call)."""
+    if len(buffers) <= _IOV_MAX:
+        pwritev(fd, buffers, offset)
+        return
+    for start in range(0, len(buffers), _IOV_MAX):
+        chunk = buffers[start: start + _IOV_MAX]
+        pwritev(fd, chunk, offset)
+        offset += sum(map(len, chunk))
