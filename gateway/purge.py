@@ -2,9 +2,9 @@
 
 Why steps: the purge used to list every record of the queue first (an index entry unpacked into
 a record each: ~1.5 s on the event loop for 1,000,000 messages) and to rebuild every delivery
-lane at the end. Here messages are taken ``STEP`` at a time in sequence order (the index's
-sequence order finds a step in O(step)), removed in one store commit a step (with their
-negative acknowledgements), and dropped from the heads of the delivery lanes as they go.
+lane at the end. Here messages are taken ``STEP`` at a time in sequence order
+(``gateway.queue_pages``), removed in one store commit a step (with their negative
+acknowledgements), and dropped from the heads of the delivery lanes as they go.
 
 What is purged: every message below the queue's readable end when the purge starts that is not
 being received at that step. A message that arrives meanwhile stays.
@@ -12,10 +12,10 @@ being received at that step. A message that arrives meanwhile stays.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from gateway.msmq.classes import MessageClass
+from gateway.queue_pages import pages
 
 if TYPE_CHECKING:
     from gateway.queue_manager import Queue, QueueManager
@@ -27,18 +27,11 @@ STEP = 1000  # messages removed per store commit (and per turn of the event loop
 
 async def purge_queue(qm: QueueManager, queue: Queue, reason: MessageClass) -> int:
     """Remove the waiting messages of ``queue``; return how many were removed."""
-    store = qm.store
-    end = store.readable_end(queue.queue_id)
-    after = 0
     purged = 0
-    while after < end - 1:
-        records = [r for r in store.first_records(queue.queue_id, after, STEP) if r.seq < end]
-        if not records:
-            break
-        after = records[-1].seq
+    end = qm.store.readable_end(queue.queue_id)
+    async for records in pages(qm.store, queue.queue_id, STEP, below=end):
         chosen = [r for r in records if r.seq not in queue.reserved]
         if not chosen:
-            await asyncio.sleep(0)
             continue
         seqs = [r.seq for r in chosen]
         # Reserved while their removal is being committed: a receive meanwhile skips them.
@@ -48,7 +41,7 @@ async def purge_queue(qm: QueueManager, queue: Queue, reason: MessageClass) -> i
         finally:
             queue.reserved.difference_update(seqs)
         purged += len(chosen)
-        _drop_heads(qm, queue, after)
+        _drop_heads(qm, queue, records[-1].seq)
     return purged
 
 

@@ -17,6 +17,7 @@ from gateway.errors import ProblemError
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import encode_payload
 from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
+from gateway.queue_pages import pages
 from gateway.store_errors import store_call
 from store.records import SendSpec, StoredRecord
 
@@ -95,21 +96,14 @@ class Redrive:
         """Up to ``flt.limit`` matching dead letters, oldest first, decoded ``SCAN_STEP`` at
         a time with a turn of the event loop between steps: a filter that matches few of a
         million dead letters decodes them all (~5 us each), which must not stall the loop."""
-        store = self.qm.store
         chosen: list[StoredRecord] = []
-        after = 0
-        while len(chosen) < flt.limit:
-            records = store.first_records(queue.queue_id, after, SCAN_STEP)
-            if not records:
-                break
-            after = records[-1].seq
+        async for records in pages(self.qm.store, queue.queue_id, SCAN_STEP):
             for record in records:
                 if record.seq not in queue.reserved and flt.matches(
                         self.qm.decode(queue, record)):
                     chosen.append(record)
                     if len(chosen) >= flt.limit:
-                        break
-            await asyncio.sleep(0)
+                        return chosen
         return chosen
 
     async def _move(self, queue: Queue, records: list[StoredRecord], target: str | None

@@ -12,11 +12,11 @@ grew by every message it handled.
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 
 from gateway import jsonio
 from gateway.msmq.message import decode_payload, parse_id
+from gateway.queue_pages import pages
 from store.message_store import MessageStore
 from store.records import StoredRecord
 
@@ -69,11 +69,7 @@ async def _scan(store: MessageStore, seen: SeenIds, queue_id: int, message_id: s
     encoder — so a miss costs a read and a substring search a message, not a decode."""
     plain = message_id.isascii() and message_id.isprintable()
     needle = jsonio.dumps(message_id) if plain else b""
-    after = 0
-    while True:
-        page = store.first_records(queue_id, after, SCAN_STEP)  # the oldest copy first
-        if not page:
-            return None
+    async for page in pages(store, queue_id, SCAN_STEP):  # the oldest copy first
         for candidate in page:
             payload = store.read(candidate)
             if needle not in payload:
@@ -81,5 +77,4 @@ async def _scan(store: MessageStore, seen: SeenIds, queue_id: int, message_id: s
             if decode_payload(payload).properties.message_id == message_id:
                 seen.note(queue_id, message_id, candidate.seq)
                 return candidate
-        after = page[-1].seq
-        await asyncio.sleep(0)
+    return None
