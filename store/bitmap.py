@@ -10,9 +10,9 @@ from __future__ import annotations
 import array
 import struct
 import sys
-import zlib
 from collections.abc import Iterator
 
+from store.crc import crc32
 from store.framing import GRANULE, SEGMENT_HEADER_SIZE
 
 __all__ = ["GranuleBitmap", "BITMAP_HEADER_SIZE"]
@@ -115,7 +115,7 @@ class GranuleBitmap:
 
     def encode(self, epoch: int) -> bytes:
         head = _HEADER.pack(_MAGIC, self.granules, epoch, 0)[:-4]
-        crc = zlib.crc32(bytes(self._bits), zlib.crc32(head))
+        crc = crc32(bytes(self._bits), crc32(head))
         return head + struct.pack("<I", crc) + bytes(self._bits)
 
     @staticmethod
@@ -129,7 +129,7 @@ class GranuleBitmap:
         if magic != _MAGIC or stored_granules != granules:
             return None
         bits = bytes(data[BITMAP_HEADER_SIZE: BITMAP_HEADER_SIZE + nbytes])
-        if zlib.crc32(bits, zlib.crc32(bytes(data[: BITMAP_HEADER_SIZE - 4]))) != crc:
+        if crc32(bits, crc32(bytes(data[: BITMAP_HEADER_SIZE - 4]))) != crc:
             return None
         return epoch, GranuleBitmap(segment_size, bits)
 

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import enum
 import struct
-import zlib
 from dataclasses import dataclass
+
+from store.crc import crc32
 
 __all__ = [
     "EntryKind",
@@ -102,7 +103,7 @@ def encode_entry(kind: EntryKind, lsn: int, *, tx_id: int = 0, refs: tuple[Ref, 
         assert tx_id == 0
         payload = encode_refs(refs)
     head = _ENTRY.pack(_ENTRY_MAGIC, kind, 0, len(payload), lsn, 0)[:-4]
-    crc = zlib.crc32(payload, zlib.crc32(head))
+    crc = crc32(payload, crc32(head))
     raw = head + struct.pack("<I", crc) + payload
     return raw + bytes(entry_size(len(payload)) - len(raw))
 
@@ -116,7 +117,7 @@ def decode_entry(buf: bytes | memoryview, offset: int, end: int) -> LogEntry | N
         return None
     view = memoryview(buf)
     payload = view[offset + ENTRY_HEADER_SIZE: offset + ENTRY_HEADER_SIZE + payload_len]
-    if zlib.crc32(payload, zlib.crc32(view[offset: offset + ENTRY_HEADER_SIZE - 4])) != crc:
+    if crc32(payload, crc32(view[offset: offset + ENTRY_HEADER_SIZE - 4])) != crc:
         return None
     try:
         entry_kind = EntryKind(kind)

@@ -15,10 +15,10 @@ import configparser
 import io
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from store.crc import crc32
 from store.errors import StoreError
 from store.fileops import FileOps
 
@@ -28,7 +28,7 @@ _SECTION = "Properties"
 
 
 def path_hash(path: str) -> int:
-    return zlib.crc32(path.lower().encode())
+    return crc32(path.lower().encode())
 
 
 def lqs_name(queue_id: int, path: str) -> str:

@@ -8,10 +8,10 @@ the higher sequence number wins; the next write goes to the other one.
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from store.crc import crc32
 from store.fileops import FileOps
 
 __all__ = ["PingPong", "encode_copy", "decode_copy"]
@@ -22,7 +22,7 @@ _MAGIC = b"EPP1"
 
 def encode_copy(sequence: int, payload: bytes) -> bytes:
     head = _HEADER.pack(_MAGIC, sequence, len(payload), 0)[:-4]
-    crc = zlib.crc32(payload, zlib.crc32(head))
+    crc = crc32(payload, crc32(head))
     return head + struct.pack("<I", crc) + payload
 
 
@@ -34,7 +34,7 @@ def decode_copy(data: bytes) -> tuple[int, bytes] | None:
     payload = data[_HEADER.size: _HEADER.size + length]
     if magic != _MAGIC or len(payload) != length:
         return None
-    if zlib.crc32(payload, zlib.crc32(data[: _HEADER.size - 4])) != crc:
+    if crc32(payload, crc32(data[: _HEADER.size - 4])) != crc:
         return None
     return sequence, payload
 

@@ -8,9 +8,9 @@ checkpoint must move that position on.
 from __future__ import annotations
 
 import struct
-import zlib
 from pathlib import Path
 
+from store.crc import crc32
 from store.fileops import FileOps
 from store.logcodec import (
     LOG_HEADER_SIZE,
@@ -109,7 +109,7 @@ class QMLog:
 
 def _encode_header(size: int, nonce: int) -> bytes:
     head = _HEADER.pack(_MAGIC, nonce, size, 0)[:-4]
-    return head + struct.pack("<I", zlib.crc32(head))
+    return head + struct.pack("<I", crc32(head))
 
 
 def _header_ok(data: bytes, *, nonce: int) -> bool:
@@ -117,4 +117,4 @@ def _header_ok(data: bytes, *, nonce: int) -> bool:
         return False
     magic, stored_nonce, stored_size, crc = _HEADER.unpack_from(data, 0)
     return bool(magic == _MAGIC and stored_nonce == nonce and stored_size == len(data)
-                and zlib.crc32(data[: LOG_HEADER_SIZE - 4]) == crc)
+                and crc32(data[: LOG_HEADER_SIZE - 4]) == crc)
