@@ -48,6 +48,12 @@ class Allocator:
         self._areas.append(area)
         self._next = len(self._areas) - 1
 
+    def current(self) -> Area | None:
+        """The area ``allocate`` tries first. A caller may take ``size`` bytes at its cursor
+        itself (advancing the cursor) when ``end - cursor >= size``: exactly what ``allocate``
+        would do, without the call (the writer's per-message path)."""
+        return self._areas[self._next] if self._next < len(self._areas) else None
+
     def allocate(self, size: int) -> tuple[int, int] | None:
         """``(segment, offset)`` for ``size`` bytes, or None when a new segment is needed."""
         areas = self._areas

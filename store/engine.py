@@ -6,7 +6,7 @@ so nothing here takes locks; the segment preparer (``store.spare``) calls only
 directly.
 
 A batch (``write_batch``) is:
-1. place every new record (allocate, assign LSN and queue sequence, encode);
+1. place every new record (``store.placing``: allocate, assign LSN and queue sequence, encode);
 2. write them and sync every segment written (``store.runs``: a segment written in one run,
    the commonest case, by one ``O_DSYNC`` write);
 3. append the batch's QMLog entries (removals, transaction outcomes) and ``fdatasync`` the log;
@@ -35,20 +35,14 @@ from pathlib import Path
 from store.allocator import Allocator, Area
 from store.bitmap import GranuleBitmap
 from store.datadir import DataDir
-from store.errors import DiskFull, MessageTooLarge, StoreFailed, UnknownRecord
+from store.errors import DiskFull, StoreFailed, UnknownRecord
 from store.fileops import FileOps
 from store.framing import (
-    GROUP_MAX,
     SEGMENT_HEADER_SIZE,
-    RecordFlags,
     RecordState,
-    encode_plain_parts,
-    encode_record_parts,
     max_payload,
     peek_record,
-    record_size,
 )
-from store.grouped import PENDING_MAX as GROUPED_PENDING_MAX
 from store.grouped import settle
 from store.lfile import LFile
 from store.logcodec import EntryKind, Ref, encode_entry
@@ -57,17 +51,15 @@ from store.mqtrans import Checkpoint
 from store.options import StoreOptions
 from store.pingpong import PingPong
 from store.qmlog import QMLog
-from store.records import Job, Placed, PreparedTx, SendSpec, StoredRecord
+from store.records import Job, Placed, PreparedTx, StoredRecord
 from store.runs import Parts, SyncedWrites
 from store.segment import Segment, segment_name
+from store.placing import place, place_appends
 from store.spare import Made, SegmentPreparer
 
 __all__ = ["Engine", "SegmentState"]
 
 _STATE_BYTE = 3
-_TRANSACTIONAL = RecordFlags.TRANSACTIONAL.value
-_JOURNAL = RecordFlags.JOURNAL.value
-_EXPRESS = RecordFlags.EXPRESS.value
 _OFFSET = operator.attrgetter("offset")
 
 
@@ -136,7 +128,7 @@ class Engine:
             writes: dict[int, list[tuple[int, Parts]]] = {}
             placed: list[StoredRecord] = []
             if not others:
-                self._place_appends(jobs, writes, placed)
+                place_appends(self, jobs, writes, placed)
             else:
                 appends: list[Job] = []
                 for job in jobs:
@@ -144,12 +136,12 @@ class Engine:
                         appends.append(job)
                         continue
                     if appends:
-                        self._place_appends(appends, writes, placed)
+                        place_appends(self, appends, writes, placed)
                         appends = []
                     if job.error is None:
-                        self._place(job, writes, placed)
+                        place(self, job, writes, placed)
                 if appends:
-                    self._place_appends(appends, writes, placed)
+                    place_appends(self, appends, writes, placed)
             if placed:
                 self.occupy_many(placed)
             self.synced_writes.write({n: self.segments[n].segment for n in writes}, writes)
@@ -181,110 +173,12 @@ class Engine:
             self.checkpoint()
         assert self.qmlog.free_bytes() >= needed, "batch larger than the QMLog"
 
-    def _place(self, job: Job, writes: dict[int, list[tuple[int, Parts]]],
-               placed: list[StoredRecord]) -> None:
-        """Allocate, number and encode the job's records (this runs once per message sent:
-        plain ints and locals throughout, enum arithmetic showed in profiles)."""
-        op = job.op
-        if op not in ("append", "commit", "prepare", "express") or not job.sends:
-            return
-        for send in job.sends:
-            if len(send.payload) > self.payload_max:
-                job.error = MessageTooLarge.of(len(send.payload), self.payload_max)
-                return
-        places: list[tuple[int, int, int]] = []
-        for send in job.sends:
-            try:
-                kind = "r" if op == "express" else "j" if send.journal else "p"
-                size = record_size(len(send.payload))
-                places.append((*self._allocate(kind, size), size))
-            except DiskFull as exc:
-                job.error = exc
-                break
-        plain = op in ("append", "express")
-        single = op == "commit" and len(job.sends) == 1 and not job.removes
-        job.grouped = (op == "commit" and not job.removes and 1 < len(job.sends) <= GROUP_MAX
-                       and len(self.grouped) < GROUPED_PENDING_MAX)
-        group = len(job.sends) if job.grouped else 0
-        state = (RecordState.LIVE if plain or single else
-                 RecordState.GROUPED if group else RecordState.PENDING)
-        base_flags = (0 if plain else _TRANSACTIONAL) | (_EXPRESS if op == "express" else 0)
-        next_seq, nonce, tx_id = self.next_seq, self.nonce, job.tx_id
-        for send, (number, offset, size) in zip(job.sends, places):
-            lsn = self.next_lsn
-            self.next_lsn = lsn + 1
-            if job.error is not None:
-                # Keep the chain whole: fill the place with a dead record.
-                parts = encode_record_parts(send.payload, lsn=lsn, nonce=nonce, queue_id=0,
-                                            seq=0, state=RecordState.DEAD)
-                writes.setdefault(number, []).append((offset, parts))
-                continue
-            queue_id = send.queue_id
-            seq = send.seq or next_seq.get(queue_id, 1)
-            if seq >= next_seq.get(queue_id, 1):
-                next_seq[queue_id] = seq + 1
-            flags = int(send.flags) | base_flags
-            if send.journal:
-                flags |= _JOURNAL
-            parts = encode_record_parts(send.payload, lsn=lsn, nonce=nonce, queue_id=queue_id,
-                                        seq=seq, tx_id=tx_id, expires_ms=send.expires_ms,
-                                        priority=send.priority, flags=flags, state=state,
-                                        group=group)
-            writes.setdefault(number, []).append((offset, parts))
-            if group:
-                self.grouped.append((number, offset, size))
-            record = StoredRecord(queue_id, seq, number, offset, size, len(send.payload), lsn,
-                                  send.priority, send.expires_ms, flags,  # type: ignore[arg-type]
-                                  tx_id)
-            placed.append(record)
-            job.records.append(record)
+    def allocate(self, kind: str, size: int) -> tuple[int, int]:
+        """A place for ``size`` bytes of ``kind``, adding a segment when none has room.
 
-    def _place_appends(self, jobs: Sequence[Job], writes: dict[int, list[tuple[int, Parts]]],
-                       placed: list[StoredRecord]) -> None:
-        """``_place`` for a run of one-message appends, the commonest job: one loop over the
-        run with everything in locals (2.8 us a message through ``_place``, 1.5 here)."""
-        payload_max, next_seq = self.payload_max, self.next_seq
-        nonce32 = self.nonce & 0xFFFFFFFF
-        take_p, take_j = self.allocators["p"].allocate, self.allocators["j"].allocate
-        lsn = self.next_lsn
-        for job in jobs:
-            if job.error is not None:
-                continue
-            send = job.sends[0]
-            payload = send.payload
-            payload_len = len(payload)
-            if payload_len > payload_max:
-                job.error = MessageTooLarge.of(payload_len, payload_max)
-                continue
-            size = record_size(payload_len)
-            journal = send.journal
-            place = take_j(size) if journal else take_p(size)
-            if place is None:  # a new segment: the general path
-                try:
-                    place = self._allocate("j" if journal else "p", size)
-                except DiskFull as exc:
-                    job.error = exc
-                    continue
-            number, offset = place
-            queue_id = send.queue_id
-            seq = send.seq or next_seq.get(queue_id, 1)
-            if seq >= next_seq.get(queue_id, 1):
-                next_seq[queue_id] = seq + 1
-            flags = int(send.flags) | (_JOURNAL if journal else 0)
-            items = writes.get(number)
-            if items is None:
-                items = writes[number] = []
-            items.append((offset, encode_plain_parts(payload, lsn, nonce32, queue_id, seq,
-                                                     send.expires_ms, send.priority, flags)))
-            record = StoredRecord(queue_id, seq, number, offset, size, payload_len, lsn,
-                                  send.priority, send.expires_ms, flags,  # type: ignore[arg-type]
-                                  0)
-            lsn += 1
-            placed.append(record)
-            job.records.append(record)
-        self.next_lsn = lsn
-
-    def _allocate(self, kind: str, size: int) -> tuple[int, int]:
+        Raises:
+            DiskFull: no room for a new segment.
+        """
         place = self.allocators[kind].allocate(size)
         if place is None:
             self._add_segment(kind)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from store import engine as engine_module
+from store import placing as placing_module
 from store.errors import StoreFailed
 from store.framing import RecordState
 from store.message_store import MessageStore
@@ -78,7 +78,7 @@ async def test_groups_fall_back_to_the_log_when_too_many_wait_for_a_checkpoint(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Checkpoints held (a backup) must not let the list of records to settle grow without
     bound: past the limit a send-only transaction is logged as before."""
-    monkeypatch.setattr(engine_module, "GROUPED_PENDING_MAX", 4)
+    monkeypatch.setattr(placing_module, "GROUPED_PENDING_MAX", 4)
     store = await open_store(tmp_path)
     before = _log_pos(store)
     grouped = await store.commit([SendSpec(1, b"%d" % i) for i in range(4)])

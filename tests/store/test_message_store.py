@@ -151,6 +151,28 @@ async def test_free_space_is_reused_after_a_checkpoint(tmp_path: Path) -> None:
     await close_store(store)
 
 
+async def test_concurrent_appends_fill_freed_holes_and_new_segments(tmp_path: Path) -> None:
+    """One batch's appends of mixed sizes take the writer's fast path (the current free
+    area bumped in place) and its slow one (another area, or a new segment) in turn; every
+    record reads back, and again after a restart."""
+    store = await open_store(tmp_path)
+    first = [await store.append(SendSpec(1, bytes([i % 251]) * 3000)) for i in range(150)]
+    await store.remove(first[::2])  # holes of ~3 KiB between live records
+    store = await _restart(store)  # the checkpoint makes the holes free areas
+    bodies = [bytes([i % 253]) * (100 + (i * 797) % 6000) for i in range(300)]
+    records = await asyncio.gather(*(store.append(SendSpec(2, body)) for body in bodies))
+    reused = {(r.segment, r.offset) for r in records} & {(r.segment, r.offset)
+                                                        for r in first[::2]}
+    assert reused, "freed holes were filled"
+    assert [store.read(r) for r in records] == bodies
+    places = sorted((r.segment, r.offset, r.offset + r.size) for r in [*records, *first[1::2]])
+    assert all(a[0] != b[0] or a[2] <= b[1] for a, b in zip(places, places[1:])), "no overlap"
+    store = await _restart(store)
+    assert _bodies(store, 2) == bodies
+    assert _bodies(store, 1) == [bytes([i % 251]) * 3000 for i in range(1, 150, 2)]
+    await close_store(store)
+
+
 async def test_cleanup_deletes_or_archives_empty_segments(tmp_path: Path) -> None:
     for archive in (False, True):
         root = tmp_path / f"archive-{archive}"
