@@ -128,7 +128,7 @@ class Engine:
             writes: dict[int, list[tuple[int, Parts]]] = {}
             placed: list[StoredRecord] = []
             if not others:
-                place_appends(self, jobs, writes, placed)
+                place_appends(self, jobs, writes)
             else:
                 appends: list[Job] = []
                 for job in jobs:
@@ -136,12 +136,12 @@ class Engine:
                         appends.append(job)
                         continue
                     if appends:
-                        place_appends(self, appends, writes, placed)
+                        place_appends(self, appends, writes)
                         appends = []
                     if job.error is None:
                         place(self, job, writes, placed)
                 if appends:
-                    place_appends(self, appends, writes, placed)
+                    place_appends(self, appends, writes)
             if placed:
                 self.occupy_many(placed)
             self.synced_writes.write({n: self.segments[n].segment for n in writes}, writes)
@@ -252,6 +252,19 @@ class Engine:
             state.live_bytes += sum(r.size for r in items)
             oldest = min(r.lsn for r in items)
             state.oldest_lsn = min(state.oldest_lsn or oldest, oldest)
+            state.bitmap_dirty = True
+
+    def occupy_runs(self, runs: Sequence[tuple[int, int, int, int, int]]) -> None:
+        """``occupy_many`` for runs of adjacent records already known as such: (segment,
+        start, end, records, LSN of the first — the lowest), as ``place_appends`` makes them."""
+        segments = self.segments
+        for number, start, end, count, first_lsn in runs:
+            state = segments[number]
+            state.bitmap.set_range(start, end - start, occupied=True)
+            state.live_count += count
+            state.live_bytes += end - start
+            if not state.oldest_lsn or first_lsn < state.oldest_lsn:
+                state.oldest_lsn = first_lsn
             state.bitmap_dirty = True
 
     def _log_entries(self, jobs: Sequence[Job]) -> list[tuple[EntryKind, int, tuple[Ref, ...]]]:

@@ -101,11 +101,12 @@ def place(engine: Engine, job: Job, writes: dict[int, list[tuple[int, Parts]]],
 
 
 def place_appends(engine: Engine, jobs: Sequence[Job],
-                  writes: dict[int, list[tuple[int, Parts]]],
-                  placed: list[StoredRecord]) -> None:
+                  writes: dict[int, list[tuple[int, Parts]]]) -> None:
     """``place`` for a run of one-message appends, the commonest job (see the module
     docstring for why it is written this way). The allocator's current ``p`` area is bumped
-    in place while it has room: what ``Allocator.allocate`` does first, without the call."""
+    in place while it has room: what ``Allocator.allocate`` does first, without the call.
+    The records are marked occupied here, a run of adjacent ones at a time
+    (``Engine.occupy_runs``), not by a second pass over them."""
     payload_max, next_seq, new_record = engine.payload_max, engine.next_seq, tuple.__new__
     nonce32 = engine.nonce & 0xFFFFFFFF
     allocator_p = engine.allocators["p"]
@@ -113,6 +114,8 @@ def place_appends(engine: Engine, jobs: Sequence[Job],
     lsn = engine.next_lsn
     number = 0
     items: list[tuple[int, Parts]] = []
+    runs: list[tuple[int, int, int, int, int]] = []  # segment, start, end, records, first LSN
+    run_number = run_start = run_end = run_count = run_lsn = 0
     for job in jobs:
         if job.error is not None:
             continue
@@ -135,6 +138,12 @@ def place_appends(engine: Engine, jobs: Sequence[Job],
                 job.error = exc
                 continue
             area = allocator_p.current()
+        if offset != run_end or place_number != run_number:
+            if run_count:
+                runs.append((run_number, run_start, run_end, run_count, run_lsn))
+            run_number, run_start, run_count, run_lsn = place_number, offset, 0, lsn
+        run_end = offset + size
+        run_count += 1
         queue_id = send.queue_id
         seq = send.seq
         following = next_seq.get(queue_id, 1)
@@ -151,6 +160,8 @@ def place_appends(engine: Engine, jobs: Sequence[Job],
         record = new_record(StoredRecord, (queue_id, seq, number, offset, size, payload_len,
                                            lsn, send.priority, send.expires_ms, flags, 0))
         lsn += 1
-        placed.append(record)
         job.records.append(record)
     engine.next_lsn = lsn
+    if run_count:
+        runs.append((run_number, run_start, run_end, run_count, run_lsn))
+        engine.occupy_runs(runs)

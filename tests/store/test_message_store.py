@@ -165,12 +165,27 @@ async def test_concurrent_appends_fill_freed_holes_and_new_segments(tmp_path: Pa
                                                         for r in first[::2]}
     assert reused, "freed holes were filled"
     assert [store.read(r) for r in records] == bodies
-    places = sorted((r.segment, r.offset, r.offset + r.size) for r in [*records, *first[1::2]])
-    assert all(a[0] != b[0] or a[2] <= b[1] for a, b in zip(places, places[1:])), "no overlap"
+    live = [*records, *first[1::2]]
+    _assert_accounted(store, live)
     store = await _restart(store)
     assert _bodies(store, 2) == bodies
     assert _bodies(store, 1) == [bytes([i % 251]) * 3000 for i in range(1, 150, 2)]
+    # The bitmaps written at that checkpoint must hold every record placed above: space
+    # allocated now must not overlap any of them.
+    more = await asyncio.gather(*(store.append(SendSpec(3, b"m" * (50 + i * 37)))
+                                  for i in range(200)))
+    _assert_accounted(store, [*live, *more])
+    assert [store.read(r) for r in more] == [b"m" * (50 + i * 37) for i in range(200)]
     await close_store(store)
+
+
+def _assert_accounted(store: MessageStore, live: list[StoredRecord]) -> None:
+    """No two live records overlap, and each segment's live count and bytes are theirs."""
+    places = sorted((r.segment, r.offset, r.offset + r.size) for r in live)
+    assert all(a[0] != b[0] or a[2] <= b[1] for a, b in zip(places, places[1:])), "no overlap"
+    for number, state in store._engine.segments.items():
+        mine = [r for r in live if r.segment == number]
+        assert (state.live_count, state.live_bytes) == (len(mine), sum(r.size for r in mine))
 
 
 async def test_cleanup_deletes_or_archives_empty_segments(tmp_path: Path) -> None:
