@@ -49,6 +49,7 @@ __all__ = ["MessageStore"]
 
 T = TypeVar("T")
 _QUEUE_ID = operator.attrgetter("queue_id")
+_new = tuple.__new__
 _VISIBLE_OPS = frozenset(("append", "commit", "commit_prepared", "express"))
 _KEYED = RecordFlags.KEYED.value
 _HELD = _KEYED | RecordFlags.STREAM.value  # records whose removal is announced first
@@ -268,7 +269,8 @@ class MessageStore:
             if not journal:
                 info = self.registry.get(queue_id)
                 journal = info is not None and info.journal_class
-            charge = Charge(queue_id, record_size(len(payload)), journal)
+            # Both tuples by tuple.__new__: a NamedTuple's own __new__ is a Python function.
+            charge = _new(Charge, (queue_id, record_size(len(payload)), journal))
             self.quotas.take(charge)
         except BaseException:
             if seq:
@@ -276,8 +278,8 @@ class MessageStore:
             raise
         if not seq:
             seq = self._numbering.take(queue_id)
-        return SendSpec(queue_id, payload, send.priority, send.expires_ms, send.flags, journal,
-                        express, seq), charge
+        return _new(SendSpec, (queue_id, payload, send.priority, send.expires_ms, send.flags,
+                               journal, express, seq)), charge
 
     async def commit(self, sends: Sequence[SendSpec], removes: Sequence[StoredRecord] = (),
                      *, tx_id: int = 0) -> list[StoredRecord]:
