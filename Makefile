@@ -14,11 +14,11 @@ $(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) || { echo "make: '$(PYTHON) -m venv' failed; on Debian install python3-venv" >&2; rm -rf $(VENV); exit 1; }
 	$(PIP) install --quiet --upgrade pip
 
-$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-run: pyproject.toml store/_placing.c | $(BIN)/python
 	$(PIP) install --quiet -e .
 	@touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-dev: pyproject.toml store/_placing.c | $(BIN)/python
 	$(PIP) install --quiet -e '.[dev,spark]'
 	@touch $@ $(VENV)/.installed-run
 

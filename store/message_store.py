@@ -35,10 +35,11 @@ from store.fileops import FileOps, RealFileOps
 from store.framing import RECORD_HEADER_SIZE, RecordFlags, RecordHeader, max_payload, record_size
 from store.index import QueueIndex, packed_flags, packed_size
 from store.numbering import Numbering
-from store.logs import recovery_log
+from store.logs import commit_log, recovery_log
 from store.lqs import QueueInfo, QueueRegistry
 from store.options import StoreOptions
 from store.pingpong import PingPong
+from store.placing import NATIVE
 from store.quota import Charge, QuotaBook
 from store.records import Job, Placed, PreparedTx, SendSpec, StoredRecord
 from store.startup import RecoveryReport, collector_paused, open_engine
@@ -170,6 +171,8 @@ class MessageStore:
         if self.options.segments_ahead:
             self._engine.start_preparing()
         self._writer = GroupCommitter(self._engine, loop, self._on_durable)
+        commit_log.info("store writer started; placing loop: %s", "C extension" if NATIVE
+                        else "Python (store._placing not built: no C compiler at install)")
         self._audit_thread = threading.Thread(target=self._audit_loop, name="store-audit",
                                               daemon=True)
         self._audit_thread.start()

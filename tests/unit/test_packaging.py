@@ -28,3 +28,5 @@ def test_dockerfile() -> None:
     assert "HEALTHCHECK" in gateway and "/readyz" in gateway
     assert "openjdk-17-jre-headless" in spark and "COPY --from=build-spark" in spark
     assert '".[spark]"' in stages["build-spark"]
+    # The store's C placing loop is compiled in the build stage; the image does not carry gcc.
+    assert "gcc" in stages["build"] and "gcc" not in gateway and "gcc" not in stages["base"]
