@@ -144,11 +144,13 @@ def place_appends(engine: Engine, jobs: Sequence[Job],
                 writes.setdefault(area.segment, []).extend(made)
                 runs.append((area.segment, start, area.cursor, placed, first_lsn))
         if index < count:
-            if area is not None and not placed:
-                # Not a run for C (journal messages, say): Python places the rest, at its
-                # own speed rather than one C call and one Python call a message.
+            if not placed and jobs[index].sends[0].journal:
+                # Journal messages are never the C loop's: Python places the rest of the
+                # batch at its own speed, not one C call and one Python call a message.
                 _place_appends_python(engine, jobs[index:], writes)
                 break
+            # Anything else the C loop stopped at (the area is full, say): Python places
+            # that one message, and the C loop goes on from the next.
             _place_appends_python(engine, jobs[index:index + 1], writes)
             index += 1
     if runs:
