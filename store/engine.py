@@ -50,11 +50,11 @@ from store.logs import cleanup_log, commit_log
 from store.mqtrans import Checkpoint
 from store.options import StoreOptions
 from store.pingpong import PingPong
+from store.placing import place, place_appends
 from store.qmlog import QMLog
 from store.records import Job, Placed, PreparedTx, StoredRecord
 from store.runs import Parts, SyncedWrites
 from store.segment import Segment, segment_name
-from store.placing import place, place_appends
 from store.spare import Made, SegmentPreparer
 
 __all__ = ["Engine", "SegmentState"]
@@ -233,30 +233,30 @@ class Engine:
         state.bitmap_dirty = True
 
     def occupy_many(self, records: Sequence[Placed]) -> None:
-        """``_occupy`` for many records (a batch, or recovery), marking adjacent records as
-        one range."""
+        """``_occupy`` for many records (a batch, or recovery), in any order: adjacent ones
+        are marked as one run (``occupy_runs``)."""
         by_segment: dict[int, list[Placed]] = {}
         for record in records:
             by_segment.setdefault(record.segment, []).append(record)
+        runs: list[tuple[int, int, int, int, int]] = []
         for number, items in by_segment.items():
-            state = self.segments[number]
             items.sort(key=_OFFSET)
             start = end = items[0].offset
+            count, lowest = 0, items[0].lsn
             for record in items:
                 if record.offset != end:
-                    state.bitmap.set_range(start, end - start, occupied=True)
-                    start = record.offset
+                    runs.append((number, start, end, count, lowest))
+                    start, count, lowest = record.offset, 0, record.lsn
                 end = record.offset + record.size
-            state.bitmap.set_range(start, end - start, occupied=True)
-            state.live_count += len(items)
-            state.live_bytes += sum(r.size for r in items)
-            oldest = min(r.lsn for r in items)
-            state.oldest_lsn = min(state.oldest_lsn or oldest, oldest)
-            state.bitmap_dirty = True
+                count += 1
+                if record.lsn < lowest:
+                    lowest = record.lsn
+            runs.append((number, start, end, count, lowest))
+        self.occupy_runs(runs)
 
     def occupy_runs(self, runs: Sequence[tuple[int, int, int, int, int]]) -> None:
-        """``occupy_many`` for runs of adjacent records already known as such: (segment,
-        start, end, records, LSN of the first — the lowest), as ``place_appends`` makes them."""
+        """Mark runs of adjacent records occupied: (segment, start, end, records, lowest LSN
+        of the run), as ``place_appends`` makes them while placing."""
         segments = self.segments
         for number, start, end, count, first_lsn in runs:
             state = segments[number]
