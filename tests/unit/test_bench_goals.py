@@ -61,3 +61,23 @@ def test_p99_is_judged_against_the_fsync_ceiling_measured_around_the_run() -> No
     rows = {line.split("|")[1].strip(" `"): line for line in table(records).splitlines()[2:]}
     assert "1.80x (9.0 vs 5.0 ms)" in rows["rest-recoverable p99"]
     assert rows["rest-recoverable p99"].endswith("| yes |")
+
+
+def test_srmp_bench_ids_differ_between_runs_on_one_gateway() -> None:
+    """Each concurrency level is a new load-generator run on the same gateway: repeated
+    message ids would be answered as duplicates (no store commit) and flatter the figure."""
+    from bench.loadgen import fill
+    from bench.scenarios import SCENARIOS
+    from gateway.srmp.codec import parse_request
+    from gateway.srmp.model import parse_message_id
+
+    scenario = next(s for s in SCENARIOS if s.name == "srmp-recoverable")
+    assert scenario.body_factory is not None
+    template = scenario.body_factory("http://127.0.0.1:1")
+    content_type = scenario.headers["Content-Type"]
+    ids = set()
+    for run_id in (b"000000001", b"000000002"):
+        for sequence in (1, 2):
+            message = parse_request(content_type, fill(template, run_id, sequence, 1, sequence))
+            ids.add(parse_message_id(message.envelope.path.id))
+    assert len(ids) == 4
