@@ -39,7 +39,7 @@ from gateway.queue_manager import Queue
 from gateway.srmp.codec import SrmpMessage, parse_request
 from gateway.srmp.errors import SrmpError
 from gateway.srmp.model import Kind
-from gateway.srmp.properties import message_properties
+from gateway.srmp.parsed import ParsedRequest
 from gateway.srmp.signature import BadSignature, verify_signature
 from gateway.srmp_deliver import Outcome, deliver
 from gateway.srmp_forward import forward
@@ -82,16 +82,16 @@ async def _srmp_post(request: web.Request) -> web.Response:
     raw = await request.read()
     kind = "unknown"
     try:
-        message = await _parse(request.app[PARSE_POOL_KEY],
-                               request.headers.get("Content-Type", ""), raw)
-        kind = message.envelope.kind
-        queue = _destination(request, message)
+        parsed = await _parse(request.app[PARSE_POOL_KEY],
+                              request.headers.get("Content-Type", ""), raw)
+        kind = parsed.kind
+        queue = _destination(request, parsed.to)
         if isinstance(queue, tuple):
-            stored = await _forward(request, message, raw, *queue)
+            stored = await _forward(request, parsed, *queue)
             metrics.srmp_message(kind, "forwarded" if stored else "duplicate")
             return web.Response(status=200)
         if kind in (Kind.STREAM_RECEIPT, Kind.FINAL_STREAM_RECEIPT) and await _receipt(
-                request, message):
+                request, parsed.message):
             metrics.srmp_message(kind, "stream_advanced")
             return web.Response(status=200)
     except (SrmpError, ProblemError) as exc:
@@ -102,20 +102,19 @@ async def _srmp_post(request: web.Request) -> web.Response:
         metrics.srmp_message(kind, "rejected")
         raise ProblemError(403, refusal, type_slug="MQ_ERROR_ACCESS_DENIED")
     try:
-        authenticated = _authenticate(request, message, queue)
-        props = _local_admin(message_properties(message, raw, now_ms=int(time.time() * 1000)),
-                             request.app[STATE_KEY].local)
+        authenticated = _authenticate(request, parsed, queue)
+        props = _local_admin(parsed.properties(), request.app[STATE_KEY].local)
         if authenticated:
             props = replace(props, extra={**props.extra, "authenticated": "xmldsig"})
-        stream = message.envelope.stream if kind == Kind.USER else None
-        outcome = await deliver(qm, sequencer, queue, props, message.body, stream=stream,
-                                queue_url=message.envelope.path.to)
+        stream = parsed.stream if kind == Kind.USER else None
+        outcome = await deliver(qm, sequencer, queue, props, parsed.body, stream=stream,
+                                queue_url=parsed.to)
     except (SrmpError, ProblemError) as exc:
         metrics.srmp_message(kind, "rejected")
         raise _as_srmp(exc) from exc
     metrics.srmp_message(kind, outcome.value)
     if outcome is not Outcome.STORED:
-        server_log.debug("srmp %s %s: %s", kind, message.envelope.path.id, outcome.value)
+        server_log.debug("srmp %s %s: %s", kind, parsed.message_id, outcome.value)
     # An extension Windows ignores: an entrepot sender learns whether a stream message was
     # taken, so one that overtook a lost predecessor is sent again at once, not a round later.
     headers = {VERDICT_HEADER: outcome.value} if stream is not None else None
@@ -132,7 +131,7 @@ def _as_srmp(exc: SrmpError | ProblemError) -> ProblemError:
     return exc
 
 
-async def _parse(pool: ParsePool | None, content_type: str, raw: bytes) -> SrmpMessage:
+async def _parse(pool: ParsePool | None, content_type: str, raw: bytes) -> ParsedRequest:
     """In a worker process when there are workers and the loop is busy, or the request is
     large (see gateway.srmp_parse_pool); else on the loop.
 
@@ -144,12 +143,14 @@ async def _parse(pool: ParsePool | None, content_type: str, raw: bytes) -> SrmpM
             raise ProblemError(503, f"request not parsed: {exc}", type_slug="parse-worker-lost",
                                headers={"Retry-After": "1"}) from exc
     if len(raw) <= PARSE_INLINE_BYTES_MAX:
-        return parse_request(content_type, raw)
-    return await asyncio.get_running_loop().run_in_executor(None, parse_request,
-                                                            content_type, raw)
+        message = parse_request(content_type, raw)
+    else:
+        message = await asyncio.get_running_loop().run_in_executor(None, parse_request,
+                                                                   content_type, raw)
+    return ParsedRequest.of(message, raw, now_ms=int(time.time() * 1000))
 
 
-def _destination(request: web.Request, message: SrmpMessage) -> Queue | tuple[str, bool]:
+def _destination(request: web.Request, to: str) -> Queue | tuple[str, bool]:
     """The local queue ``<to>`` names after inbound redirection, or (the URL of another host
     to forward the message to, whether a redirection changed it): when a redirection leads
     there, or with ``srmp.forward`` (a transparent store-and-forward server).
@@ -158,7 +159,6 @@ def _destination(request: web.Request, message: SrmpMessage) -> Queue | tuple[st
         ProblemError: multicast, foreign host (not forwarded), unknown queue.
     """
     state = request.app[STATE_KEY]
-    to = message.envelope.path.to
     if not to.lower().startswith(("http://", "https://")):
         raise ProblemError(400, f"<to> {to[:200]!r} is not an http(s) queue URL (multicast "
                            "and other transports are not served here)",
@@ -183,7 +183,7 @@ def _destination(request: web.Request, message: SrmpMessage) -> Queue | tuple[st
     return state.queue_manager.queue(paths[0])
 
 
-async def _forward(request: web.Request, message: SrmpMessage, raw: bytes, url: str,
+async def _forward(request: web.Request, parsed: ParsedRequest, url: str,
                    readdressed: bool) -> bool:
     """Store and forward to another host (trusted senders only)."""
     state = request.app[STATE_KEY]
@@ -191,8 +191,7 @@ async def _forward(request: web.Request, message: SrmpMessage, raw: bytes, url: 
         raise ProblemError(403, f"{request.remote} may not forward through this gateway",
                            type_slug="MQ_ERROR_ACCESS_DENIED")
     assert state.queue_manager is not None and state.links is not None
-    props = message_properties(message, raw, now_ms=int(time.time() * 1000))
-    return await forward(state.queue_manager, state.links, url, props, message.body,
+    return await forward(state.queue_manager, state.links, url, parsed.properties(), parsed.body,
                          content_type=request.headers.get("Content-Type", "text/xml"),
                          readdressed=readdressed)
 
@@ -211,7 +210,7 @@ async def _receipt(request: web.Request, message: SrmpMessage) -> bool:
     return await links.on_stream_receipt(receipt.stream_id, receipt.last_ordinal, final)
 
 
-def _authenticate(request: web.Request, message: SrmpMessage, queue: Queue) -> bool:
+def _authenticate(request: web.Request, parsed: ParsedRequest, queue: Queue) -> bool:
     """True when the message carries a signature that verifies with its sender's configured
     certificate. A signature that fails is refused wherever the message goes (it was
     tampered with, or signed by someone else); an authenticated queue takes verified
@@ -220,6 +219,9 @@ def _authenticate(request: web.Request, message: SrmpMessage, queue: Queue) -> b
     Raises:
         ProblemError: 400 MQMSG_CLASS_NACK_BAD_SIGNATURE.
     """
+    if not parsed.signed and not queue.settings.authenticate:
+        return False  # the common case: the whole envelope is not needed
+    message = parsed.message
     env = message.envelope
     signers = request.app[SIGNERS_KEY]
     source = env.msmq.source_qm if env.msmq is not None else ""

@@ -4,8 +4,10 @@ parsing on the loop, the same errors, and a worker that dies is replaced."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -18,10 +20,12 @@ from gateway.appkeys import PARSE_POOL_KEY
 from gateway.settings import Settings
 from gateway.srmp.codec import parse_request
 from gateway.srmp_http import PARSE_INLINE_BYTES_MAX
-from gateway.srmp.errors import SrmpError
+from gateway.srmp.errors import EnvelopeError, SrmpError
+from gateway.srmp.parsed import ParsedRequest
 from gateway.srmp_parse_pool import ParsePool, WorkerLost, encode_request, request_reader
 from tests.helpers import ready_client
-from tests.srmp_client import user_message
+from gateway.srmp.model import Stream
+from tests.srmp_client import SENDER_QM, user_message
 from tests.srmp_vectors import wire
 
 # The spec's requests (V04, V06, V08 are HTTP answers); V03's defective body is refused alike.
@@ -35,18 +39,33 @@ async def pool() -> AsyncIterator[ParsePool]:
     await made.close()
 
 
+def _view(parsed: ParsedRequest) -> object:
+    """Everything the front door reads of a parsed request. A message's send time is the
+    parse's clock when the envelope has no <sentAt>: compared apart."""
+    try:
+        props: object = dataclasses.replace(parsed.properties(), sent_at_ms=0)
+    except EnvelopeError as exc:
+        props = exc.reason
+    return (parsed.kind, parsed.to, parsed.message_id, parsed.stream, parsed.signed,
+            parsed.body, props, parsed.message)
+
+
 def _inline(content_type: str, raw: bytes) -> object:
     try:
-        return parse_request(content_type, raw)
+        return _view(ParsedRequest.of(parse_request(content_type, raw), raw,
+                                      now_ms=int(time.time() * 1000)))
     except SrmpError as exc:
         return (type(exc), exc.reason)
 
 
 async def _pooled(pool: ParsePool, content_type: str, raw: bytes) -> object:
     try:
-        return await pool.parse(content_type, raw)
+        parsed = await pool.parse(content_type, raw)
     except SrmpError as exc:
         return (type(exc), exc.reason)
+    if parsed.message.envelope.sent_at is None:
+        assert abs(parsed.properties().sent_at_ms - time.time() * 1000) < 60_000
+    return _view(parsed)
 
 
 @pytest.mark.parametrize("name", REQUESTS)
@@ -65,6 +84,24 @@ async def test_errors_keep_their_class_and_reason(pool: ParsePool) -> None:
         expected = _inline(content_type, raw)
         assert isinstance(expected, tuple)  # each is refused
         assert await _pooled(pool, content_type, raw) == expected
+
+
+async def test_what_the_loop_reads_matches_a_parse_on_the_loop(pool: ParsePool) -> None:
+    """The worker makes the properties and sends the rest of the envelope for later: a
+    label MSMQ refuses is an error of the properties only, raised where they are asked for."""
+    for request in (user_message("http://gw/msmq/q", b"b", ordinal=7),
+                    user_message("http://gw/msmq/q", b"b", ordinal=8, label="x" * 300),
+                    user_message("http://gw/msmq/q", b"b", ordinal=9,
+                                 stream=Stream("uid:%s\\1" % SENDER_QM, 3, 2, None))):
+        content_type = dict(request.headers)["Content-Type"]
+        assert await _pooled(pool, content_type, request.body) == _inline(content_type,
+                                                                          request.body)
+        if b"x" * 300 in request.body:
+            with pytest.raises(EnvelopeError, match="MQ_ERROR_LABEL_TOO_LONG"):
+                (await pool.parse(content_type, request.body)).properties()
+    parsed = await pool.parse(content_type, request.body)
+    assert parsed.stream is not None and parsed.stream.current == 3
+    assert parsed.properties().transactional
 
 
 async def test_many_in_flight_come_back_to_their_callers(pool: ParsePool) -> None:
@@ -267,3 +304,15 @@ async def test_requests_of_one_loop_iteration_share_one_pipe_write(pool: ParsePo
     assert [m.body for m in messages] == [b"x"] * 50
     assert len(writes) == 1 and writes[0] == 50 * len(encode_request(1, content_type,
                                                                       request.body))
+
+
+async def test_an_unreadable_answer_fails_its_request_at_once() -> None:
+    """Not after the 10 s watchdog: the request is answered 503 and the sender retries."""
+    worker = srmp_parse_pool._Worker()
+    future: asyncio.Future[tuple[int, Any]] = asyncio.get_running_loop().create_future()
+    worker.pending[7] = (future, 0.0)
+    payload = b"not a pickle"
+    worker.pipe_data_received(1, srmp_parse_pool._ANSWER.pack(7, len(payload), 1) + payload)
+    with pytest.raises(WorkerLost, match="not readable"):
+        future.result()
+    assert not worker.pending
