@@ -45,6 +45,7 @@ from gateway.srmp_deliver import Outcome, deliver
 from gateway.srmp_forward import forward
 from gateway.srmp_parse_pool import ParsePool, WorkerLost
 from mapping.engine import route_inbound
+from mapping.rules import RuleSet
 
 __all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX", "VERDICT_HEADER"]
 
@@ -164,13 +165,7 @@ def _destination(request: web.Request, to: str) -> Queue | tuple[str, bool]:
                            "and other transports are not served here)",
                            type_slug="MQ_ERROR_ILLEGAL_FORMATNAME")
     rules = state.mapping.rules if state.mapping is not None else None
-    # The rules see the URL as it came: a logical address need not be a queue URL (V09's
-    # receipt address ends in "receipts?SenderStream=XRntV").
-    found = route_inbound(rules, to) if rules is not None else None
-    redirected = "DIRECT=" + to
-    if found is not None:
-        redirected = ("DIRECT=" + found.target if "://" in found.target
-                      else "DIRECT=OS:.\\" + found.target.replace("/", "\\"))
+    redirected = _ROUTES.redirected(rules, to)
     paths, urls = split_destinations(redirected, state.local)
     if urls:
         readdressed = redirected != "DIRECT=" + to
@@ -181,6 +176,41 @@ def _destination(request: web.Request, to: str) -> Queue | tuple[str, bool]:
         return urls[0], readdressed
     assert state.queue_manager is not None
     return state.queue_manager.queue(paths[0])
+
+
+class _InboundRoutes:
+    """``<to>`` -> the format name inbound redirection makes of it, kept per rule set:
+    senders repeat a few addresses, and ``route_inbound`` normalises the address and matches
+    it against every rule (~1% of the loop under SRMP load)."""
+
+    def __init__(self, size_max: int = 4096) -> None:
+        self._rules: RuleSet | None = None
+        self._found: dict[str, str] = {}
+        self._size_max = size_max  # addresses come from the internet: bounded
+
+    def redirected(self, rules: RuleSet | None, to: str) -> str:
+        if rules is not self._rules:
+            self._rules, self._found = rules, {}
+        text = self._found.get(to)
+        if text is None:
+            text = self._redirect(rules, to)
+            if len(self._found) >= self._size_max:
+                self._found.clear()
+            self._found[to] = text
+        return text
+
+    @staticmethod
+    def _redirect(rules: RuleSet | None, to: str) -> str:
+        # The rules see the URL as it came: a logical address need not be a queue URL (V09's
+        # receipt address ends in "receipts?SenderStream=XRntV").
+        found = route_inbound(rules, to) if rules is not None else None
+        if found is None:
+            return "DIRECT=" + to
+        return ("DIRECT=" + found.target if "://" in found.target
+                else "DIRECT=OS:.\\" + found.target.replace("/", "\\"))
+
+
+_ROUTES = _InboundRoutes()
 
 
 async def _forward(request: web.Request, parsed: ParsedRequest, url: str,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import fcntl
 import functools
 import io
 import itertools
@@ -44,6 +45,7 @@ from gateway.srmp import model
 from gateway.srmp.codec import SrmpMessage, parse_request
 from gateway.srmp.errors import EnvelopeError, MimeError, SrmpError
 from gateway.srmp.parsed import ParsedRequest
+from gateway.srmp.properties import add_mime_parts
 
 __all__ = ["ParsePool", "WorkerLost", "encode_request", "request_reader", "FrameReader",
            "serve_worker", "INLINE_REQUESTS_MAX"]
@@ -57,6 +59,7 @@ _ERRORS: dict[str, type[SrmpError]] = {c.__name__: c for c in (SrmpError, MimeEr
 # Up to this many SRMP requests in flight, they are parsed on the loop: at 1 in flight a
 # worker cost 17-20% of the throughput (a process round trip); at 16 it adds 12%, at 64 30-36%.
 INLINE_REQUESTS_MAX = 4
+_PIPE_BYTES = 1 << 20
 # Bytes written to one worker and not yet taken by it, at most; beyond it senders wait.
 _WRITE_BUFFER_MAX = 8 << 20
 
@@ -112,8 +115,11 @@ def _answer(content_type: str, raw: bytes) -> tuple[int, bytes]:
     except Exception as exc:  # a parser bug: the parent answers 500, as inline parsing did
         log.exception("SRMP parse failed unexpectedly")
         return _KIND_INTERNAL, pickle.dumps(repr(exc)[:500], 5)
-    properties, error = ParsedRequest.properties_of(message, raw,
-                                                    now_ms=int(time.time() * 1000))
+    # Without the MIME head and tail: the gateway has the request and adds them (they are
+    # most of the properties' bytes, and answers small enough for the pipe's buffer keep the
+    # worker from waiting on the loop).
+    properties, error = ParsedRequest.properties_of(message, raw, now_ms=int(time.time() * 1000),
+                                                    mime_parts=False)
     env = message.envelope
     signed = env.signature is not None
     # The rest goes along only when the loop will need it: to verify a signature, or to
@@ -171,7 +177,7 @@ _BY_CONSTRUCTOR[MessageProperties] = lambda p: (_properties, (_property_values(p
 def serve_worker(stdin: io.BufferedIOBase, stdout: io.BufferedIOBase) -> None:
     """The worker's loop: parse each request, answer in order, until stdin closes."""
     reader = request_reader()
-    while chunk := stdin.read1(1 << 16):
+    while chunk := stdin.read1(_PIPE_BYTES):
         for (request_id, _, ctype_len), data in reader.feed(chunk):
             kind, payload = _answer(data[:ctype_len].decode("utf-8", "replace"),
                                     data[ctype_len:])
@@ -297,9 +303,11 @@ class ParsePool:
 
     async def parse(self, content_type: str, raw: bytes) -> ParsedRequest:
         """Raises: SrmpError as ``parse_request``; WorkerLost when the worker died."""
-        worker = await self._pick()
+        worker = self._ready()
+        if worker is None:
+            worker = await self._pick()
         self.parsed += 1
-        while worker.pipe().get_write_buffer_size() > _WRITE_BUFFER_MAX and worker.alive:
+        while worker.alive and worker.pipe().get_write_buffer_size() > _WRITE_BUFFER_MAX:
             await asyncio.sleep(0.001)
         if not worker.alive:
             raise WorkerLost("the SRMP parse worker exited")
@@ -307,6 +315,8 @@ class ParsePool:
         if kind == _KIND_MESSAGE:
             (kind_name, to, message_id, stream, signed, properties, error, body_start, body_end,
              rest) = value
+            if properties is not None:
+                add_mime_parts(properties.extra, raw, body_start, body_end)
             load = (functools.partial(parse_request, content_type, raw) if rest is None
                     else functools.partial(_message, raw, body_start, body_end, rest))
             return ParsedRequest(kind=kind_name, to=to, message_id=message_id, stream=stream,
@@ -316,6 +326,13 @@ class ParsePool:
             name, reason = value
             raise _ERRORS.get(name, SrmpError)(reason)
         raise RuntimeError(f"SRMP parse worker: {value}")
+
+    def _ready(self) -> _Worker | None:
+        """The usual case without a coroutine: one worker, running (one coroutine and the
+        scan of ``_pick`` were ~1.5% of the loop under SRMP load)."""
+        if self.size == 1 and len(self._workers) == 1 and self._workers[0].alive:
+            return self._workers[0]
+        return None
 
     async def _pick(self) -> _Worker:
         if len(self._workers) < self.size or not all(w.alive for w in self._workers):
@@ -364,6 +381,13 @@ def _main() -> None:
     # shutdown decides, and no KeyboardInterrupt trace is printed.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Both pipes hold what one loop iteration sends at C = 64 (~150 KiB of 2 KiB requests):
+    # with Linux's default 64 KiB the gateway's write and the worker's read came in pieces.
+    for fd in (0, 1):
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        except OSError:  # not a pipe, or over /proc/sys/fs/pipe-max-size: the default
+            pass
     serve_worker(sys.stdin.buffer, sys.stdout.buffer)  # type: ignore[arg-type]
 
 

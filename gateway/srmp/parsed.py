@@ -56,10 +56,10 @@ class ParsedRequest:
                    properties=properties, error=error, message=message)
 
     @staticmethod
-    def properties_of(message: SrmpMessage, raw: bytes, *, now_ms: int
-                      ) -> tuple[MessageProperties | None, str | None]:
+    def properties_of(message: SrmpMessage, raw: bytes, *, now_ms: int,
+                      mime_parts: bool = True) -> tuple[MessageProperties | None, str | None]:
         try:
-            return message_properties(message, raw, now_ms=now_ms), None
+            return message_properties(message, raw, now_ms=now_ms, mime_parts=mime_parts), None
         except EnvelopeError as exc:
             return None, exc.reason
 

@@ -29,8 +29,8 @@ from gateway.srmp.model import (
     parse_srmp_time,
 )
 
-__all__ = ["message_properties", "objectid_text", "format_name_of_url", "compound_message",
-           "envelope_text"]
+__all__ = ["message_properties", "add_mime_parts", "objectid_text", "format_name_of_url",
+           "compound_message", "envelope_text"]
 
 
 def objectid_text(guid: str, ordinal: int) -> str:
@@ -45,8 +45,12 @@ def format_name_of_url(url: str) -> str:
     return "DIRECT=" + url
 
 
-def message_properties(message: SrmpMessage, raw: bytes, *, now_ms: int) -> MessageProperties:
-    """Raises: EnvelopeError for values SRMP allows but MSMQ does not (label too long)."""
+def message_properties(message: SrmpMessage, raw: bytes, *, now_ms: int,
+                       mime_parts: bool = True) -> MessageProperties:
+    """``mime_parts=False`` leaves out the MIME head and tail (``add_mime_parts`` adds them
+    where ``raw`` is at hand: a parse worker need not send them back).
+
+    Raises: EnvelopeError for values SRMP allows but MSMQ does not (label too long)."""
     env = message.envelope
     label = env.label or ""
     if len(label) > LABEL_CHARS_MAX:
@@ -57,7 +61,7 @@ def message_properties(message: SrmpMessage, raw: bytes, *, now_ms: int) -> Mess
     services = env.services
     ack = AckLevel.NONE
     admin = ""
-    extra = _extra(message, raw)
+    extra = _extra(message, raw, mime_parts)
     if services is not None:
         if services.delivery_receipt_to:
             ack |= AckLevel.POS_ARRIVAL
@@ -105,13 +109,20 @@ def message_properties(message: SrmpMessage, raw: bytes, *, now_ms: int) -> Mess
     )
 
 
-def _extra(message: SrmpMessage, raw: bytes) -> dict[str, str]:
+def add_mime_parts(extra: dict[str, str], raw: bytes, body_start: int, body_end: int) -> None:
+    """The request around the body, base64 (when there is any: not for a lone envelope)."""
+    if body_end > body_start or body_start < len(raw):
+        extra["srmp_mime_head"] = base64.b64encode(raw[:body_start]).decode()
+        extra["srmp_mime_tail"] = base64.b64encode(raw[body_end:]).decode()
+
+
+def _extra(message: SrmpMessage, raw: bytes, mime_parts: bool) -> dict[str, str]:
     env: Envelope = message.envelope
     extra = {"front_door": "srmp", "srmp_id": env.path.id, "srmp_to": env.path.to}
-    if message.body_end > message.body_start or message.body_start < len(raw):
-        extra["srmp_mime_head"] = base64.b64encode(raw[:message.body_start]).decode()
-        extra["srmp_mime_tail"] = base64.b64encode(raw[message.body_end:]).decode()
-    if "srmp_mime_head" in extra and message.envelope_end <= message.body_start:
+    mime = message.body_end > message.body_start or message.body_start < len(raw)
+    if mime_parts:
+        add_mime_parts(extra, raw, message.body_start, message.body_end)
+    if mime and message.envelope_end <= message.body_start:
         # The envelope is inside the head: keep where, not a second copy.
         extra["srmp_envelope_span"] = f"{message.envelope_start}:{message.envelope_end}"
     else:

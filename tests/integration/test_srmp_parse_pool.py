@@ -316,3 +316,17 @@ async def test_an_unreadable_answer_fails_its_request_at_once() -> None:
     with pytest.raises(WorkerLost, match="not readable"):
         future.result()
     assert not worker.pending
+
+
+async def test_the_pipes_hold_a_loop_iterations_requests(pool: ParsePool) -> None:
+    """~150 KiB of requests at C = 64: Linux's default 64 KiB pipe split the writes."""
+    import fcntl
+
+    request = user_message("http://gw/msmq/q", b"x", ordinal=1)
+    await pool.parse(dict(request.headers)["Content-Type"], request.body)
+    [worker] = pool._workers
+    assert worker.transport is not None
+    for fd in (0, 1):
+        pipe = worker.transport.get_pipe_transport(fd)
+        assert pipe is not None
+        assert fcntl.fcntl(pipe.get_extra_info("pipe").fileno(), fcntl.F_GETPIPE_SZ) >= 1 << 20
