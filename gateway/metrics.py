@@ -9,11 +9,12 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    Histogram,
     PlatformCollector,
     ProcessCollector,
     generate_latest,
 )
+
+from gateway.http_stats import HttpStats
 
 __all__ = ["Metrics", "CONTENT_TYPE_LATEST"]
 
@@ -30,19 +31,8 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
-        self.http_requests = Counter(
-            "entrepot_http_requests",
-            "HTTP requests answered, by route, method and status.",
-            ["route", "method", "status"],
-            registry=self.registry,
-        )
-        self.http_latency = Histogram(
-            "entrepot_http_request_duration_seconds",
-            "Time from request start to response, by route.",
-            ["route"],
-            buckets=_LATENCY_BUCKETS_S,
-            registry=self.registry,
-        )
+        self.http = HttpStats(_LATENCY_BUCKETS_S)
+        self.registry.register(self.http)
         self.http_in_flight = Gauge(
             "entrepot_http_requests_in_flight",
             "Requests being handled now.",

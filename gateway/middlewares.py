@@ -20,8 +20,6 @@ from gateway.problem import problem_response
 
 __all__ = ["make_middlewares"]
 
-_LABEL_SETS_MAX = 4096
-
 
 def _route_label(request: web.Request) -> str:
     resource = request.match_info.route.resource
@@ -38,13 +36,11 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
     One layer does the cap, the metrics and the error mapping: every layer is two more calls
     per request in aiohttp, and this runs for every message sent. The cap is a plain count
     (a request over it is answered 503 at once, never queued, so no semaphore is needed),
-    and metric children are looked up once per label set (prometheus' ``labels()`` takes a
-    lock and validates the labels on every call).
+    and requests are counted as plain numbers (gateway.http_stats).
     """
     in_flight = 0
     metrics.http_in_flight.set_function(lambda: in_flight)
-    counters: dict[tuple[str, str, int], Callable[[], None]] = {}
-    latencies: dict[str, Callable[[float], None]] = {}
+    record = metrics.http.record
 
     @web.middleware
     async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -70,19 +66,7 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
             _count(request, status, time.perf_counter() - started)
 
     def _count(request: web.Request, status: int, seconds: float) -> None:
-        route = _route_label(request)
-        key = (route, request.method, status)
-        inc = counters.get(key)
-        if inc is None:
-            if len(counters) >= _LABEL_SETS_MAX:  # bounded: routes and methods are few
-                counters.clear()
-            inc = counters[key] = metrics.http_requests.labels(
-                route, request.method, str(status)).inc
-        inc()
-        observe_latency = latencies.get(route)
-        if observe_latency is None:
-            observe_latency = latencies[route] = metrics.http_latency.labels(route).observe
-        observe_latency(seconds)
+        record(_route_label(request), request.method, status, seconds)
 
     return [observe]
 
