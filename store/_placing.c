@@ -270,7 +270,76 @@ place_run(PyObject *Py_UNUSED(module), PyObject *args)
     return Py_BuildValue("(nLLn)", i, cursor, lsn, placed);
 }
 
+/* runs(items) -> [(start, buffers, total), ...]: store/runs.py's _runs over items already
+ * sorted by offset (each (offset, (header, payload, padding))): one run of buffers per
+ * stretch of adjacent records. Its Python loop was ~3.7 us of a 32-record batch. */
+static PyObject *
+runs(PyObject *self, PyObject *args)
+{
+    PyObject *items;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    PyObject *run = NULL;
+    long long run_start = 0, run_end = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2)
+            goto bad;
+        PyObject *parts = PyTuple_GET_ITEM(item, 1);
+        if (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) != 3)
+            goto bad;
+        long long offset = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
+        if (offset == -1 && PyErr_Occurred())
+            goto fail;
+        if (run == NULL || offset != run_end) {
+            if (run != NULL) {
+                PyObject *done = Py_BuildValue("(LNL)", run_start, run, run_end - run_start);
+                run = NULL;
+                if (done == NULL || PyList_Append(out, done) < 0) {
+                    Py_XDECREF(done);
+                    goto fail;
+                }
+                Py_DECREF(done);
+            }
+            run = PyList_New(0);
+            if (run == NULL)
+                goto fail;
+            run_start = run_end = offset;
+        }
+        run_end = offset;
+        for (Py_ssize_t k = 0; k < 3; k++) {
+            PyObject *buffer = PyTuple_GET_ITEM(parts, k);
+            Py_ssize_t size = PyObject_Length(buffer);
+            if (size < 0 || PyList_Append(run, buffer) < 0)
+                goto fail;
+            run_end += size;
+        }
+    }
+    if (run != NULL) {
+        PyObject *done = Py_BuildValue("(LNL)", run_start, run, run_end - run_start);
+        run = NULL;
+        if (done == NULL || PyList_Append(out, done) < 0) {
+            Py_XDECREF(done);
+            goto fail;
+        }
+        Py_DECREF(done);
+    }
+    return out;
+bad:
+    PyErr_SetString(PyExc_TypeError, "runs: items must be (offset, (header, payload, padding))");
+fail:
+    Py_XDECREF(run);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"runs", runs, METH_VARARGS,
+     "runs(items) -> [(start, buffers, total), ...] of items sorted by offset"},
     {"setup", setup, METH_VARARGS,
      "setup(record_type, crc32): the record class to build and the CRC-32 to use."},
     {"place_run", place_run, METH_VARARGS,

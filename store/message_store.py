@@ -231,7 +231,7 @@ class MessageStore:
             raise StoreClosed("the store is not started")
         send, charge = self._admit(send, express=False)
         try:
-            done = await writer.submit(Job("append", sends=(send,)))
+            done = await writer.submit(Job("append", sends=(send,)), len(send.payload))
         except BaseException:
             self.quotas.release((charge,))
             self._inflight.discard(send.queue_id, send.seq)

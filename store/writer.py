@@ -42,6 +42,11 @@ class GroupCommitter:
         self._loop = loop
         self._on_done = on_done
         self._pending: list[tuple[Job, asyncio.Future[Job]]] = []
+        # Payload bytes of each pending job (same order) and their sum, counted by ``submit``
+        # on the loop: the writer's count of a batch's bytes, job by job under the lock, was
+        # ~3 us of its ~40 us of Python between two synced writes (session 14).
+        self._sizes: list[int] = []
+        self._pending_bytes = 0
         # A waiting writer sleeps on ``_wakeup``, a lock used as a one-token semaphore, which
         # the loop releases only when ``_waiting`` says the writer sleeps: threading.Condition
         # (its __enter__, notify and wait are Python code) was ~3% of the loop under SRMP
@@ -63,8 +68,9 @@ class GroupCommitter:
         self.batch_jobs = Histogram(BATCH_BUCKETS)
         self._thread.start()
 
-    async def submit(self, job: Job) -> Job:
-        """Queue ``job`` and wait until it is durable (or failed).
+    async def submit(self, job: Job, size: int = -1) -> Job:
+        """Queue ``job`` and wait until it is durable (or failed). ``size``: its payload
+        bytes when the caller knows them (else counted here).
 
         Raises:
             StoreError: the job's own error (quota, too large, unknown record) or the store's
@@ -74,12 +80,16 @@ class GroupCommitter:
             self._room.clear()
             await self._room.wait()
         future: asyncio.Future[Job] = self._loop.create_future()
+        if size < 0:
+            size = sum(len(send.payload) for send in job.sends)
         with self._lock:
             if self._stopping:
                 raise StoreClosed("the store is closing")
             if self._engine.failed is not None:
                 raise StoreFailed(self._engine.failed)
             self._pending.append((job, future))
+            self._sizes.append(size)
+            self._pending_bytes += size
             self._wake_writer()
         done = await future
         if done.error is not None:
@@ -113,15 +123,18 @@ class GroupCommitter:
             self._waiting = False
             if not self._pending:
                 return None
-            size = 0
-            count = 0
-            most = max(_BATCH_JOBS_MIN, (len(self._pending) + 1) // 2)
-            for job, _ in self._pending:
-                for send in job.sends:
-                    size += len(send.payload)
-                count += 1
-                if size >= self._batch_bytes_max or count >= most:
-                    break
+            pending = len(self._pending)
+            count = min(pending, max(_BATCH_JOBS_MIN, (pending + 1) // 2))
+            if self._pending_bytes >= self._batch_bytes_max:  # then the bytes may cut first
+                size = 0
+                for index, job_size in enumerate(self._sizes[:count]):
+                    size += job_size
+                    if size >= self._batch_bytes_max:
+                        count = index + 1
+                        break
+            taken = self._pending_bytes if count == pending else sum(self._sizes[:count])
+            self._pending_bytes -= taken
+            del self._sizes[:count]
             batch, self._pending = self._pending[:count], self._pending[count:]
             return batch
 

@@ -79,16 +79,18 @@ def test_synced_descriptors_stay_bounded_least_recent_closed() -> None:
 class _Engine:
     """Records batch sizes; the first batch blocks until the test has queued the rest."""
 
-    def __init__(self) -> None:
-        self.options = type("O", (), {"group_commit_bytes_max": 1 << 30,
+    def __init__(self, bytes_max: int = 1 << 30) -> None:
+        self.options = type("O", (), {"group_commit_bytes_max": bytes_max,
                                       "checkpoint_interval_s": 3600.0})()
         self.failed = None
         self.sizes: list[int] = []
+        self.payloads: list[list[int]] = []
         self.first_taken = threading.Event()
         self.go = threading.Event()
 
     def write_batch(self, jobs: list[Job]) -> None:
         self.sizes.append(len(jobs))
+        self.payloads.append([sum(len(s.payload) for s in job.sends) for job in jobs])
         if len(self.sizes) == 1:
             self.first_taken.set()
             self.go.wait(10)
@@ -112,5 +114,37 @@ async def test_a_burst_is_cut_in_halves_of_at_least_the_minimum() -> None:
         await asyncio.gather(*few)
         assert sum(engine.sizes[4:]) == _BATCH_JOBS_MIN
         assert all(size <= _BATCH_JOBS_MIN for size in engine.sizes[4:])
+    finally:
+        await loop.run_in_executor(None, writer.stop)
+
+
+async def test_a_batch_stops_at_the_job_that_reaches_the_byte_limit() -> None:
+    """Sizes as given to submit, or counted there: a batch takes jobs up to and including the
+    one whose bytes reach ``group_commit_bytes_max``, never more than half of what waits."""
+    engine: Any = _Engine(bytes_max=1000)
+    loop = asyncio.get_running_loop()
+    writer = GroupCommitter(engine, loop, lambda jobs: None)
+
+    def job(size: int, parts: int = 1) -> Job:
+        return Job("commit", sends=tuple(SendSpec(1, b"x" * (size // parts))
+                                         for _ in range(parts)))
+
+    try:
+        first = asyncio.ensure_future(writer.submit(job(10)))
+        await loop.run_in_executor(None, engine.first_taken.wait, 10)
+        sizes = [300, 300, 100, 400, 50, 2000, 500, 500, 10] + [10] * 60 + [600] * 5
+        burst = [asyncio.ensure_future(writer.submit(job(n, parts=2)) if i % 2
+                                       else writer.submit(job(n), n))
+                 for i, n in enumerate(sizes)]
+        await asyncio.sleep(0)
+        engine.go.set()
+        await asyncio.gather(first, *burst)
+        batches = engine.payloads[1:]
+        assert [n for batch in batches for n in batch] == sizes  # all, in order
+        for batch in batches:
+            assert len(batch) <= max(_BATCH_JOBS_MIN, (len(sizes) + 1) // 2)
+            assert sum(batch[:-1]) < 1000  # only the last job may reach the limit
+        assert batches[:3] == [[300, 300, 100, 400], [50, 2000], [500, 500]]
+        assert writer._pending_bytes == 0 and not writer._sizes
     finally:
         await loop.run_in_executor(None, writer.stop)
