@@ -273,6 +273,18 @@ place_run(PyObject *Py_UNUSED(module), PyObject *args)
 /* runs(items) -> [(start, buffers, total), ...]: store/runs.py's _runs over items already
  * sorted by offset (each (offset, (header, payload, padding))): one run of buffers per
  * stretch of adjacent records. Its Python loop was ~3.7 us of a 32-record batch. */
+/* Appends (start, run, end - start) to out; steals run. -1 on error. */
+static int
+close_run(PyObject *out, long long start, PyObject *run, long long end)
+{
+    PyObject *done = Py_BuildValue("(LNL)", start, run, end - start);
+    if (done == NULL)
+        return -1;
+    int failed = PyList_Append(out, done);
+    Py_DECREF(done);
+    return failed;
+}
+
 static PyObject *
 runs(PyObject *self, PyObject *args)
 {
@@ -297,13 +309,10 @@ runs(PyObject *self, PyObject *args)
             goto fail;
         if (run == NULL || offset != run_end) {
             if (run != NULL) {
-                PyObject *done = Py_BuildValue("(LNL)", run_start, run, run_end - run_start);
+                int failed = close_run(out, run_start, run, run_end);
                 run = NULL;
-                if (done == NULL || PyList_Append(out, done) < 0) {
-                    Py_XDECREF(done);
+                if (failed)
                     goto fail;
-                }
-                Py_DECREF(done);
             }
             run = PyList_New(0);
             if (run == NULL)
@@ -320,13 +329,10 @@ runs(PyObject *self, PyObject *args)
         }
     }
     if (run != NULL) {
-        PyObject *done = Py_BuildValue("(LNL)", run_start, run, run_end - run_start);
+        int failed = close_run(out, run_start, run, run_end);
         run = NULL;
-        if (done == NULL || PyList_Append(out, done) < 0) {
-            Py_XDECREF(done);
+        if (failed)
             goto fail;
-        }
-        Py_DECREF(done);
     }
     return out;
 bad:
