@@ -18,6 +18,7 @@ from aiohttp import web
 
 from gateway.appkeys import STATE_KEY
 from gateway.errors import ProblemError
+from gateway.logs import server_log
 from gateway.msmq.message import MessageFormatError, compose_id, split_payload
 from gateway.queue_manager import Queue, QueueManager
 from gateway.range_consumers import RangeConsumers
@@ -121,12 +122,19 @@ async def _range(request: web.Request, qm: QueueManager, consumers: RangeConsume
     await response.prepare(request)
     pieces: list[bytes | memoryview] = []
     pending = 0
+    removals = qm.store.removals  # a second index lookup a record only after a removal
     for record in records:
-        if qm.store.record(queue.queue_id, record.seq) != record:
-            # Trimmed (a purge) while this answer was being written: cut it, so the
-            # reader sees no end marker, rather than read space that may be reused.
-            raise ConnectionResetError(f"{queue.path.display}: record {record.seq} was "
-                                       "removed during the range read")
+        if (qm.store.removals != removals
+                and qm.store.record(queue.queue_id, record.seq) != record):
+            # Trimmed (a purge) while this answer was being written: cut it — what was
+            # written, no end marker, the connection closed — rather than read space that
+            # may be reused. (Raising here left the connection open: the reader waited for
+            # its time-out.)
+            server_log.info("range of %s cut: record %d removed while it was written",
+                            queue.path.display, record.seq)
+            if request.transport is not None:
+                request.transport.close()
+            return response
         try:
             meta, body = split_payload(qm.store.read(record))
         except MessageFormatError as exc:  # a record we did not write: never skip silently

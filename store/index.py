@@ -87,6 +87,10 @@ class QueueIndex:
     def __init__(self) -> None:
         self._queues: dict[int, dict[int, int]] = {}
         self._orders: dict[int, SeqOrder] = {}
+        # Records that have left the index so far. Entries are never replaced (a sequence
+        # is used once), so a reader holding records across an await knows they are all
+        # still there when this has not moved.
+        self.removals = 0
 
     def _queue(self, queue_id: int) -> tuple[dict[int, int], SeqOrder]:
         entries = self._queues.get(queue_id)
@@ -129,6 +133,7 @@ class QueueIndex:
             return None
         packed = entries.pop(seq, None)
         if packed is not None:
+            self.removals += 1
             self._orders[queue_id].removed(seq, entries, len(entries))
         return packed
 

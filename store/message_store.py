@@ -488,6 +488,12 @@ class MessageStore:
         """The live record at ``seq`` in the queue, if any."""
         return self._index.get(queue_id, seq)
 
+    @property
+    def removals(self) -> int:
+        """How many records have been removed since the store opened: unchanged across an
+        await, every record read before it is still live (records never move)."""
+        return self._index.removals
+
     def first_records(self, queue_id: int, after_seq: int, limit: int) -> list[StoredRecord]:
         """Up to ``limit`` live records with a sequence above ``after_seq``, in order."""
         return self._index.first(queue_id, after_seq, limit)

@@ -196,3 +196,47 @@ async def test_bad_consumer_requests_change_nothing(client: Any, method: str, pa
                                     data=json.dumps(body) if body is not None else None)
     assert response.status == status, await response.text()
     assert (await (await client.get(f"{Q}/consumers")).json())["consumers"] == []
+
+
+async def test_a_record_removed_while_the_answer_is_written_cuts_it(
+        client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records are read from the store between the answer's writes, and a write lets other
+    requests run: one removed meanwhile must not be read (its space may be reused), so the
+    answer is cut and the reader sees no end marker. Records untouched need no second look."""
+    import aiohttp
+    from aiohttp import web
+
+    from gateway import rest_range
+    from gateway.appkeys import STATE_KEY
+    from gateway.range_wire import END_OF_RANGE
+
+    await _send(client, 6)
+    state = client.app[STATE_KEY]
+    qm = state.queue_manager
+    queue_id = qm.queue("private$/feed").queue_id
+    monkeypatch.setattr(rest_range, "_FLUSH_BYTES", 1)  # a write after every record
+    real_write = web.StreamResponse.write
+    writes = 0
+
+    async def write(self: web.StreamResponse, data: bytes) -> None:
+        nonlocal writes
+        writes += 1
+        if writes == 2:  # the first record is out: another request takes the last one
+            await qm.store.remove([qm.store.record(queue_id, 6)])
+        await real_write(self, data)
+
+    monkeypatch.setattr(web.StreamResponse, "write", write)
+    response = await client.get(f"{Q}/range", params={"from": 1, "to": 7})
+    assert response.status == 200
+    try:
+        data = await response.read()
+    except aiohttp.ClientError:  # the connection is closed mid-answer
+        data = b""
+    assert not data.endswith(END_OF_RANGE)
+    monkeypatch.setattr(web.StreamResponse, "write", real_write)
+    async with aiohttp.ClientSession() as session:  # a new connection: that one was cut
+        async with session.get(client.make_url(f"{Q}/range"),
+                               params={"from": 1, "to": 7}) as again:
+            data = await again.read()
+    assert data.endswith(END_OF_RANGE)  # without a removal meanwhile: whole, 5 records
+    assert [r.seq for r in decode_records(data)] == [1, 2, 3, 4, 5]
