@@ -386,8 +386,8 @@ def _main() -> None:
     for fd in (0, 1):
         try:
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-        except OSError:  # not a pipe, or over /proc/sys/fs/pipe-max-size: the default
-            pass
+        except OSError as exc:  # not a pipe, or over /proc/sys/fs/pipe-max-size
+            log.info("SRMP parse worker keeps the default pipe size on fd %d: %s", fd, exc)
     serve_worker(sys.stdin.buffer, sys.stdout.buffer)  # type: ignore[arg-type]
 
 
