@@ -4,12 +4,13 @@
 # Both run as a non-root user; the gateway keeps its data in the /var/lib/entrepot volume.
 
 FROM python:3.11-slim AS build
-# gcc builds the store's C placing loop (store/_placing.c); only the build stage has it.
+# gcc builds the store's C placing loop (store/_placing.c) and the SRMP parsing modules mypyc
+# compiles (setup.py); only the build stage has it.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY gateway gateway
 COPY store store
 COPY mapping mapping

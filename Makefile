@@ -14,11 +14,15 @@ $(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) || { echo "make: '$(PYTHON) -m venv' failed; on Debian install python3-venv" >&2; rm -rf $(VENV); exit 1; }
 	$(PIP) install --quiet --upgrade pip
 
-$(VENV)/.installed-run: pyproject.toml store/_placing.c | $(BIN)/python
+# The compiled parts (setup.py) are rebuilt when their sources change: a stale build would
+# shadow the edited source.
+COMPILED := setup.py store/_placing.c $(wildcard gateway/srmp/*.py)
+
+$(VENV)/.installed-run: pyproject.toml $(COMPILED) | $(BIN)/python
 	$(PIP) install --quiet -e .
 	@touch $@
 
-$(VENV)/.installed-dev: pyproject.toml store/_placing.c | $(BIN)/python
+$(VENV)/.installed-dev: pyproject.toml $(COMPILED) | $(BIN)/python
 	$(PIP) install --quiet -e '.[dev,spark]'
 	@touch $@ $(VENV)/.installed-run
 

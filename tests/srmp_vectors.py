@@ -73,3 +73,12 @@ def derived(name: str) -> bytes:
     assert len(raw) == int(match.group(1))
     assert hashlib.sha256(raw).hexdigest() == match.group(2)
     return raw
+
+
+def mutate(seed: bytes, at: int, data: bytes, how: str) -> bytes:
+    """``seed`` with ``data`` written over it, put in, or (its length) cut out at ``at``."""
+    if how == "replace":
+        return seed[:at] + data + seed[at + len(data):]
+    if how == "insert":
+        return seed[:at] + data + seed[at:]
+    return seed[:at] + seed[at + len(data):]

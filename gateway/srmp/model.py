@@ -13,6 +13,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Final
 
 __all__ = [
     "Envelope", "Path", "Services", "Stream", "MsmqHeader", "DeliveryReceipt",
@@ -189,11 +190,13 @@ class Signature:
 
 
 class Kind:
-    USER = "user"
-    DELIVERY_RECEIPT = "delivery-receipt"
-    COMMITMENT_RECEIPT = "commitment-receipt"
-    STREAM_RECEIPT = "stream-receipt"
-    FINAL_STREAM_RECEIPT = "final-stream-receipt"
+    """The kinds of SRMP request (Final: mypyc compiles this module, see setup.py)."""
+
+    USER: Final = "user"
+    DELIVERY_RECEIPT: Final = "delivery-receipt"
+    COMMITMENT_RECEIPT: Final = "commitment-receipt"
+    STREAM_RECEIPT: Final = "stream-receipt"
+    FINAL_STREAM_RECEIPT: Final = "final-stream-receipt"
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,8 @@ def test_json_log_format(tmp_path: Path) -> None:
     serving = [entry for entry in lines if "entrepot serving" in entry["message"]]
     assert serving and serving[0]["logger"] == "gateway.server"
     assert serving[0]["level"] == "info"
+    # Which SRMP parser runs: the build compiles it (tests/unit/gateway/test_srmp_compiled.py).
+    assert "srmp_parser=compiled" in serving[0]["message"]
 
 
 def test_unknown_config_key_exits_2_naming_the_key(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from gateway.srmp.envelope import parse_envelope
 from gateway.srmp.errors import EnvelopeError, MimeError, SrmpError
 from gateway.srmp.mime import join_multipart, parse_content_type, split_multipart
 from gateway.srmp.model import Kind, objectid_from_base64, objectid_to_base64, parse_srmp_time
-from tests.srmp_vectors import derived, split_request, verbatim, wire
+from tests.srmp_vectors import derived, mutate, split_request, verbatim, wire
 
 CT = 'multipart/related; boundary="MSMQ - SOAP boundary, 1"; type=text/xml'
 ENV = (b'<se:Envelope xmlns:se="http://schemas.xmlsoap.org/soap/envelope/" '
@@ -276,12 +276,7 @@ def test_any_bytes_give_a_message_or_an_srmp_error(raw: bytes) -> None:
        st.sampled_from(["replace", "insert", "delete"]))
 def test_mutated_vectors_give_a_message_or_an_srmp_error(at: int, data: bytes, how: str
                                                         ) -> None:
-    if how == "replace":
-        raw = _seed_body[:at] + data + _seed_body[at + len(data):]
-    elif how == "insert":
-        raw = _seed_body[:at] + data + _seed_body[at:]
-    else:
-        raw = _seed_body[:at] + _seed_body[at + len(data):]
+    raw = mutate(_seed_body, at, data, how)
     _message_or_named_error('multipart/related; boundary="MSMQ - SOAP boundary, 26500"', raw)
 
 
