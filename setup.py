@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -45,7 +46,12 @@ def _mypyc_extensions() -> list[Extension]:
         from mypyc.build import mypycify
     except ImportError:
         return []
-    return list(mypycify(MYPYC_MODULES, opt_level="3", group_name="gateway.srmp._compiled"))
+    try:
+        return list(mypycify(MYPYC_MODULES, opt_level="3", group_name="gateway.srmp._compiled"))
+    except SystemExit:  # mypy found errors (printed above): build the interpreted modules
+        print("entrepot: mypyc did not compile the SRMP parsing modules; they run as Python",
+              file=sys.stderr)
+        return []
 
 
 setup(ext_modules=[
