@@ -26,8 +26,8 @@ from gateway.auth.tls import server_context
 from gateway.errors import StartupError
 from gateway.logs import access_log, server_log
 from gateway.sdnotify import Notifier
-from gateway.srmp import envelope as srmp_envelope
 from gateway.settings import Settings
+from gateway.srmp import envelope as srmp_envelope
 from gateway.state import GatewayState
 from store.datadir import probe_data_dir
 from store.errors import StoreError
