@@ -8,6 +8,7 @@ same message (compared field by field, as text) or the same error with the same 
 
 from __future__ import annotations
 
+import ast
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -23,8 +24,20 @@ from gateway.srmp import codec, parsed
 from tests.helpers import REPO_ROOT
 from tests.srmp_vectors import derived, mutate, split_request, wire
 
-_MODULES = ("model", "mime", "envelope", "codec", "properties", "parsed")
-_NAMES = tuple(f"gateway.srmp.{m}" for m in _MODULES)
+
+
+def _compiled_paths() -> list[str]:
+    """setup.py's MYPYC_MODULES, read from its text (importing it would run setup())."""
+    tree = ast.parse((REPO_ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "MYPYC_MODULES":
+            return list(ast.literal_eval(node.value))
+    raise AssertionError("setup.py has no MYPYC_MODULES")
+
+
+_NAMES = tuple(path.removesuffix(".py").replace("/", ".") for path in _compiled_paths())
+_MODULES = tuple(name.rsplit(".", 1)[1] for name in _NAMES)
+assert all(name.startswith("gateway.srmp.") for name in _NAMES)  # the finder below assumes it
 _MULTIPART = 'multipart/related; boundary="MSMQ - SOAP boundary, 26500"'
 
 
