@@ -1,6 +1,7 @@
 """Run every benchmark scenario and report ratios to the ceilings measured in the same run.
 
     python -m bench [--quick] [--json FILE] [--only NAME ...] [--concurrency 1,16,64]
+                    [--contend CORES]
 
 For each scenario and concurrency it prints msgs/s, p50, p99 and the ratio to its ceiling, and
 writes the records described in bench/README.md to FILE.
@@ -18,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.contend import contention, split
 from bench.goals import table as goals_table
 from bench.scenarios import RECEIVE_PREFILL, SCENARIOS, Scenario
 
@@ -97,13 +99,32 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write the records to this file")
     parser.add_argument("--only", action="append", default=[], help="scenario name (repeatable)")
     parser.add_argument("--concurrency", default="1,16,64")
+    parser.add_argument("--contend", type=float, default=0.0, metavar="CORES",
+                        help="run beside a noisy neighbour taking this many cores' worth of "
+                        "CPU (bench/contend.py); default 0")
     args = parser.parse_args()
+    try:
+        split(args.contend)
+    except ValueError as exc:
+        parser.error(str(exc))
     levels = [int(c) for c in args.concurrency.split(",")]
     RECEIVE_PREFILL["count"] = sum(_requests_for(c, args.quick) + 500 for c in levels) + 1000
     unknown = set(args.only) - {s.name for s in SCENARIOS} - set(IN_PROCESS) - {"memory"}
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
 
+    with contention(args.contend):
+        records = _run(args, levels)
+    for record in records:
+        record["contend_cores"] = args.contend
+    print(goals_table(records))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(records, indent=2) + "\n")
+    return 0
+
+
+def _run(args: argparse.Namespace, levels: list[int]) -> list[dict[str, object]]:
     # Ceilings first (their own records), then every other scenario, each measurement between
     # two of its ceiling's, taken on the ceiling server kept running: on a VM whose neighbours
     # come and go, a ceiling measured minutes before drifted by up to 25% (no-store 12,821 -
@@ -158,13 +179,10 @@ def main() -> int:
                   f"{record['ceiling_msgs_per_s']:>11.0f}{record['ratio']:>7.2f}"
                   f"  {record['ceiling']}", flush=True)
     elapsed = time.monotonic() - started
+    beside = f", beside a neighbour taking {args.contend} cores" if args.contend else ""
     print(f"done in {elapsed:.0f}s on {platform.node()} ({platform.machine()}, "
-          f"Python {platform.python_version()})")
-    print(goals_table(records))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(records, indent=2) + "\n")
-    return 0
+          f"Python {platform.python_version()}){beside}")
+    return records
 
 
 if __name__ == "__main__":
