@@ -524,3 +524,39 @@ async def test_a_wake_left_over_from_a_timeout_is_drained_before_the_next_sleep(
     assert not sleeper.is_alive(), "woken at once"
     writer._stopping = True
     await close_store(store)
+
+
+async def test_appends_beyond_the_pending_limit_wait_for_room(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most the pending limit of jobs queue up for the writer; appends beyond it wait for
+    room (nothing queued, nothing refused) and all complete, in order, once the writer,
+    held in a write here, moves again."""
+    import threading
+
+    from store import writer as writer_module
+    from store.fileops import RealFileOps
+
+    class HeldWrites(RealFileOps):
+        def __init__(self) -> None:
+            self.go = threading.Event()
+
+        def pwritev(self, fd: int, buffers: Any, offset: int) -> None:
+            self.go.wait(10)
+            super().pwritev(fd, buffers, offset)
+
+    monkeypatch.setattr(writer_module, "_PENDING_JOBS_MAX", 4)
+    ops = HeldWrites()
+    store = await open_store(tmp_path, ops=ops)
+    writer = store._writer
+    assert writer is not None
+    tasks = [asyncio.create_task(store.append(SendSpec(1, b"%d" % i))) for i in range(12)]
+    await asyncio.sleep(0.2)
+    # The writer took the first four (held in their write); the other eight wait for room,
+    # which only a finished batch makes.
+    assert len(writer._pending) == 0 and not writer._room.is_set()
+    assert not any(task.done() for task in tasks)
+    ops.go.set()
+    records = await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    assert [r.seq for r in records] == list(range(1, 13))
+    assert _bodies(store, 1) == [b"%d" % i for i in range(12)]
+    await close_store(store)
