@@ -37,9 +37,11 @@ def split(cores: float) -> list[float]:
 
 
 def spin(share: float, period_s: float = PERIOD_S) -> None:
-    """Busy ``share`` of every period, asleep the rest; runs until killed."""
+    """Busy ``share`` of every period, asleep the rest; runs until killed, or until the run
+    that started it is gone (a benchmark killed with SIGKILL leaves no busy orphan behind)."""
     busy = share * period_s
-    while True:
+    parent = os.getppid()
+    while os.getppid() == parent:
         started = time.perf_counter()
         while time.perf_counter() - started < busy:
             pass

@@ -3,7 +3,9 @@ the run lasts and is gone after it; a share the machine cannot give is refused u
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -50,3 +52,34 @@ def test_bench_refuses_a_bad_share_naming_it() -> None:
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "--contend -1.0" in out.stderr
+
+
+def test_the_neighbour_ends_when_its_run_is_killed() -> None:
+    """A run killed with SIGKILL (no finally) leaves no busy process behind for long."""
+    code = ("import os, sys, time\n"
+            "from bench.contend import contention\n"
+            "with contention(0.2) as pids:\n"
+            "    print(pids[0], flush=True)\n"
+            "    time.sleep(0.3)\n"
+            "    os.kill(os.getpid(), 9)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == -9
+    pid = int(out.stdout.split()[0])
+    try:
+        deadline = time.monotonic() + 5
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(pid), "the neighbour outlived its run"
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited orphan waits for whoever reaps it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
