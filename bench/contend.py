@@ -21,8 +21,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 PERIOD_S = 0.010
+_REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def split(cores: float) -> list[float]:
@@ -53,10 +55,13 @@ def contention(cores: float) -> Iterator[list[int]]:
     """The neighbour running for the block; yields its processes' pids (none for 0 cores).
 
     Raises: ValueError for a share the machine cannot give (see ``split``)."""
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.contend", "--share", str(share)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for share in split(cores)]
+    shares = split(cores)
+    procs: list[subprocess.Popen[bytes]] = []
     try:
+        for share in shares:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "bench.contend", "--share", str(share)],
+                cwd=_REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         yield [proc.pid for proc in procs]
     finally:
         for proc in procs:
