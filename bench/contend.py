@@ -46,7 +46,7 @@ def spin(share: float, period_s: float = PERIOD_S) -> None:
     while os.getppid() == parent:
         started = time.perf_counter()
         while time.perf_counter() - started < busy:
-            pass
+            pass  # spinning on purpose: taking the CPU is this process's whole job
         time.sleep(max(0.0, period_s - (time.perf_counter() - started)))
 
 
