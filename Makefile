@@ -1,6 +1,8 @@
-# entrepot — the two set-up commands (README "Quick start") and a few more.
-#   make run     create .venv if missing, install entrepot, serve on the embedded defaults
-#   make test    create/update .venv with the dev and spark extras, run the tests and mypy --strict
+# entrepot — the two set-up commands (README "Set up") and a few more.
+#   make run        create .venv if missing, install entrepot, serve on the embedded defaults
+#   make test       create/update .venv with the dev and spark extras, run every test not
+#                   marked slow and mypy --strict (docs/testing.md)
+#   make test-slow  only the tests marked slow
 
 PYTHON ?= python3
 VENV   := .venv
@@ -42,7 +44,17 @@ typecheck: $(VENV)/.installed-dev
 torture: $(VENV)/.installed-dev
 	$(BIN)/python -m tests.torture --json var/torture/report.json
 
+# The full benchmark run (bench/README.md) into bench/results/latest.json. Its HTTP load generator
+# is wrk (Debian's package): installed here when missing and run as root, else named.
 bench: $(VENV)/.installed-dev
+	@command -v wrk >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make bench: installing wrk"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; \
+	  else \
+	    echo "make bench: wrk is missing; install it (Debian: sudo apt-get install -y wrk)" >&2; \
+	    exit 1; \
+	  fi; }
 	$(BIN)/python -m bench --json bench/results/latest.json
 
 clean:

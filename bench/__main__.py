@@ -1,139 +1,134 @@
 """Run every benchmark scenario and report ratios to the ceilings measured in the same run.
 
     python -m bench [--quick] [--json FILE] [--only NAME ...] [--concurrency 1,16,64]
-                    [--contend CORES]
+                    [--contend CORES] [--client wrk|loadgen]
 
-For each scenario and concurrency it prints msgs/s, p50, p99 and the ratio to its ceiling, and
-writes the records described in bench/README.md to FILE.
+For each scenario and concurrency it prints msgs/s, p50, p99, the ratio to its ceiling and
+whether the server stored what it acknowledged, then the goals table of what ran; it writes
+the results file described in bench/README.md to FILE. The exit status is 1 when a scenario
+stored something else than it acknowledged or a goal's record is missing.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
+import os
 import platform
-import tempfile
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from bench import wrk
 from bench.contend import contention, split
-from bench.goals import table as goals_table
-from bench.scenarios import RECEIVE_PREFILL, SCENARIOS, Scenario
+from bench.goals import GOALS, MissingRecords, table as goals_table
+from bench.measure import failed, measure, warmup_for
+from bench.scenarios import RECEIVE_PREFILL, SCENARIOS
 
-# Scenarios measured inside one process (no HTTP), each a module printing JSON records.
+# Scenarios measured inside one process (no HTTP load of their own), each a module printing
+# JSON records; forward-tx drives its gateways with wrk.
 IN_PROCESS = {"store-commit": "bench.store_commit", "recovery": "bench.store_recovery",
               "forward-tx": "bench.forward", "spark-ingest": "bench.spark_ingest"}
 STORE_LEVELS = (1, 16, 64, 256)
 
 
-def _loadgen(url: str, scenario: Scenario, concurrency: int, requests: int) -> dict[str, object]:
-    args = [sys.executable, "-m", "bench.loadgen", "--url", url + scenario.path,
-            "--method", scenario.method, "--concurrency", str(concurrency),
-            "--requests", str(requests), "--warmup", str(min(500, max(50, requests // 10))),
-            "--body-size", str(scenario.body_size)]
-    for name, value in scenario.headers.items():
-        args += ["--header", f"{name}: {value}"]
-    body = scenario.body_factory(url) if scenario.body_factory else scenario.body
-    if body is not None:
-        body_file = Path(tempfile.mkdtemp()) / "body"
-        body_file.write_bytes(body)
-        args += ["--body-file", str(body_file)]
-    if scenario.body_factory is not None:
-        args += ["--template"]
-    out = subprocess.run(args, check=True, capture_output=True, text=True, timeout=600)
-    result: dict[str, object] = json.loads(out.stdout)
-    return result
+def _requests_for(concurrency: int, quick: bool, override: int = 0) -> int:
+    if override:
+        return override
+    base = {1: 2000, 16: 10000, 64: 20000}.get(concurrency, 20000)
+    return base if quick else base * 3
 
 
-def _measure(scenario: Scenario, url: str, concurrency: int, requests: int,
-             ceilings: dict[str, tuple[Scenario, str]]) -> dict[str, object]:
-    """One scenario at one concurrency, as a record; its ceiling is measured just before and
-    just after it (a ceiling's own record is its one measurement). ``rest-recoverable`` also
-    gets the fsync ceiling's p99 the same way, for the latency goal."""
-    def ceiling(name: str) -> tuple[float, float]:
-        ceiling_scenario, ceiling_url = ceilings[name]
-        result = _loadgen(ceiling_url, ceiling_scenario, concurrency, requests)
-        return float(result["msgs_per_s"]), float(result["p99_ms"])  # type: ignore[arg-type]
-
-    paired = not scenario.is_ceiling
-    before = ceiling(scenario.compare_to) if paired else None
-    fsync_before = ceiling("fsync") if scenario.name == "rest-recoverable" else None
-    result = _loadgen(url, scenario, concurrency, requests)
-    rate = float(result["msgs_per_s"]) * scenario.messages_per_request  # type: ignore[arg-type]
-    runs = [(rate, float(result["p99_ms"]))]  # type: ignore[arg-type]
-    if before is not None:
-        runs = [before, ceiling(scenario.compare_to)]
-    ceiling_rate = sum(r for r, _ in runs) / len(runs)
-    record: dict[str, object] = {
-        "scenario": scenario.name,
-        "concurrency": concurrency,
-        "msgs_per_s": rate,
-        "p50_ms": result["p50_ms"],
-        "p99_ms": result["p99_ms"],
-        "ceiling": scenario.compare_to,
-        "ceiling_msgs_per_s": round(ceiling_rate, 1),
-        "ceiling_p99_ms": round(sum(p for _, p in runs) / len(runs), 3),
-        "ceiling_runs": [r for r, _ in runs],
-        "ratio": round(rate / ceiling_rate, 3) if ceiling_rate else 0.0,
-        "requests": result["count"],
-        "errors": result["errors"],
-        "statuses": result["statuses"],
-    }
-    if fsync_before is not None:
-        fsync_after = ceiling("fsync")
-        record["fsync_p99_ms"] = round((fsync_before[1] + fsync_after[1]) / 2, 3)
-    return record
-
-
-def _requests_for(concurrency: int, quick: bool) -> int:
-    base = {1: 1000, 16: 3000, 64: 5000}.get(concurrency, 5000)
-    return base if quick else base * 6
+def machine() -> dict[str, object]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {"nproc": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
+            "python": platform.python_version(), "machine": platform.machine()}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("--quick", action="store_true", help="fewer requests (about a minute)")
-    parser.add_argument("--json", type=Path, help="write the records to this file")
+    parser.add_argument("--quick", action="store_true", help="fewer requests (a few minutes)")
+    parser.add_argument("--json", type=Path, help="write the results file here")
     parser.add_argument("--only", action="append", default=[], help="scenario name (repeatable)")
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--contend", type=float, default=0.0, metavar="CORES",
                         help="run beside a noisy neighbour taking this many cores' worth of "
                         "CPU (bench/contend.py); default 0")
+    parser.add_argument("--client", choices=("wrk", "loadgen"), default="wrk",
+                        help="HTTP load generator: wrk (the reference) or bench/loadgen.py")
+    parser.add_argument("--requests", type=int, default=0, metavar="N",
+                        help="measured requests a level of every HTTP scenario (default: "
+                        "2,000 / 10,000 / 20,000 at C = 1 / 16 / 64, three times that "
+                        "without --quick)")
     args = parser.parse_args()
     try:
         split(args.contend)
     except ValueError as exc:
         parser.error(str(exc))
     levels = [int(c) for c in args.concurrency.split(",")]
-    RECEIVE_PREFILL["count"] = sum(_requests_for(c, args.quick) + 500 for c in levels) + 1000
-    unknown = set(args.only) - {s.name for s in SCENARIOS} - set(IN_PROCESS) - {"memory"}
+    if args.requests < 0:
+        parser.error("--requests: expected a positive count")
+    per_level = [_requests_for(c, args.quick, args.requests) for c in levels]
+    RECEIVE_PREFILL["count"] = sum(n + warmup_for(n) for n in per_level) + 1000
+    names = {s.name for s in SCENARIOS} | set(IN_PROCESS) | {"memory"}
+    unknown = set(args.only) - names
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
+    try:
+        wrk_version = wrk.version()
+    except wrk.WrkError as exc:
+        parser.error(str(exc))
 
+    started = datetime.datetime.now(datetime.UTC)
     with contention(args.contend):
         records = _run(args, levels)
     for record in records:
         record["contend_cores"] = args.contend
-    print(goals_table(records))
+    status = 0
+    ran = {r["scenario"] for r in records}
+    covered = [g for g in GOALS if set(g.needs) <= ran]
+    try:
+        if covered:
+            print(goals_table(records, covered))
+    except MissingRecords as exc:
+        print(f"goals: {exc}", file=sys.stderr)
+        status = 1
+    bad = [f"{r['scenario']} at C = {r['concurrency']}: {r['check']}"
+           for r in records if failed(r)]
+    for line in bad:
+        print(f"stored != acknowledged: {line}", file=sys.stderr)
     if args.json:
+        document = {
+            "date": started.isoformat(timespec="seconds"),
+            "command": "python -m bench " + shlex.join(sys.argv[1:]),
+            "machine": machine(), "wrk_version": wrk_version, "client": args.client,
+            "quick": args.quick, "contend_cores": args.contend,
+            "elapsed_s": round((datetime.datetime.now(datetime.UTC) - started)
+                               .total_seconds()),
+            "failed": bad, "records": records}
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(records, indent=2) + "\n")
-    return 0
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+    return 1 if bad else status
 
 
 def _run(args: argparse.Namespace, levels: list[int]) -> list[dict[str, object]]:
     # Ceilings first (their own records), then every other scenario, each measurement between
     # two of its ceiling's, taken on the ceiling server kept running: on a VM whose neighbours
-    # come and go, a ceiling measured minutes before drifted by up to 25% (no-store 12,821 -
-    # 19,198 req/s in three runs of one session), and the ratio with it.
+    # come and go, a ceiling measured minutes before drifts, and the ratio with it.
     records: list[dict[str, object]] = []
     selected = [s for s in SCENARIOS if not args.only or s.name in args.only or s.is_ceiling]
     started = time.monotonic()
     print(f"{'scenario':<22}{'C':>4}{'msgs/s':>11}{'p50 ms':>9}{'p99 ms':>9}"
-          f"{'ceiling':>11}{'ratio':>7}  vs")
+          f"{'ceiling':>11}{'ratio':>7}  vs       stored == acknowledged")
     with contextlib.ExitStack() as stack:
         ceilings = {s.ceiling_of: (s, stack.enter_context(s.server()))
                     for s in selected if s.is_ceiling}
@@ -141,13 +136,14 @@ def _run(args: argparse.Namespace, levels: list[int]) -> list[dict[str, object]]
             with (contextlib.nullcontext(ceilings[scenario.ceiling_of][1]) if scenario.is_ceiling
                   else scenario.server()) as url:
                 for concurrency in levels:
-                    requests = _requests_for(concurrency, args.quick)
-                    record = _measure(scenario, url, concurrency, requests, ceilings)
+                    requests = _requests_for(concurrency, args.quick, args.requests)
+                    record = measure(scenario, url, concurrency, requests, ceilings,
+                                     args.client)
                     records.append(record)
                     print(f"{scenario.name:<22}{concurrency:>4}{record['msgs_per_s']:>11.0f}"
                           f"{record['p50_ms']:>9.2f}{record['p99_ms']:>9.2f}"
                           f"{record['ceiling_msgs_per_s']:>11.0f}{record['ratio']:>7.2f}"
-                          f"  {scenario.compare_to}", flush=True)
+                          f"  {scenario.compare_to:<8} {record['check']}", flush=True)
     for name, module in IN_PROCESS.items():
         if args.only and name not in args.only and not (name == "recovery"
                                                          and "memory" in args.only):
@@ -157,9 +153,9 @@ def _run(args: argparse.Namespace, levels: list[int]) -> list[dict[str, object]]
                  if name == "recovery" else [])
         levels_arg = ("64" if name == "forward-tx" else "2" if name == "spark-ingest"
                       else ",".join(map(str, STORE_LEVELS)))
-        # store-commit takes 60,000 appends a level (fewer at C < 30) even when quick: 3,000
-        # at C = 64 lasted ~35 ms, 20,000 ~0.15 s, and its ratio moved 0.53-0.85 between
-        # runs of the same code (bench/store_commit.py alternates it with its ceiling).
+        # store-commit takes 60,000 appends a level (fewer at C < 30) even when quick: fewer
+        # last only milliseconds, too short for a stable ratio (bench/store_commit.py
+        # alternates it with its ceiling).
         requests = (60000 if name == "store-commit" else 20000 if not args.quick else 3000)
         out = subprocess.run(
             [sys.executable, "-m", module, "--levels", levels_arg,
@@ -177,7 +173,7 @@ def _run(args: argparse.Namespace, levels: list[int]) -> list[dict[str, object]]
             print(f"{record['scenario']:<22}{record['concurrency']:>4}"
                   f"{record['msgs_per_s']:>11.0f}{record['p50_ms']:>9.2f}{record['p99_ms']:>9.2f}"
                   f"{record['ceiling_msgs_per_s']:>11.0f}{record['ratio']:>7.2f}"
-                  f"  {record['ceiling']}", flush=True)
+                  f"  {record['ceiling']:<8} {record.get('check', 'not checked')}", flush=True)
     elapsed = time.monotonic() - started
     beside = f", beside a neighbour taking {args.contend} cores" if args.contend else ""
     print(f"done in {elapsed:.0f}s on {platform.node()} ({platform.machine()}, "

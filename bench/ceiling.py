@@ -5,6 +5,8 @@
     python -m bench.ceiling --mode fsync --port P --dir D
         appends each body to a preallocated file and answers 201 only after the fdatasync that
         covers it; concurrent requests share one sync (group commit in one writer thread).
+        ``GET /v1/queues/NAME`` answers ``{"messages": N}``, the bodies synced so far (what
+        the bench compares with the 201s it counted).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class GroupCommitFile:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         os.posix_fallocate(self._fd, 0, _PREALLOCATE_BYTES)
         self._offset = 0
+        self.appended = 0  # bodies synced, counted on the event loop's thread
         self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
         self._cond = threading.Condition()
         self._loop = asyncio.get_running_loop()
@@ -40,6 +43,7 @@ class GroupCommitFile:
             self._pending.append((data, future))
             self._cond.notify()
         await future
+        self.appended += 1
 
     def _run(self) -> None:
         while True:
@@ -84,8 +88,13 @@ def make_app(mode: str, directory: Path | None) -> web.Application:
     async def ready(request: web.Request) -> web.Response:
         return web.json_response({"status": "ready"})
 
+    async def count(request: web.Request) -> web.Response:
+        return web.json_response({"messages": state["file"].appended})
+
     app.on_startup.append(startup)
     app.router.add_get("/readyz", ready)
+    if mode == "fsync":
+        app.router.add_get("/v1/queues/{name}", count)
     app.router.add_route("*", "/{tail:.*}", nostore if mode == "nostore" else fsync)
     return app
 

@@ -1,10 +1,9 @@
 """A noisy neighbour for ``python -m bench --contend CORES``: processes that keep the CPU busy
 for a fixed share of every 10 ms, for the whole run.
 
-Why: this VM's speed drifts in phases (the no-store ceiling measured 16,600-17,900 req/s in
-one session and ~20,000 the next), and the scenarios that need both cores (SRMP: gateway,
-parse worker and load generator) lost more of their ratio in the slow phases than the
-ceilings did. A neighbour of known size makes such a phase on purpose, so whether a goal holds
+Why: a small VM's speed drifts in phases, and the scenarios that need both cores (SRMP:
+gateway, parse worker and load generator) lose more of their ratio in the slow phases than
+the ceilings do. A neighbour of known size makes such a phase on purpose, so whether a goal holds
 on a busier machine can be measured again by anyone, instead of waited for.
 
     python -m bench.contend --share 0.3     # one process, busy 3 ms of every 10 ms

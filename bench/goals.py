@@ -1,9 +1,12 @@
-"""The performance goals (issue 11) checked against one bench run's records.
+"""The performance goals (docs/performance.md) checked against one bench run's records.
 
-    python -m bench.goals out.json        # a Markdown table: goal, measured, met
+    python -m bench.goals out.json        # a Markdown table: goal, C judged, measured, met
 
 Each goal is a ratio to a ceiling of the same run (or an absolute figure where the goal is
-one), at C = 64 unless it says otherwise. ``python -m bench`` prints the table at its end.
+one), judged on the record at the concurrency it names (C = 64 unless it says otherwise): a
+record at another level never stands in, and a missing one is an error (``MissingRecords``,
+exit status 1), not a row saying "not run". A record whose stored == acknowledged check failed
+does not meet its goal. ``python -m bench`` prints the table of the goals its run covered.
 """
 
 from __future__ import annotations
@@ -19,62 +22,57 @@ from typing import Any
 Record = dict[str, Any]
 
 
+class MissingRecords(LookupError):
+    """Goals that cannot be judged: the records they need are not in the run."""
+
+
 @dataclass(frozen=True)
 class Goal:
     name: str
     what: str
     target: str
-    measure: Callable[[Sequence[Record]], tuple[float, str] | None]  # (value, shown) or None
+    measure: Callable[[Sequence[Record]], tuple[float, str]]  # (value, shown)
     met: Callable[[float], bool]
+    needs: tuple[str, ...]  # the scenarios whose records it reads
+    concurrency: int = 64  # the level judged; 0 for a figure with no level (recovery, memory)
 
 
-def _at(records: Sequence[Record], scenario: str, concurrency: int = 64) -> Record | None:
+def _at(records: Sequence[Record], scenario: str, concurrency: int = 64) -> Record:
     for record in records:
-        if record["scenario"] == scenario and record.get("concurrency") in (concurrency, None):
+        if record["scenario"] == scenario and record.get("concurrency") == concurrency:
             return record
-    for record in records:  # in-process scenarios run at their own level (spark: 2)
-        if record["scenario"] == scenario:
-            return record
-    return None
+    raise MissingRecords(f"no record: {scenario} at C = {concurrency}")
 
 
-def _ratio(scenario: str) -> Callable[[Sequence[Record]], tuple[float, str] | None]:
-    def measure(records: Sequence[Record]) -> tuple[float, str] | None:
+def _ratio(scenario: str) -> Callable[[Sequence[Record]], tuple[float, str]]:
+    def measure(records: Sequence[Record]) -> tuple[float, str]:
         record = _at(records, scenario)
-        if record is None:
-            return None
         return float(record["ratio"]), (f"{record['ratio']:.2f} ({record['msgs_per_s']:,.0f} "
                                         f"vs {record['ceiling_msgs_per_s']:,.0f}/s)")
     return measure
 
 
-def _batch(records: Sequence[Record]) -> tuple[float, str] | None:
+def _batch(records: Sequence[Record]) -> tuple[float, str]:
     batch, single = _at(records, "rest-batch10"), _at(records, "rest-recoverable")
-    if batch is None or single is None:
-        return None
     times = batch["msgs_per_s"] / single["msgs_per_s"]
     return times, f"{times:.2f}x ({batch['msgs_per_s']:,.0f} vs {single['msgs_per_s']:,.0f}/s)"
 
 
-def _p99(records: Sequence[Record]) -> tuple[float, str] | None:
-    """Against the fsync ceiling's p99 measured around rest-recoverable's own run (runs
-    before that field existed: the fsync ceiling's record)."""
-    rest, fsync = _at(records, "rest-recoverable"), _at(records, "ceiling-fsync")
-    if rest is None:
-        return None
-    ceiling = rest.get("fsync_p99_ms") or (fsync["p99_ms"] if fsync is not None else 0)
-    if not ceiling:
-        return None
+def _p99(records: Sequence[Record]) -> tuple[float, str]:
+    """Against the fsync ceiling's p99 measured around rest-recoverable's own run (records
+    without that field: the fsync ceiling's record at the same level)."""
+    rest = _at(records, "rest-recoverable")
+    ceiling = rest.get("fsync_p99_ms") or _at(records, "ceiling-fsync")["p99_ms"]
     times = rest["p99_ms"] / ceiling
     return times, f"{times:.2f}x ({rest['p99_ms']:.1f} vs {ceiling:.1f} ms)"
 
 
-def _field(scenario: str, field: str, unit: str
-           ) -> Callable[[Sequence[Record]], tuple[float, str] | None]:
-    def measure(records: Sequence[Record]) -> tuple[float, str] | None:
-        record = _at(records, scenario)
-        if record is None or field not in record:
-            return None
+def _field(scenario: str, field: str, unit: str, concurrency: int
+           ) -> Callable[[Sequence[Record]], tuple[float, str]]:
+    def measure(records: Sequence[Record]) -> tuple[float, str]:
+        record = _at(records, scenario, concurrency)
+        if field not in record:
+            raise MissingRecords(f"no {field} in the {scenario} record")
         value = float(record[field])
         return value, f"{value:,.{0 if value >= 100 else 2}f} {unit}"
     return measure
@@ -82,40 +80,69 @@ def _field(scenario: str, field: str, unit: str
 
 GOALS = [
     Goal("rest-recoverable", "REST send, recoverable", ">= 0.5 of nostore",
-         _ratio("rest-recoverable"), lambda v: v >= 0.5),
+         _ratio("rest-recoverable"), lambda v: v >= 0.5, ("rest-recoverable",)),
     Goal("rest-express", "REST send, express", ">= 0.7 of nostore", _ratio("rest-express"),
-         lambda v: v >= 0.7),
+         lambda v: v >= 0.7, ("rest-express",)),
     Goal("rest-batch10", "REST batch of 10, messages/s", ">= 2x rest-recoverable", _batch,
-         lambda v: v >= 2.0),
+         lambda v: v >= 2.0, ("rest-batch10", "rest-recoverable")),
     Goal("srmp-recoverable", "SRMP send", ">= 0.35 of nostore", _ratio("srmp-recoverable"),
-         lambda v: v >= 0.35),
+         lambda v: v >= 0.35, ("srmp-recoverable",)),
     Goal("srmp-stream", "SRMP stream send", ">= 0.35 of nostore", _ratio("srmp-stream"),
-         lambda v: v >= 0.35),
+         lambda v: v >= 0.35, ("srmp-stream",)),
     Goal("rest-receive", "receive (drain)", ">= 0.5 of nostore", _ratio("rest-receive"),
-         lambda v: v >= 0.5),
-    Goal("forward-tx", "forward A -> P, transactional", ">= 0.5 of A's ingest",
-         _ratio("forward-tx"), lambda v: v >= 0.5),
+         lambda v: v >= 0.5, ("rest-receive",)),
+    Goal("forward-tx", "forward A -> P, transactional", ">= 0.5 of A's ingest alone",
+         _ratio("forward-tx"), lambda v: v >= 0.5, ("forward-tx",)),
     Goal("store-commit", "store commit alone", ">= 0.7 of write+fdatasync",
-         _ratio("store-commit"), lambda v: v >= 0.7),
-    Goal("recovery", "recovery after a crash", "<= 5 s per GiB",
-         _field("recovery", "seconds_per_gib", "s/GiB"), lambda v: v <= 5.0),
+         _ratio("store-commit"), lambda v: v >= 0.7, ("store-commit",)),
+    Goal("recovery", "recovery after a crash, cold cache", "<= 5 s per GiB",
+         _field("recovery", "seconds_per_gib", "s/GiB", 0), lambda v: v <= 5.0,
+         ("recovery",), 0),
     Goal("memory", "RSS per queued message", "<= 200 bytes",
-         _field("memory", "bytes_per_message", "bytes"), lambda v: v <= 200),
+         _field("memory", "bytes_per_message", "bytes", 0), lambda v: v <= 200,
+         ("memory",), 0),
     Goal("spark-ingest", "Spark ingest to Parquet", ">= 50,000 rows/s",
-         _field("spark-ingest", "msgs_per_s", "rows/s"), lambda v: v >= 50_000),
+         _field("spark-ingest", "msgs_per_s", "rows/s", 2), lambda v: v >= 50_000,
+         ("spark-ingest",), 2),
     Goal("rest-recoverable p99", "latency", "<= 2x fsync ceiling's p99", _p99,
-         lambda v: v <= 2.0),
+         lambda v: v <= 2.0, ("rest-recoverable",)),
 ]
 
 
-def table(records: Sequence[Record]) -> str:
-    lines = ["| scenario | what | goal (C = 64) | measured | met |", "|---|---|---|---|---|"]
-    for goal in GOALS:
-        measured = goal.measure(records)
-        shown, met = ("not run", "-") if measured is None else (
-            measured[1], "yes" if goal.met(measured[0]) else "**no**")
-        lines.append(f"| `{goal.name}` | {goal.what} | {goal.target} | {shown} | {met} |")
+def _failed_check(records: Sequence[Record], goal: Goal) -> str | None:
+    for name in goal.needs:
+        record = _at(records, name, goal.concurrency)
+        if str(record.get("check", "")).startswith("FAILED"):
+            return str(record["check"])
+    return None
+
+
+def table(records: Sequence[Record], goals: Sequence[Goal] = GOALS) -> str:
+    """The Markdown table of ``goals``. Raises: MissingRecords naming every record missing."""
+    lines = ["| scenario | what | goal | C | measured | met |", "|---|---|---|---|---|---|"]
+    missing = []
+    for goal in goals:
+        try:
+            value, shown = goal.measure(records)
+            failed = _failed_check(records, goal)
+        except MissingRecords as exc:
+            missing.append(f"{goal.name}: {exc}")
+            continue
+        met = (f"**no** ({failed})" if failed else "yes" if goal.met(value) else "**no**")
+        level = goal.concurrency or "-"
+        lines.append(f"| `{goal.name}` | {goal.what} | {goal.target} | {level} | {shown} "
+                     f"| {met} |")
+    if missing:
+        raise MissingRecords("; ".join(missing))
     return "\n".join(lines)
+
+
+def records_of(document: object) -> list[Record]:
+    """The records of a results file: ``{"records": [...], ...}`` (or a bare list)."""
+    records = document.get("records") if isinstance(document, dict) else document
+    if not isinstance(records, list):
+        raise ValueError("expected a results object with a list of records")
+    return records
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -123,10 +150,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("results", type=Path, help="a JSON file written by python -m bench")
     args = parser.parse_args(argv)
     try:
-        records = json.loads(args.results.read_text())
+        records = records_of(json.loads(args.results.read_text()))
     except (OSError, ValueError) as exc:
         parser.error(f"cannot read {args.results}: {exc}")
-    print(table(records))
+    try:
+        print(table(records))
+    except MissingRecords as exc:
+        print(f"python -m bench.goals: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -16,6 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+_PIDS: dict[str, int] = {}  # base URL -> process id, while it runs
+
+
+def pid_of(url: str) -> int:
+    """The process id of the server running at ``url`` (started here)."""
+    return _PIDS[url]
 
 
 def free_port() -> int:
@@ -43,10 +49,12 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0)
 def _process(args: list[str], url: str) -> Iterator[str]:
     proc = subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
+    _PIDS[url] = proc.pid
     try:
         wait_ready(url, proc)
         yield url
     finally:
+        del _PIDS[url]
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(20)

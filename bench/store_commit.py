@@ -5,11 +5,11 @@
 C coroutines each append a 1 KiB recoverable record and wait for it to be durable, in a closed
 loop. The ceiling is the same closed loop against ``bench.ceiling.GroupCommitFile`` (one writer
 thread, pwritev + one fdatasync per batch, futures resolved with call_soon_threadsafe), on the
-same disk, in the same run. A level takes ``--requests`` appends (at most 2,000 x C: at C = 1
-that is already ~0.3 s), split into three rounds; the ceiling's and the store's rounds
-alternate and each rate is over its three rounds. Measured once each, one after the other,
-over 20,000 appends (~0.15 s at C = 64), the ratio at C = 64 moved 0.53-0.85 between three
-runs of the same code on this VM. Prints a JSON list of records (see bench/README.md).
+same disk, in the same run. A level takes ``--requests`` appends (at most 2,000 x C),
+split into three rounds; the ceiling's and the store's rounds alternate and each rate is
+over its three rounds: a level lasts only a fraction of a second, and one measurement of
+each, one after the other, would make the ratio follow the machine's drift rather than the
+code (docs/performance.md §Method). Prints a JSON list of records (see bench/README.md).
 """
 
 from __future__ import annotations

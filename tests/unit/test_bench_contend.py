@@ -37,13 +37,16 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def test_the_neighbour_takes_cpu_while_running_and_is_gone_after() -> None:
+    started = time.monotonic()
     with contention(0.5) as pids:
         assert len(pids) == 1
-        time.sleep(1.5)
+        # Far more than an idle process takes (it gets there however loaded the machine;
+        # the wait is an upper bound only), and at most what the wall clock allows.
         used = _cpu_seconds(pids[0])
-        # ~0.75 s at a 50% share after start-up; far more than an idle process, at most
-        # what the wall clock allows.
-        assert 0.1 < used < 1.6, used
+        while used <= 0.1 and time.monotonic() - started < 60:
+            time.sleep(0.05)
+            used = _cpu_seconds(pids[0])
+        assert 0.1 < used <= time.monotonic() - started, used
     assert not Path(f"/proc/{pids[0]}").exists()  # stopped and reaped
 
 
@@ -67,7 +70,7 @@ def test_the_neighbour_ends_when_its_run_is_killed() -> None:
     assert out.returncode == -9
     pid = int(out.stdout.split()[0])
     try:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # an upper bound only
         while _running(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _running(pid), "the neighbour outlived its run"
