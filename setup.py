@@ -1,12 +1,12 @@
 """The compiled parts of entrepot; everything else is in pyproject.toml.
 
 Both are optional: without a C compiler (or without mypyc) the same modules run as Python.
-- ``store._placing``: the writer's placing loop in C (store/_placing.c, ~4x faster than its
-  Python twin, which stays and is used when the extension is missing).
+- ``store._placing``: the writer's placing loop in C (store/_placing.c, several times faster
+  than its Python twin, which stays and is used when the extension is missing).
 - The SRMP parsing modules compiled by mypyc from their own typed source: the envelope walk,
-  MIME split and message model run ~27% faster (an SRMP request parsed 52 -> 38 us alone;
-  the parse worker's CPU a message at C = 64 62-67 -> 49-54 us; README "Where the time
-  goes", SRMP session 16). Set ``ENTREPOT_NO_MYPYC=1`` to build without them.
+  MIME split and message model run faster, which lowers the parse worker's CPU a message
+  (docs/performance.md §Where the time goes). Set ``ENTREPOT_NO_MYPYC=1`` to build without
+  them.
 """
 
 from __future__ import annotations

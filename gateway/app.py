@@ -14,6 +14,7 @@ from aiohttp import web
 from gateway import admin, health, openapi, rest, rest_links, rest_messages, rest_tx, ui
 from gateway.auth.authenticator import Authenticator, read_secret
 from gateway.auth.middleware import make_auth_gate
+from gateway.auth.outbound import OutboundPolicy
 from gateway.destinations import local_host_names
 from gateway.errors import ConfigError, GatewayError
 from gateway.appkeys import (
@@ -25,6 +26,7 @@ from gateway.appkeys import (
     STATE_KEY,
 )
 from gateway.logs import server_log
+from gateway.long_polls import LONG_POLLS_KEY, LongPolls
 from gateway.metrics import Metrics
 from gateway.middlewares import make_middlewares
 from gateway.identity import load_guid
@@ -37,7 +39,8 @@ from gateway.metrics_state import StateCollector
 from gateway.status import DeadLetterClasses, RecentErrors
 from gateway.range_consumers import RangeConsumers
 from gateway.outbox import Outbox
-from gateway.receipt_sender import MessageIds, ReceiptSender
+from gateway.receipt_gate import ReceiptGate
+from gateway.receipt_sender import ReceiptSender
 from gateway.redrive import Redrive
 from gateway.srmp_http import add_srmp_routes
 from gateway.srmp_parse_pool import ParsePool
@@ -82,16 +85,25 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     landing_specs(settings)  # so does a Parquet landing without pyarrow
     load_peers(settings)  # and a peer's TLS files that cannot be loaded
     gate = make_auth_gate(settings, Authenticator(settings))
+    long_polls = LongPolls(settings.server.long_polls_max)
+    metrics.http_long_polls.set_function(lambda: long_polls.parked)
     app = web.Application(
         client_max_size=settings.server.request_body_max,
         middlewares=make_middlewares(
-            metrics, concurrent_requests_max=settings.server.concurrent_requests_max, gate=gate),
+            metrics, concurrent_requests_max=settings.server.concurrent_requests_max, gate=gate,
+            long_polls=long_polls),
     )
+    app[LONG_POLLS_KEY] = long_polls
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
-    app[STATE_KEY] = GatewayState(
+    state = app[STATE_KEY] = GatewayState(
         local=local_host_names(settings.server.names, settings.server.host,
                                settings.server.port))
+    state.outbound = OutboundPolicy(
+        [*settings.outbound.allow, *(p.url for p in settings.peers),
+         *(w.url for w in settings.webhooks)],
+        lambda: state.mapping.rules if state.mapping is not None else None,
+        lambda: state.links.destinations() if state.links is not None else ())
     app[FILE_OPS_KEY] = file_ops or RealFileOps()
     app[SIGNERS_KEY] = load_signers(settings.srmp.signers_dir)
     workers = settings.srmp.parse_workers
@@ -276,11 +288,13 @@ async def _open_store(app: web.Application) -> None:
         server_log.critical("%s", state.failure)
         return
     tx_settings = settings.transactions
-    transactions = Transactions(queue_manager, idle_timeout_s=tx_settings.idle_timeout,
-                                open_max=tx_settings.open_max,
-                                sends_max=tx_settings.messages_max,
-                                bytes_max=tx_settings.bytes_max)
-    transactions.restore_prepared()
+    transactions = Transactions(
+        queue_manager, idle_timeout_s=tx_settings.idle_timeout, open_max=tx_settings.open_max,
+        open_max_per_principal=tx_settings.open_max_per_principal,
+        sends_max=tx_settings.messages_max, bytes_max=tx_settings.bytes_max,
+        pending_bytes_max=tx_settings.pending_bytes_max,
+        pending_bytes_max_per_principal=tx_settings.pending_bytes_max_per_principal)
+    await transactions.restore_prepared()
     state.transactions = transactions
     state.redrive = Redrive(queue_manager)
     state.consumers = consumers
@@ -288,8 +302,12 @@ async def _open_store(app: web.Application) -> None:
     srmp = settings.srmp
     state.receipts = ReceiptSender(app[METRICS_KEY], timeout_s=srmp.receipt_timeout,
                                    attempts=srmp.receipt_attempts,
-                                   pending_max=srmp.receipts_pending_max)
-    ids = MessageIds()
+                                   pending_max=srmp.receipts_pending_max,
+                                   gate=ReceiptGate(state.outbound, app[METRICS_KEY],
+                                                    rate=settings.outbound.receipts_rate,
+                                                    burst=settings.outbound.receipts_burst))
+    ids = queue_manager.wire_ids
+    assert ids is not None
     state.streams = IncomingStreams(queue_manager, state.receipts, ids, app[METRICS_KEY],
                                     streams_max=srmp.streams_max,
                                     checkpoint_interval_s=srmp.stream_checkpoint_interval)
@@ -316,6 +334,10 @@ async def _open_store(app: web.Application) -> None:
     state.tasks.append(asyncio.create_task(queue_manager.dedup.run(), name="dedup-trim"))
     state.tasks.append(asyncio.create_task(queue_manager.dedup.run_flusher(),
                                            name="dedup-flush"))
+    try:
+        await queue_manager.quarantine.flush()
+    except (OSError, StoreError) as exc:  # the records stay; the next start tries again
+        server_log.error("unreadable state records not set aside: %s", exc)
     if state.stopping:
         return
     state.ready = True

@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         help="verify every record of a stopped gateway's data directory",
         description="Verify every record, checkpoint and segment header of DATA_DIR (the "
-        "gateway must be stopped). Exit 0 when all is whole, 1 when anything is damaged.",
+        "gateway must be stopped), and name each internal-queue record a start would "
+        "quarantine. Exit 0 when all is whole, 1 when anything is damaged or to quarantine.",
     )
     check.add_argument("data_dir", type=Path, metavar="DATA_DIR")
     check.add_argument("--json", action="store_true", help="print the report as JSON")

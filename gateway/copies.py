@@ -1,4 +1,5 @@
-"""Copies a message's fate causes: dead-letter copies and acknowledgements (seed 002, 004).
+"""Copies a message's fate causes: dead-letter copies and acknowledgements
+(docs/architecture.md §Queue semantics).
 
 Both are store specs, committed by the caller in the same atomic commit as whatever caused
 them (a removal, an expiry, a refusal). An acknowledgement for an admin queue on another host
@@ -12,17 +13,19 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gateway.acks import ack_properties, negative, wants_ack
-from gateway.internal_queues import OUTBOX_QUEUE
+from gateway.internal_queues import OUTBOX_QUEUE, is_internal
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import encode_payload
-from mapping.names import DEADLETTER, DEADXACT, QueueNameError, parse_queue_path
+from mapping.names import DEADLETTER, DEADXACT, MACHINE_JOURNAL, QueueNameError, parse_queue_path
 from store.records import SendSpec
 
 if TYPE_CHECKING:
     from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
 
 __all__ = ["dead_letter_spec", "ack_specs"]
+
+_NOT_ADMIN = (DEADLETTER, DEADXACT, MACHINE_JOURNAL)
 
 
 def dead_letter_spec(qm: QueueManager, queue: Queue, message: ReceivedMessage,
@@ -47,7 +50,12 @@ def ack_specs(qm: QueueManager, queue: Queue, message: ReceivedMessage,
         return final
     receipt_to = _receipt_url(props.admin_queue, props.extra, message_class)
     try:
-        admin = qm.lookup(parse_queue_path(props.admin_queue).canonical)
+        canonical = parse_queue_path(props.admin_queue).canonical
+        # Never into a queue the gateway keeps for itself or a dead-letter queue or journal,
+        # whatever a sender wrote (requests naming one are refused; this holds for messages
+        # stored before that check existed).
+        admin = None if (is_internal(canonical) or canonical in _NOT_ADMIN
+                         or canonical.endswith(";journal")) else qm.lookup(canonical)
     except QueueNameError:
         admin = qm.internal(OUTBOX_QUEUE) if receipt_to else None
     if admin is None or admin.settings.transactional:

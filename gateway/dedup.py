@@ -6,8 +6,9 @@ store commit as the message it guards, so the window survives a restart at no ex
 
 A recoverable SRMP message carries its id itself, so its entry is first *held* by the message:
 the message is stored alone (flagged ``KEYED``: one record, no transaction) and its entry goes
-to disk shortly after, many entries in one record (``flush``). Why: SRMP at C = 64 +1-22% in
-three A/B pairs against a second record per message. What keeps it exact across a crash:
+to disk shortly after, many entries in one record (``flush``). Why: one record per message
+instead of two keeps a second record out of every SRMP commit. What keeps it exact across a
+crash:
 - while the message is queued, a restart finds its id in the message (``keyed_records``);
 - before the message is removed (received, expired, purged, moved), the store awaits
   ``before_removal`` (one of its ``removal_hooks``), which flushes its entry first; a crash
@@ -35,11 +36,12 @@ from gateway.errors import ProblemError
 from gateway.internal_queues import DEDUP_QUEUE
 from gateway.logs import server_log
 from gateway.msmq.message import MessageFormatError, decode_payload
+from gateway.state_records import Quarantine, StateQueue, read_state
 from store.errors import MessageTooLarge, StoreError
 from store.message_store import MessageStore
 from store.records import SendSpec, StoredRecord
 
-__all__ = ["DedupWindow", "DEDUP_QUEUE", "KeyedEntry", "srmp_keyed_entry"]
+__all__ = ["DedupWindow", "DEDUP_QUEUE", "KeyedEntry", "srmp_keyed_entry", "destination_key"]
 
 # What a KEYED message says of its own entry: (key, digest, answer, arrived at ms), or None.
 KeyedEntry = Callable[[StoredRecord], "tuple[str, str, dict[str, object], int] | None"]
@@ -63,7 +65,8 @@ class DedupWindow:
 
     def __init__(self, store: MessageStore, queue_id: int, *, entries_max: int = 10_000,
                  window_s: float = 1800.0, flush_interval_s: float = 0.02,
-                 keyed_entry: KeyedEntry | None = None) -> None:
+                 keyed_entry: KeyedEntry | None = None,
+                 quarantine: Quarantine | None = None) -> None:
         self.store = store
         self.queue_id = queue_id
         self.entries_max = entries_max
@@ -71,7 +74,7 @@ class DedupWindow:
         self.flush_interval_s = flush_interval_s
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         # Keys being stored now -> the future a duplicate of one waits on; None until a
-        # duplicate comes (most never get one: a future each was ~1% of an SRMP send).
+        # duplicate comes (most never get one, so no future is made for them).
         self._pending: dict[str, asyncio.Future[dict[str, object]] | None] = {}
         # Records holding several entries (flushed ones, and older versions' groups) are
         # removed with the last of their entries.
@@ -84,12 +87,12 @@ class DedupWindow:
         self._wake = asyncio.Event()
         loaded: list[tuple[str, _Entry]] = []
         flushed: set[tuple[int, int]] = set()
-        for record in store.records(queue_id):
-            doc = jsonio.loads(store.read(record))
-            for item in doc["entries"] if "entries" in doc else [doc]:
-                message = (int(item["msg"][0]), int(item["msg"][1])) if "msg" in item else None
-                loaded.append((item["key"], _Entry(item["digest"], item["answer"],
-                                                   item["at_ms"], record, message)))
+        readable = (quarantine.read(DEDUP_STATE, queue_id) if quarantine is not None
+                    else read_state(store, DEDUP_STATE, queue_id)[0])
+        for record, items in readable:
+            for key, digest, answer, at_ms, message in items:
+                loaded.append((_current_key(key, digest, answer),
+                               _Entry(digest, answer, at_ms, record, message)))
                 self._sharing[record.seq] = self._sharing.get(record.seq, 0) + 1
                 if message is not None:
                     flushed.add(message)
@@ -119,8 +122,10 @@ class DedupWindow:
     @staticmethod
     def srmp_entry(message_id: str, destination: str) -> tuple[str, str, dict[str, object]]:
         """Key, digest and answer of an SRMP message id sent to ``destination`` (a canonical
-        queue path): the id alone decides (srmp.md §1.10)."""
-        return f"srmp:{message_id}", _id_digest(destination), {"id": message_id}
+        queue path): the id and the destination decide, as in MSMQ, where one message for
+        several queues (``DestinationMqf``) arrives once per queue with the same id."""
+        digest = _id_digest(destination)
+        return destination_key(f"srmp:{message_id}", digest), digest, {"id": message_id}
 
     @staticmethod
     def digest(body: bytes, destination: str) -> str:
@@ -327,6 +332,52 @@ def srmp_keyed_entry(store: MessageStore, destination: Callable[[int], str | Non
             return None
         return (*DedupWindow.srmp_entry(props.message_id, path), props.arrived_at_ms)
     return entry
+
+
+_ParsedEntry = tuple[str, str, dict[str, object], int, "tuple[int, int] | None"]
+
+
+def _parse_entries(raw: bytes) -> list[_ParsedEntry]:
+    """The entries of one record (one entry, or a flushed group), every field checked.
+
+    Raises:
+        ValueError, KeyError, TypeError: not a record this module wrote.
+    """
+    doc = jsonio.loads(raw)
+    if not isinstance(doc, dict):
+        raise TypeError(f"a dedup record is a JSON object, not {type(doc).__name__}")
+    items = doc["entries"] if "entries" in doc else [doc]
+    if not isinstance(items, list):
+        raise TypeError("entries is not a list")
+    parsed: list[_ParsedEntry] = []
+    for item in items:
+        key, digest, answer = item["key"], item["digest"], item["answer"]
+        if not (isinstance(key, str) and isinstance(digest, str) and isinstance(answer, dict)):
+            raise TypeError("a dedup entry needs a string key and digest and an object answer")
+        message = (int(item["msg"][0]), int(item["msg"][1])) if "msg" in item else None
+        parsed.append((key, digest, answer, int(item["at_ms"]), message))
+    return parsed
+
+
+DEDUP_STATE = StateQueue(DEDUP_QUEUE, _parse_entries)
+
+
+def destination_key(key: str, digest: str) -> str:
+    """A key of an SRMP id (``srmp:ID``, ``forward:ID``) joined with its destination's digest
+    (``_id_digest``): the same id for another queue is another message."""
+    return f"{key}|{digest}"
+
+
+def _current_key(key: str, digest: str, answer: dict[str, object]) -> str:
+    """An entry's key as this version makes it. An SRMP entry written before keys named their
+    destination (``srmp:ID`` or ``forward:ID``, answer ``{"id": ID}``) still holds that
+    destination's digest, which completes the key, so a window written by an earlier version
+    is read with every entry in force. Other keys (a client's ``Idempotency-Key``) are kept
+    as they are."""
+    kind, _, message_id = key.partition(":")
+    if kind in ("srmp", "forward") and answer == {"id": message_id}:
+        return destination_key(key, digest)
+    return key
 
 
 def _now_ms() -> int:

@@ -5,7 +5,8 @@ machine (``DIRECT=OS:.``). Remote destinations are forwarded by links; with no l
 the send is refused (422) and nothing is stored. A multiple-element format name sends a copy to
 each destination, all in one atomic store commit. In a transaction, a destination that is not
 transactional gets no copy: the copy goes to ``system$;deadxact`` with class
-NACK_NOT_TRANSACTIONAL_Q and a negative acknowledgement goes to the admin queue (seed 002).
+NACK_NOT_TRANSACTIONAL_Q and a negative acknowledgement goes to the admin queue
+(docs/rest-api.md §Sends by format name).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties, compose_id, encode_payload
 from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
 from gateway.store_errors import store_call
+from gateway.wire_ids import local_id
 from mapping.engine import route_inbound
 from mapping.errors import FormatNameError
 from mapping.formatnames import (
@@ -161,7 +163,12 @@ async def _send(qm: QueueManager, paths: list[str], body: bytes,
     stored: list[tuple[Queue, ReceivedMessage]] = []
     dead: list[dict[str, str]] = []
     for outgoing, url in remote:
-        props = replace(properties, transactional=transactional, arrived_at_ms=now_ms,
+        assert qm.wire_ids is not None
+        # A copy for a remote queue gets its wire id now (kept with it, so a resend after a
+        # restart carries the same one): one-to-one with the id the answer shows.
+        message_id = properties.message_id or local_id(qm.qm_guid, await qm.wire_ids.next())
+        props = replace(properties, message_id=message_id, transactional=transactional,
+                        arrived_at_ms=now_ms,
                         sent_at_ms=properties.sent_at_ms or now_ms,
                         source_qm=properties.source_qm or qm.qm_guid,
                         priority=0 if transactional else properties.priority,

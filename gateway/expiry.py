@@ -3,7 +3,10 @@
 The heap is filled at start from the records (their deadline is stored with them, so timers
 survive restarts) and on each arrival. At a deadline the message is removed — to the
 dead-letter queue when its journal level is ``deadletter``, with class NACK_RECEIVE_TIMEOUT,
-and with a negative acknowledgement when its level asks (``QueueManager.finish``).
+and with a negative acknowledgement when its level asks (``QueueManager.finish``) — and
+counted and logged with its id. A message whose deadline had passed when it arrived (a
+sender's clock ahead, or old dates) was stored like any other (expiry is not checked on
+receipt, srmp.md §1.6) and leaves the same way at once.
 
 A message received before its deadline leaves its entry behind (found gone when it falls
 due), so when the heap has grown to twice what it held after its last clean-up it is
@@ -16,17 +19,18 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import logging
 import time
 from collections.abc import KeysView
 from typing import TYPE_CHECKING
 
 from gateway.errors import ProblemError
 from gateway.logs import server_log
-from gateway.msmq.classes import MessageClass
+from gateway.msmq.classes import JournalLevel, MessageClass
 from store.records import StoredRecord
 
 if TYPE_CHECKING:
-    from gateway.queue_manager import Queue, QueueManager
+    from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
 
 __all__ = ["Expiry"]
 
@@ -35,6 +39,7 @@ _RETRY_BUSY_MS = 1000
 _RETRY_FAILED_MS = 5000
 _COMPACT_MIN = 65_536  # deadlines held before the first compaction
 _COMPACT_PIECE = 50_000  # deadlines checked per loop iteration while compacting
+_LOGGED_PER_BATCH = 100  # expired messages logged one by one per batch; the rest summed up
 
 
 class Expiry:
@@ -45,6 +50,8 @@ class Expiry:
         self._deadlines: list[tuple[int, int, int]] = []  # (deadline ms, queue, sequence)
         self._changed = asyncio.Event()
         self.compact_at = _COMPACT_MIN
+        # Messages expired since start, by outcome (dead_lettered, discarded): a metric.
+        self.expired: dict[str, int] = {}
 
     def __len__(self) -> int:
         """Deadlines held, those of messages already gone included."""
@@ -112,6 +119,23 @@ class Expiry:
         self.compact_at = max(2 * len(kept), _COMPACT_MIN)
         server_log.debug("expiry deadlines compacted: %d -> %d", len(old), len(kept))
 
+    def _account(self, queue: Queue, gone: list[ReceivedMessage]) -> None:
+        """Every expired message is counted and logged with its id: one that leaves no
+        dead-letter copy (it did not ask for one) at WARNING, so none vanishes unseen."""
+        for n, message in enumerate(gone):
+            kept = message.properties.journal == JournalLevel.DEADLETTER.value
+            outcome = "dead_lettered" if kept else "discarded"
+            self.expired[outcome] = self.expired.get(outcome, 0) + 1
+            if n < _LOGGED_PER_BATCH:
+                server_log.log(logging.INFO if kept else logging.WARNING,
+                               "message %s expired in %s (time-to-be-received passed): %s",
+                               message.message_id, queue.path.display,
+                               "dead-lettered as MQMSG_CLASS_NACK_RECEIVE_TIMEOUT" if kept
+                               else "discarded (no dead-letter copy asked for)")
+        if len(gone) > _LOGGED_PER_BATCH:
+            server_log.warning("%d more messages expired in %s", len(gone) - _LOGGED_PER_BATCH,
+                               queue.path.display)
+
     async def _expire(self, queue_id: int, records: list[StoredRecord], now_ms: int) -> None:
         queue = self._qm.queue_by_id(queue_id)
         if queue.pin is not None:  # a log for its range consumers: retention removes them
@@ -120,8 +144,9 @@ class Expiry:
                 return
         queue.reserved.update(r.seq for r in records)
         try:
-            await self._qm.finish(queue, records, ack=MessageClass.NACK_RECEIVE_TIMEOUT,
-                                  dead_letter=MessageClass.NACK_RECEIVE_TIMEOUT)
+            gone = await self._qm.finish(queue, records, ack=MessageClass.NACK_RECEIVE_TIMEOUT,
+                                         dead_letter=MessageClass.NACK_RECEIVE_TIMEOUT)
+            self._account(queue, gone)
         except ProblemError as exc:  # store full or stopped: try again later
             server_log.error("expiry of %d messages in %s failed: %s", len(records),
                              queue.path.display, exc.detail)

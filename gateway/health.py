@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 from aiohttp import web
 
-from gateway.appkeys import METRICS_KEY, STATE_KEY
+from gateway.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
+from gateway.auth.middleware import is_loopback
 from gateway.metrics import CONTENT_TYPE_LATEST
 from gateway.problem import problem_response
 
@@ -31,6 +35,21 @@ async def readyz(request: web.Request) -> web.Response:
 
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text exposition."""
+    """Prometheus text exposition: to loopback clients, or with the admin or metrics key
+    (``Authorization: Bearer``); the text names queues and partners' URLs."""
+    if not is_loopback(request) and not _metrics_key(request):
+        return problem_response(
+            403, "/metrics answers loopback clients, or the admin or metrics key "
+            "(Authorization: Bearer; auth.metrics_key_sha256)", type_slug="MQ_ERROR_ACCESS_DENIED")
     body = request.app[METRICS_KEY].render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _metrics_key(request: web.Request) -> bool:
+    auth = request.app[SETTINGS_KEY].auth
+    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not key:
+        return False
+    digest = hashlib.sha256(key.strip().encode("utf-8", "surrogateescape")).hexdigest()
+    return any(hmac.compare_digest(digest, known)
+               for known in (auth.admin_key_sha256, auth.metrics_key_sha256) if known)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import heapq
 import random
 import re
@@ -35,6 +34,7 @@ from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import encode_payload
 from gateway.outgoing import Outgoing
 from gateway.queue_manager import Queue, QueueManager, ReceivedMessage
+from gateway.receipt_sender import SKIP_AUTO_HEADERS, USER_AGENT
 from gateway.srmp.build import build_request, envelope_bytes
 from gateway.srmp.envelope import parse_envelope
 from gateway.srmp.eod_sender import SenderStream
@@ -42,6 +42,7 @@ from gateway.srmp.outbound import StreamPosition, outbound_envelope, url_of_form
 from gateway.srmp.properties import compound_message, envelope_text
 from gateway.store_errors import store_call
 from gateway.webhook_headers import safe_content_type, webhook_headers
+from gateway.wire_ids import ORDINAL_MAX
 from mapping.names import MACHINE_JOURNAL
 from store.records import SendSpec, StoredRecord
 
@@ -65,6 +66,12 @@ class LinkOptions:
     window: int  # stream messages in flight at once
     restart_after_rounds: int  # resend rounds without a receipt before a new stream
     public_url: str  # this gateway as senders reach it (receipt and admin URLs)
+
+
+def _lower_scheme(url: str) -> str:
+    """``HTTP://host/...`` -> ``http://host/...``: Windows writes URLs lower-case ``http://``."""
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme.lower()}{sep}{rest}" if sep else url
 
 
 def _plain_order(extra: dict[str, str], seq: int) -> tuple[str, int, int]:
@@ -100,6 +107,9 @@ class Link:
         self._plain: list[tuple[tuple[str, int, int], StoredRecord]] = []
         self._in_stream: dict[int, StoredRecord] = {}
         self._seen_at: dict[int, float] = {}  # seq -> when this link first saw it
+        # seq -> wire ordinal given at first send to a message queued without one; as many
+        # as messages in the queue, each dropped when its message leaves
+        self._assigned: dict[int, int] = {}
         found = outgoing.streams.get(queue.path.canonical)
         self.stream: SenderStream | None = found[0] if found is not None else None
         self._stream_ended = False
@@ -278,7 +288,7 @@ class Link:
             return
         position = StreamPosition(stream.stream_id, current, stream.previous(current),
                                   stream.send_receipts_to, self.options.stream_element)
-        status, verdict = await self._post(*self._request(message, position))
+        status, verdict = await self._post(*await self._request(message, position))
         if 200 <= status < 300:
             self.sent += 1
             first = bool(stream.pending) and current == stream.pending[0]
@@ -307,7 +317,7 @@ class Link:
                                                webhook_headers(message, *self.webhook,
                                                                self.destination))
         else:
-            status, verdict = await self._post(*self._request(message, None))
+            status, verdict = await self._post(*await self._request(message, None))
         order = (_plain_order(message.properties.extra, record.seq), record)
         if 200 <= status < 300 and verdict == "out_of_order":
             await asyncio.sleep(_OVERTAKEN_S)  # a forwarded stream message: its turn comes
@@ -324,8 +334,8 @@ class Link:
         deadline = message.properties.reach_queue_by_ms
         return bool(deadline) and time.time() * 1000 > deadline
 
-    def _request(self, message: ReceivedMessage, position: StreamPosition | None
-                 ) -> tuple[bytes, str]:
+    async def _request(self, message: ReceivedMessage, position: StreamPosition | None
+                       ) -> tuple[bytes, str]:
         """(body, Content-Type) of the SRMP request for ``message``."""
         props = message.properties
         to = props.extra.get("srmp_to", self.destination)
@@ -340,9 +350,7 @@ class Link:
             request = build_request(envelope, message.body, host="-", path="/",
                                     boundary_number=random.randrange(1 << 16))
             return request.body, dict(request.headers)["Content-Type"]
-        match = _OUR_ID.match(message.message_id)
-        ordinal = int(match.group(2)) if match else int.from_bytes(
-            hashlib.sha256(message.message_id.encode()).digest()[:7], "big")
+        ordinal = await self._ordinal(message)
         envelope = outbound_envelope(
             props, to=to, ordinal=ordinal, qm_guid=self.qm.qm_guid,
             admin_url=self._local_url(props.admin_queue),
@@ -351,6 +359,21 @@ class Link:
                                 boundary_number=ordinal & 0xFFFF)
         return request.body, dict(request.headers)["Content-Type"]
 
+    async def _ordinal(self, message: ReceivedMessage) -> int:
+        """N of the wire id ``uuid:N@QM GUID``: the one the message got when it was queued
+        (gateway.wire_ids). A message queued without one (by an earlier version, whose ids
+        did not fit 32 bits) gets one from the counter on its first send, kept while it is
+        in this link."""
+        match = _OUR_ID.match(message.message_id)
+        if (match is not None and match.group(1).lower() == self.qm.qm_guid.lower()
+                and 1 <= int(match.group(2)) <= ORDINAL_MAX):
+            return int(match.group(2))
+        ordinal = self._assigned.get(message.seq)
+        if ordinal is None:
+            assert self.qm.wire_ids is not None
+            ordinal = self._assigned[message.seq] = await self.qm.wire_ids.next()
+        return ordinal
+
     def _local_url(self, name: str) -> str | None:
         """A local queue path as the URL the receiver can send receipts to; a format name as
         SRMP carries it."""
@@ -358,7 +381,7 @@ class Link:
             return None
         if "=" in name:
             return url_of_format_name(name)
-        return f"{self.options.public_url}/msmq/{name}"
+        return f"{_lower_scheme(self.options.public_url)}/msmq/{name}"
 
     async def _post(self, body: bytes, content_type: str,
                     extra_headers: dict[str, str] | None = None) -> tuple[int, str]:
@@ -366,7 +389,8 @@ class Link:
         was no answer. Failures back off here."""
         url = self._route(self.destination) if self.webhook is None else self.destination
         headers = {"Content-Type": content_type, "SOAPAction": '"MSMQMessage"',
-                   "Proxy-Accept": "NonInteractiveClient"} if extra_headers is None else {
+                   "Proxy-Accept": "NonInteractiveClient", "User-Agent": USER_AGENT
+                   } if extra_headers is None else {
             "Content-Type": content_type, **extra_headers}
         status, problem, verdict = 0, "", ""
         try:
@@ -397,6 +421,7 @@ class Link:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.options.request_timeout_s),
+                skip_auto_headers=SKIP_AUTO_HEADERS,
                 connector=aiohttp.TCPConnector(
                     limit=self.options.window + _PLAIN_WINDOW,
                     keepalive_timeout=self.options.idle_timeout_s,
@@ -417,6 +442,7 @@ class Link:
                 specs.append(SendSpec(journal.queue_id, encode_payload(copy, message.body)))
             self.qm.hold(self.queue, record)
             self._seen_at.pop(record.seq, None)
+            self._assigned.pop(record.seq, None)
         removed = False
         try:
             if specs:
@@ -433,6 +459,7 @@ class Link:
         """Not delivered: dead-letter copy and negative acknowledgement as the message asks."""
         self.qm.hold(self.queue, record)
         self._seen_at.pop(record.seq, None)
+        self._assigned.pop(record.seq, None)
         removed = False
         try:
             await self.qm.finish(self.queue, [record], ack=reason, dead_letter=reason)
@@ -443,9 +470,10 @@ class Link:
             self.qm.release(self.queue, record, removed=removed)
 
     async def _restart_stream(self, why: str) -> None:
-        """The receiver lost the stream's state (seed 002): the messages still waiting move
-        to a new stream, numbered from 1 with a ``<start>``. A receiver that had kept its
-        state would take them again, so this waits for clear signs."""
+        """The receiver lost the stream's state (docs/architecture.md §Store and forward):
+        the messages still waiting move to a new stream, numbered from 1 with a ``<start>``.
+        A receiver that had kept its state would take them again, so this waits for clear
+        signs."""
         old = self.stream
         if old is None or not self._in_stream:
             return

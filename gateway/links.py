@@ -104,6 +104,10 @@ class Links:
                 return True
         return False
 
+    def destinations(self) -> list[str]:
+        """The destination URL of every link."""
+        return [link.destination for link in self.links.values()]
+
     def find(self, link_id: str) -> Link:
         """Raises: KeyError for an unknown id (the outgoing queue's hash)."""
         return self.links[OUTGOING_PREFIX + link_id]

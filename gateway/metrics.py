@@ -38,6 +38,11 @@ class Metrics:
             "Requests being handled now.",
             registry=self.registry,
         )
+        self.http_long_polls = Gauge(
+            "entrepot_http_long_polls_parked",
+            "Receives waiting for a message now (server.long_polls_max caps them).",
+            registry=self.registry,
+        )
         self.mapping_reloads = Gauge(
             "entrepot_mapping_reloads",
             "Times the mapping files were (re)loaded since start.",

@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from gateway.state import GatewayState
@@ -36,6 +41,7 @@ class StateCollector(Collector):
         for item in doc["dead_letters"]:
             dead.add_metric([item["queue"], item["class"]], item["messages"])
         yield dead
+        yield _expired(self._state)
         store = doc.get("store")
         if store is not None:
             for key, text in (("used_bytes", "Bytes used against the machine quota."),
@@ -51,6 +57,16 @@ class StateCollector(Collector):
             yield _histogram("entrepot_store_batch_jobs",
                              "Jobs (sends, commits, removals) per group-commit batch.",
                              histograms[1])
+
+
+def _expired(state: GatewayState) -> Metric:
+    expired = CounterMetricFamily(
+        "entrepot_messages_expired", "Messages removed when their time-to-be-received "
+        "passed, by outcome (dead_lettered, discarded).", labels=["outcome"])
+    counts = state.queue_manager.expiry.expired if state.queue_manager is not None else {}
+    for outcome in ("dead_lettered", "discarded"):
+        expired.add_metric([outcome], counts.get(outcome, 0))
+    return expired
 
 
 def _queues(doc: dict[str, Any]) -> Iterator[Metric]:

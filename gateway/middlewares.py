@@ -1,6 +1,9 @@
 """Cross-cutting request handling: error → problem+json, metrics, the concurrency cap.
 
 This is the one place that turns exceptions into HTTP answers; handlers only raise.
+Health, readiness and metrics are never refused by the cap (an orchestrator must see a busy
+gateway as alive), and parked long polls do not count against it: they have their own cap
+(gateway.long_polls).
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ from aiohttp.typedefs import Handler, Middleware
 from gateway.auth.middleware import Gate
 from gateway.errors import ProblemError
 from gateway.logs import server_log
+from gateway.long_polls import LongPolls
 from gateway.metrics import Metrics
 from gateway.problem import problem_response
 
-__all__ = ["make_middlewares"]
+__all__ = ["make_middlewares", "NEVER_REFUSED"]
+
+NEVER_REFUSED = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 def _route_label(request: web.Request) -> str:
@@ -29,7 +35,8 @@ def _route_label(request: web.Request) -> str:
 
 
 def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
-                     gate: Gate | None = None) -> list[Middleware]:
+                     gate: Gate | None = None,
+                     long_polls: LongPolls | None = None) -> list[Middleware]:
     """Build the middleware chain, outermost first; ``gate`` (authentication, body limits)
     is awaited before every handler, inside the error mapping.
 
@@ -38,14 +45,16 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
     (a request over it is answered 503 at once, never queued, so no semaphore is needed),
     and requests are counted as plain numbers (gateway.http_stats).
     """
-    in_flight = 0
+    in_flight = 0  # parked long polls included: the gauge shows every request being handled
+    polls = long_polls if long_polls is not None else LongPolls(1)
     metrics.http_in_flight.set_function(lambda: in_flight)
     record = metrics.http.record
 
     @web.middleware
     async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         nonlocal in_flight
-        if in_flight >= concurrent_requests_max:
+        if (in_flight - polls.parked >= concurrent_requests_max
+                and request.path not in NEVER_REFUSED):
             response: web.StreamResponse = problem_response(
                 503,
                 f"more than {concurrent_requests_max} requests in flight",

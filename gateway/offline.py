@@ -8,11 +8,14 @@ import ssl
 import sys
 import urllib.error
 import urllib.request
+from functools import partial
 from pathlib import Path
 
 from gateway.errors import StartupError
+from gateway.state_queues import STATE_QUEUES
+from gateway.state_records import why_unreadable
 from store.backup import backup_offline, restore
-from store.check import check_data_dir
+from store.check import RecordReader, check_data_dir
 from store.errors import StoreError, StoreLocked
 from store.options import StoreOptions
 
@@ -102,7 +105,8 @@ def run_restore(src: Path, data_dir: Path) -> int:
 
 
 def run_check(data_dir: Path, *, as_json: bool) -> int:
-    """Verify ``data_dir``; print the report; 0 when whole, 1 when anything is damaged.
+    """Verify ``data_dir`` and read its internal queues' records as a start would; print the
+    report; 0 when whole, 1 when anything is damaged or a start would set a record aside.
 
     Raises:
         StartupError: the directory does not exist, is in use or cannot be read (exit 2).
@@ -110,7 +114,9 @@ def run_check(data_dir: Path, *, as_json: bool) -> int:
     if not (data_dir / "storage").is_dir():
         raise StartupError(f"{data_dir}: not an entrepot data directory (no storage/)")
     try:
-        report = check_data_dir(data_dir, progress=_progress)
+        readers: dict[str, RecordReader] = {
+            queue: partial(why_unreadable, state) for queue, state in STATE_QUEUES.items()}
+        report = check_data_dir(data_dir, progress=_progress, readers=readers)
     except StoreError as exc:
         raise StartupError(f"{data_dir}: {exc}") from exc
     if as_json:
@@ -127,6 +133,9 @@ def run_check(data_dir: Path, *, as_json: bool) -> int:
               f"{damage.reason}")
     for problem in report.problems:
         print(f"PROBLEM      {problem}")
+    for refused in report.refused:
+        print(f"QUARANTINE   {refused.queue}:{refused.seq}: {refused.reason}")
     print("result       " + ("ok" if report.ok else
-                             f"{len(report.damaged)} damaged, {len(report.problems)} problems"))
+                             f"{len(report.damaged)} damaged, {len(report.problems)} problems, "
+                             f"{len(report.refused)} to quarantine"))
     return 0 if report.ok else 1

@@ -34,7 +34,11 @@ _PATH = {"name": "path", "in": "path", "required": True,
                         "`name;journal` is its journal."}
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"},
        "description": "Message id `{QM GUID}\\\\counter`, URL-encoded."}
-_TX = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+_TX_ID = {"type": "string", "pattern": "^tx-[A-Za-z0-9_-]{22}$"}
+_TX = {"name": "id", "in": "path", "required": True, "schema": _TX_ID,
+       "description": "Transaction id: `tx-` and 128 random bits in URL-safe base64. Only "
+                      "the principal that began it (and the admin, to see, commit or abort "
+                      "it) finds it; anyone else gets 404."}
 _NAME = {"name": "name", "in": "path", "required": True,
          "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
          "description": "A range consumer: 1-64 letters, digits, ., _ or -."}
@@ -64,7 +68,8 @@ _MQ_HEADERS = [
             f"^ *(?:{_anycase('none')}|{_anycase('journal')}|{_anycase('deadletter')}) *$")}),
         ("Mq-App-Specific", "32-bit integer.", {"pattern": "^ *-?[0-9]{1,9} *$"}),
         ("Mq-Sent-Time", "ISO 8601 time the producer sent it (default: arrival).", {}),
-        ("Mq-Transaction", "A transaction id, single, or none.", {"pattern": "\\S"}),
+        ("Mq-Transaction", "A transaction id (`tx-...`, one this principal began), single, "
+         "or none.", {"pattern": "\\S"}),
         ("Idempotency-Key", "Same key and body within the window: stored once.",
          {"minLength": 1, "maxLength": 255}),
     )
@@ -167,9 +172,12 @@ def document() -> dict[str, Any]:
                 _query("max", {"type": "integer", "minimum": 1, "maximum": 1000},
                        "At most this many messages (default 1)."),
                 _query("wait", {"type": "number", "minimum": 0, "maximum": 60},
-                       "Seconds to wait for a first message (default 0)."),
+                       "Seconds to wait for a first message (default 0). A wait that "
+                       "would go over server.long_polls_max, or a partner's quarter of it, "
+                       "is answered 503 too-many-long-polls at once."),
                 {"name": "Mq-Transaction", "in": "header", "required": False,
-                 "schema": {"type": "string"}, "description": "A transaction id."}]),
+                 "schema": {"type": "string"}, "description": "A transaction id "
+                 "(`tx-...`, one this principal began); none or single: outside any."}]),
         },
         "/v1/queues/{path}/purge": {"post": _op("Purge a queue.", params=q)},
         "/v1/queues/{path}/requeue": {
@@ -199,7 +207,8 @@ def document() -> dict[str, Any]:
         "/ui/status.json": {"get": _op("The status page's data: queues, links, dead letters "
                                        "by class, recent errors.")},
         "/v1/transactions": {
-            "get": _op("List open and prepared transactions."),
+            "get": _op("List open and prepared transactions: a partner's own, the admin's "
+                       "all."),
             "post": _op("Begin a transaction.", status="201"),
         },
         "/v1/transactions/{id}": {"get": _op("Show a transaction.", params=[_TX])},
@@ -245,7 +254,7 @@ def document() -> dict[str, Any]:
                            "description": "Authorization: Bearer <API key>"},
                 "hmac": {"type": "apiKey", "in": "header", "name": "Authorization",
                          "description": "EP-HMAC-SHA256 partner=, ts=, nonce=, sig= (see "
-                                        "README, Security)"},
+                                        "docs/security.md)"},
                 "basic": {"type": "http", "scheme": "basic",
                           "description": "Browsers: any user name, the API key as password"},
                 "clientCertificate": {"type": "mutualTLS"}}},

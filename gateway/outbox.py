@@ -6,8 +6,8 @@ none is lost in a crash; this task posts them and removes each once the receiver
 (2xx: delivered; 4xx: refused, which retrying cannot change). Connection errors, timeouts and
 5xx are retried with back-off until the receipt's time-to-reach-queue (4 days, Windows'
 default) has passed; then it is dropped with a warning. At most ``inflight_max`` are being
-posted at once. Durable per-destination outgoing queues with ordering arrive with the links
-(issue 7); receipts need no order.
+posted at once. Receipts need no order, so they do not use the links' durable,
+ordered outgoing queues (gateway.outgoing).
 """
 
 from __future__ import annotations
@@ -17,30 +17,59 @@ import contextlib
 import re
 import time
 
+from gateway.errors import ProblemError
 from gateway.internal_queues import OUTBOX_QUEUE
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.msmq.classes import MessageClass
+from gateway.msmq.message import decode_payload
 from gateway.queue_manager import Queue, QueueManager
-from gateway.receipt_sender import MessageIds, ReceiptSender, backoff_s
+from gateway.state_records import UNREADABLE, StateQueue, Unreadable, unreadable_reason
+from gateway.receipt_sender import ReceiptSender, backoff_s
 from gateway.srmp.model import (
+    NULL_GUID,
     CommitmentReceipt,
     Envelope,
+    format_message_id,
     format_srmp_time,
     objectid_to_base64,
+    parse_message_id,
 )
 from gateway.srmp.receipts import TTRQ_S, commitment_receipt, delivery_receipt, stream_receipt
+from gateway.wire_ids import WireIds
 from store.errors import StoreError
 from store.records import StoredRecord
 
 __all__ = ["Outbox"]
 
 _RETRY_MAX_S = 1200.0  # 20 minutes between attempts at most
+# Each record is a message payload: its properties say where and what to post.
+OUTBOX_STATE = StateQueue(OUTBOX_QUEUE, decode_payload)
 _OBJECTID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
 
 
+def _original(local_id: str, srmp_id: str) -> tuple[str, str]:
+    """(the original's id as the receipt's ``<id>`` names it, its OBJECTID in base64 for
+    ``Correlation``), byte for byte what the sender holds. A message that came over SRMP
+    without an id of its own (no ``<Msmq>``: its local id was made here, under this QM's
+    GUID) is {NULL GUID, 1} to its sender, as in V05."""
+    match = _OBJECTID.match(local_id)
+    if srmp_id:
+        try:
+            ordinal, guid = parse_message_id(srmp_id)
+        except ValueError:
+            ordinal, guid = 0, ""
+        if match is None or match.group(1).lower() != guid or int(match.group(2)) != ordinal:
+            return format_message_id(1, NULL_GUID), objectid_to_base64(NULL_GUID, 1)
+        return srmp_id, objectid_to_base64(guid, ordinal)
+    if match is None:
+        return "", ""
+    guid, ordinal = match.group(1), int(match.group(2))
+    return f"uuid:{ordinal}@{guid}", objectid_to_base64(guid, ordinal)
+
+
 class Outbox:
-    def __init__(self, qm: QueueManager, sender: ReceiptSender, ids: MessageIds,
+    def __init__(self, qm: QueueManager, sender: ReceiptSender, ids: WireIds,
                  metrics: Metrics, *, inflight_max: int = 64) -> None:
         self.qm = qm
         self.sender = sender
@@ -71,14 +100,28 @@ class Outbox:
     async def _post(self, record: StoredRecord) -> None:
         removed = False
         try:
-            message = self.qm.decode(self.queue, record)
-            props = message.properties
+            raw = self.qm.store.read(record)
+            try:
+                props = OUTBOX_STATE.parse(raw).properties
+            except UNREADABLE as exc:
+                quarantine = self.qm.quarantine
+                quarantine.held.append(Unreadable(OUTBOX_QUEUE, record, raw,
+                                                  unreadable_reason(exc)))
+                server_log.error("outbox record %d unreadable (%s): quarantined", record.seq,
+                                 exc)
+                await quarantine.flush()
+                removed = True
+                return
             url = props.extra.get("receipt_to", "")
             kind = ("final-stream-receipt" if "final_stream_id" in props.extra
                     else "delivery-receipt" if props.message_class == MessageClass.ACK_REACH_QUEUE
                     else "commitment-receipt")
+            if not self.sender.permit(url, kind):
+                await self.qm.store.remove([record])
+                removed = True
+                return
             envelope = self._envelope(props.message_class, props.label, props.correlation_id,
-                                      props.extra, url)
+                                      props.extra, url, await self.ids.next())
             deadline = props.sent_at_ms / 1000 + TTRQ_S
             attempt, status, problem = 0, 0, ""
             while True:
@@ -96,18 +139,15 @@ class Outbox:
             removed = True
         except StoreError as exc:
             server_log.error("outbox record not removed: %s", exc)
+        except ProblemError as exc:  # no id for the receipt: the store cannot write
+            server_log.error("outbox receipt not sent: %s", exc.detail)
         finally:
             self.qm.release(self.queue, record, removed=removed)
 
     def _envelope(self, message_class: int, label: str, original_id: str,
-                  extra: dict[str, str], url: str) -> Envelope:
-        srmp_id = extra.get("original_srmp_id", "")
-        correlation = ""
-        match = _OBJECTID.match(original_id)
-        if match is not None:
-            guid, ordinal = match.group(1), int(match.group(2))
-            correlation = objectid_to_base64(guid, ordinal)
-            srmp_id = srmp_id or f"uuid:{ordinal}@{guid}"
+                  extra: dict[str, str], url: str, ordinal: int) -> Envelope:
+        """The receipt, with ``ordinal`` for its own id (the same on every attempt)."""
+        srmp_id, correlation = _original(original_id, extra.get("original_srmp_id", ""))
         now_s = int(time.time())
         queue_url = extra.get("queue_url", "")
         if "final_stream_id" in extra:
@@ -115,16 +155,16 @@ class Outbox:
             return stream_receipt(
                 stream_id=extra["final_stream_id"], last_ordinal=int(extra["final_ordinal"]),
                 send_to=url, queue_url=queue_url, qm_guid=self.qm.qm_guid,
-                ordinal=self.ids.next(), now_s=now_s,
+                ordinal=ordinal, now_s=now_s,
                 final=CommitmentReceipt(format_srmp_time(now_s), decision, srmp_id),
                 final_class=message_class)
         if message_class == MessageClass.ACK_REACH_QUEUE:
             received = int(extra.get("received_at_ms") or now_s * 1000) // 1000
             return delivery_receipt(original_id=srmp_id, label=label, send_to=url,
                                     queue_url=queue_url, received_at_s=received,
-                                    qm_guid=self.qm.qm_guid, ordinal=self.ids.next(),
+                                    qm_guid=self.qm.qm_guid, ordinal=ordinal,
                                     now_s=now_s, correlation=correlation)
         return commitment_receipt(original_id=srmp_id, label=label, send_to=url,
                                   queue_url=queue_url, message_class=message_class,
-                                  qm_guid=self.qm.qm_guid, ordinal=self.ids.next(),
+                                  qm_guid=self.qm.qm_guid, ordinal=ordinal,
                                   now_s=now_s, correlation=correlation)

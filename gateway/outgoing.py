@@ -23,6 +23,7 @@ from gateway.logs import server_log
 from gateway.msmq.message import MessageProperties, encode_payload
 from gateway.queue_manager import Queue, QueueManager, QueueSettings
 from gateway.srmp.eod_sender import SenderStream, stream_id_for
+from gateway.state_records import StateQueue
 from gateway.store_errors import store_call
 from mapping.names import parse_queue_path
 from mapping.rules import normalise_address
@@ -34,6 +35,25 @@ __all__ = ["Outgoing"]
 def outgoing_path(destination: str) -> str:
     digest = hashlib.sha256(normalise_address(destination).encode()).hexdigest()[:24]
     return OUTGOING_PREFIX + digest
+
+
+def _parse_stream(raw: bytes) -> tuple[str, SenderStream]:
+    """(outgoing queue path, its stream) of one record.
+
+    Raises:
+        ValueError, KeyError, TypeError: not a record this module wrote.
+    """
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise TypeError("a link record is a JSON object")
+    queue, stream_id, receipts_to = doc["queue"], doc["stream_id"], doc["receipts_to"]
+    if not (isinstance(queue, str) and isinstance(stream_id, str)
+            and isinstance(receipts_to, str)):
+        raise TypeError("a link record's queue, stream_id and receipts_to are strings")
+    return queue, SenderStream(stream_id, int(doc["base_seq"]), receipts_to)
+
+
+LINKS_STATE = StateQueue(LINKS_QUEUE, _parse_stream)
 
 
 class Outgoing:
@@ -49,13 +69,12 @@ class Outgoing:
         # outgoing queue canonical path -> (stream, its record)
         self.streams: dict[str, tuple[SenderStream, StoredRecord]] = {}
         self._stale: list[StoredRecord] = []
-        for record in self.store.records(self.links_queue.queue_id):
-            doc = json.loads(self.store.read(record))
-            older = self.streams.get(doc["queue"])
+        for record, (queue, stream) in qm.quarantine.read(LINKS_STATE,
+                                                          self.links_queue.queue_id):
+            older = self.streams.get(queue)
             if older is not None:
                 self._stale.append(older[1])
-            stream = SenderStream(doc["stream_id"], int(doc["base_seq"]), doc["receipts_to"])
-            self.streams[doc["queue"]] = (stream, record)
+            self.streams[queue] = (stream, record)
 
     def queues(self) -> list[Queue]:
         return [q for q in self.qm.all_queues() if q.path.canonical.startswith(OUTGOING_PREFIX)]

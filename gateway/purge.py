@@ -1,8 +1,8 @@
 """Purge: remove a queue's waiting messages in steps, so a queue of millions never stalls the loop.
 
-Why steps: the purge used to list every record of the queue first (an index entry unpacked into
-a record each: ~1.5 s on the event loop for 1,000,000 messages) and to rebuild every delivery
-lane at the end. Here messages are taken ``STEP`` at a time in sequence order
+Why steps: listing every record of the queue first (an index entry unpacked into a record
+each) would hold the event loop for seconds for a million messages, as would rebuilding every
+delivery lane at the end. So messages are taken ``STEP`` at a time in sequence order
 (``gateway.queue_pages``), removed in one store commit a step (with their negative
 acknowledgements), and dropped from the heads of the delivery lanes as they go.
 

@@ -2,7 +2,7 @@
 
 It owns the queues (registered in the store's ``lqs/``), the order in which messages are
 delivered (priority then arrival for ordinary queues, sequence for transactional ones), which
-messages are being received right now, and the rules of seeds 002 and 004: transactional
+messages are being received right now, and MSMQ's rules (docs/rest-api.md §Rules): transactional
 messages only in transactional queues, nobody sends to the dead-letter queues, journals.
 HTTP handlers translate requests into calls here and never decide anything themselves.
 """
@@ -14,20 +14,23 @@ import bisect
 import collections
 import contextlib
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from gateway.errors import ProblemError
 from gateway.acks import wants_ack
 from gateway.copies import ack_specs, dead_letter_spec
 from gateway.dedup import DedupWindow, srmp_keyed_entry
-from gateway.internal_queues import DEDUP_QUEUE, INTERNAL_QUEUES, is_internal
+from gateway.internal_queues import DEDUP_QUEUE, INTERNAL_QUEUES, WIRE_IDS_QUEUE, is_internal
 from gateway.expiry import Expiry
 from gateway.logs import server_log
 from gateway.purge import purge_queue
+from gateway.queue_model import Queue, ReceivedMessage
 from gateway.queue_settings import QueueSettings
 from gateway.seen_ids import SeenIds, locate
+from gateway.state_records import Quarantine
 from gateway.store_errors import store_call
+from gateway.wire_ids import WireIds
 from gateway.msmq.classes import JournalLevel, MessageClass
 from gateway.msmq.message import (
     DecodedMessage,
@@ -47,7 +50,7 @@ from mapping.names import (
     journal_of,
     parse_queue_path,
 )
-from store.errors import StoreError
+from store.errors import DiskFull, StoreError
 from store.lqs import QueueInfo
 from store.message_store import MessageStore
 from store.records import SendSpec, StoredRecord
@@ -57,40 +60,10 @@ __all__ = ["QueueManager", "Queue", "ReceivedMessage", "QueueSettings"]
 _PARSED_MAX = 4096  # queue names kept parsed
 
 RECEIVE_WAIT_S_MAX = 60.0
+# Held while a receive waits for a message (a long-poll slot, gateway.long_polls).
+Park = Callable[[], contextlib.AbstractContextManager[object]]
 RECEIVE_MAX = 1000
 PRIORITIES = 8
-
-
-@dataclass(slots=True)
-class Queue:
-    """A queue in memory: its registration, delivery order, and who waits on it."""
-
-    info: QueueInfo
-    path: QueuePath
-    settings: QueueSettings
-    order: list[collections.deque[int]]  # sequences by priority (index 0 = priority 7)
-    reserved: set[int] = field(default_factory=set)
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
-    # The lowest committed position of its registered range consumers (None: none). Nothing
-    # at or above it may be removed except by a purge (``gateway.range_consumers``).
-    pin: int | None = None
-
-    @property
-    def queue_id(self) -> int:
-        return self.info.queue_id
-
-    @property
-    def is_dead_letter(self) -> bool:
-        return self.path.canonical in (DEADLETTER, DEADXACT)
-
-
-@dataclass(frozen=True, slots=True)
-class ReceivedMessage:
-    message_id: str
-    queue: str
-    seq: int
-    properties: MessageProperties
-    body: bytes
 
 
 class QueueManager:
@@ -101,13 +74,16 @@ class QueueManager:
         self.qm_guid = qm_guid
         self._queues: dict[str, Queue] = {}
         self._by_id: dict[int, Queue] = {}
-        # Every request names its queue: parsing the name showed in send profiles (3%).
+        # Every request names its queue: parsed names are kept rather than parsed each time.
         self._parsed: dict[str, QueuePath] = {}
         # Ids that do not lead to their record by themselves (copies, ids from SRMP senders),
         # the latest ones seen.
         self.seen_ids = SeenIds()
         self.expiry = Expiry(self)
         self.dedup: DedupWindow | None = None
+        # Unreadable records of the internal queues, set aside once the gateway is open.
+        self.quarantine = Quarantine(store)
+        self.wire_ids: WireIds | None = None  # ordinals of the SRMP ids composed here
 
     # ---- start-up ------------------------------------------------------------------------
 
@@ -125,8 +101,12 @@ class QueueManager:
             if problems:  # a damaged registration: keep the queue, repair the file
                 server_log.warning("queue %s: registration damaged (%s); defaults used and "
                                    "the file rewritten", path.display, ", ".join(problems))
-                await self.store.update_queue(info.queue_id, {
-                    **info.properties, **queue.settings.as_properties()})
+                try:
+                    await self.store.update_queue(info.queue_id, {
+                        **info.properties, **queue.settings.as_properties()})
+                except DiskFull as exc:  # served with the defaults; the next start repairs
+                    server_log.error("queue %s: registration not rewritten: %s", path.display,
+                                     exc)
         for name in SYSTEM_QUEUES:
             if name not in self._queues:
                 tx = name == DEADXACT
@@ -135,12 +115,21 @@ class QueueManager:
         for name in (n for n in INTERNAL_QUEUES if n not in self._queues):
             await self.register(parse_queue_path(name), QueueSettings())
         self.dedup = DedupWindow(self.store, self._queues[DEDUP_QUEUE].queue_id,
-                                 keyed_entry=srmp_keyed_entry(self.store, self._canonical_path))
+                                 keyed_entry=srmp_keyed_entry(self.store, self._canonical_path),
+                                 quarantine=self.quarantine)
         self.store.removal_hooks.append(self.dedup.before_removal)
+        self.wire_ids = WireIds(self.store, self._queues[WIRE_IDS_QUEUE].queue_id,
+                                quarantine=self.quarantine)
         for name, settings in declared:
             path = self._parse(name)
             if path.canonical not in self._queues:
-                await self.create_queue(name, settings)
+                try:
+                    await self.create_queue(name, settings)
+                except ProblemError as exc:
+                    if exc.status_hint != 507:
+                        raise
+                    # A full disk: serve the queues there are; the next start registers it.
+                    server_log.error("declared queue %s not created: %s", path.display, exc)
 
     def _add(self, info: QueueInfo, path: QueuePath, problems: list[str] | None = None
              ) -> Queue:
@@ -168,8 +157,8 @@ class QueueManager:
         props["journal_class"] = "1" if journal_class or path.journal else "0"
         if path.journal:
             props["quota"] = str(settings.journal_quota)
-        try:
-            info = await self.store.create_queue(path.display, props)
+        try:  # store_call: a full disk is 507, not a queue that exists
+            info = await store_call(self.store.create_queue(path.display, props))
         except StoreError as exc:
             raise ProblemError(409, str(exc), type_slug="queue-exists") from exc
         return self._add(info, path)
@@ -192,8 +181,11 @@ class QueueManager:
 
     def queue(self, name: str) -> Queue:
         path = self._parse(name)
+        if is_internal(path.canonical):
+            raise ProblemError(403, f"{path.display!r} is a queue the gateway keeps for itself",
+                               type_slug="MQ_ERROR_ACCESS_DENIED")
         queue = self._queues.get(path.canonical)
-        if queue is None or is_internal(path.canonical):
+        if queue is None:
             raise ProblemError(404, f"no queue {path.display!r}",
                                type_slug="MQ_ERROR_QUEUE_NOT_FOUND")
         return queue
@@ -206,16 +198,18 @@ class QueueManager:
     async def create_queue(self, name: str, settings: QueueSettings) -> tuple[Queue, bool]:
         """Create the queue, or update it when it exists; True when it was created."""
         path = self._parse(name)
-        if path.system or path.journal or path.canonical in SYSTEM_QUEUES:
-            raise ProblemError(403, f"{path.display!r} is a system queue",
-                               type_slug="MQ_ERROR_ACCESS_DENIED")
+        if path.system or path.journal or path.canonical in SYSTEM_QUEUES or is_internal(
+                path.canonical):
+            raise ProblemError(403, f"{path.display!r} is a system queue or a name the gateway "
+                               "keeps for its own queues", type_slug="MQ_ERROR_ACCESS_DENIED")
         existing = self._queues.get(path.canonical)
         if existing is not None:
             if existing.settings.transactional != settings.transactional and self.store.count(
                     existing.queue_id):
                 raise ProblemError(409, "a queue holding messages cannot change whether it is "
                                    "transactional", type_slug="queue-not-empty")
-            info = await self.store.update_queue(existing.queue_id, settings.as_properties())
+            info = await store_call(self.store.update_queue(existing.queue_id,
+                                                            settings.as_properties()))
             existing.info, existing.settings = info, settings
             await self._sync_journal(existing)
             return existing, False
@@ -230,8 +224,8 @@ class QueueManager:
             await self.register(journal_path, QueueSettings(
                 journal_quota=queue.settings.journal_quota), journal_class=True)
         elif journal is not None:
-            await self.store.update_queue(journal.queue_id,
-                                          {"quota": str(queue.settings.journal_quota)})
+            await store_call(self.store.update_queue(
+                journal.queue_id, {"quota": str(queue.settings.journal_quota)}))
 
     async def delete_queue(self, name: str) -> None:
         queue = self.queue(name)
@@ -286,7 +280,7 @@ class QueueManager:
         queue), "single", or "none" (explicitly outside any transaction). With a
         ``dedup_key`` seen in the window for the same body, the first answer comes back and
         nothing is stored. ``fresh``: the caller made ``properties`` for this call alone, so
-        they are completed in place (a copy was 3% of a REST send)."""
+        they are completed in place (no copy on the send path)."""
         known = self.queue(name)
         transactional = known.settings.transactional if transaction is None else (
             transaction != "none")
@@ -377,11 +371,11 @@ class QueueManager:
 
     # ---- receive, browse, get, delete ------------------------------------------------------
 
-    async def receive(self, name: str, *, max_messages: int, wait_s: float
-                      ) -> list[ReceivedMessage]:
+    async def receive(self, name: str, *, max_messages: int, wait_s: float,
+                      park: Park | None = None) -> list[ReceivedMessage]:
         """Take up to ``max_messages`` messages, waiting up to ``wait_s`` for the first."""
         queue = self.queue(name)
-        chosen = await self.wait_and_take(queue, max_messages, wait_s)
+        chosen = await self.wait_and_take(queue, max_messages, wait_s, park)
         if not chosen:
             return []
         try:
@@ -389,28 +383,36 @@ class QueueManager:
         finally:
             queue.reserved.difference_update(r.seq for r in chosen)
 
-    async def wait_and_take(self, queue: Queue, max_messages: int, wait_s: float
-                            ) -> list[StoredRecord]:
+    async def wait_and_take(self, queue: Queue, max_messages: int, wait_s: float,
+                            park: Park | None = None) -> list[StoredRecord]:
         """Reserve up to ``max_messages`` deliverable messages, waiting for the first.
 
+        ``park`` is entered for the wait, only when there is one (nothing to take at once):
+        the caller's hold on a long-poll slot (gateway.long_polls).
+
         Raises:
-            ProblemError: 409 when registered range consumers read the queue as a log.
+            ProblemError: 409 when registered range consumers read the queue as a log;
+                whatever ``park`` raises (503 when no long-poll slot is free).
         """
         self.check_removable(queue)
         max_messages = max(1, min(max_messages, RECEIVE_MAX))
-        deadline = time.monotonic() + max(0.0, min(wait_s, RECEIVE_WAIT_S_MAX))
-        while True:
-            chosen = self._take(queue, max_messages)
-            if chosen:
-                return chosen
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return []
-            queue.arrived.clear()
-            try:
-                await asyncio.wait_for(queue.arrived.wait(), remaining)
-            except TimeoutError:
-                return []
+        chosen = self._take(queue, max_messages)
+        if chosen or wait_s <= 0:
+            return chosen
+        deadline = time.monotonic() + min(wait_s, RECEIVE_WAIT_S_MAX)
+        with park() if park is not None else contextlib.nullcontext():
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                queue.arrived.clear()
+                try:
+                    await asyncio.wait_for(queue.arrived.wait(), remaining)
+                except TimeoutError:
+                    return []
+                chosen = self._take(queue, max_messages)
+                if chosen:
+                    return chosen
 
     @staticmethod
     def check_removable(queue: Queue, seq: int | None = None) -> None:

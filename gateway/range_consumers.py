@@ -1,7 +1,7 @@
 """Registered range consumers (Spark): per queue, who reads by sequence and how far each has
 committed, and the retention that follows from it.
 
-The contract (``../shared/reference/spark.md`` §2): a ``[from, to)`` read below the queue's
+The contract (docs/spark.md): a ``[from, to)`` read below the queue's
 stable head returns the same records every time; nothing at or after the lowest committed
 position of the registered consumers is removed; a read below the queue's floor (what
 retention or a purge removed) is refused with 410, never answered short. So while a queue has
@@ -24,6 +24,7 @@ from gateway.errors import ProblemError
 from gateway.internal_queues import CONSUMERS_QUEUE
 from gateway.logs import server_log
 from gateway.queue_manager import Queue, QueueManager
+from gateway.state_records import StateQueue
 from gateway.store_errors import store_call
 from store.records import SendSpec, StoredRecord
 
@@ -41,6 +42,23 @@ class _Entry:
     record: StoredRecord
 
 
+def _parse_entry(raw: bytes) -> tuple[int, str | None, int]:
+    """(queue id, consumer name or None for a floor, position) of one record.
+
+    Raises:
+        ValueError, KeyError, TypeError: not a record this module wrote.
+    """
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise TypeError("a consumer record is a JSON object")
+    if "floor" in doc:
+        return int(doc["queue_id"]), None, int(doc["floor"])
+    return int(doc["queue_id"]), str(doc["consumer"]), int(doc["position"])
+
+
+CONSUMERS_STATE = StateQueue(CONSUMERS_QUEUE, _parse_entry)
+
+
 class RangeConsumers:
     """Consumers and floors of every queue; owns ``Queue.pin``."""
 
@@ -56,17 +74,14 @@ class RangeConsumers:
         # Spark waits for it in walCommit); one trim at a time, and never during a purge.
         self._trim_lock = asyncio.Lock()
         self._trims: set[asyncio.Task[None]] = set()
-        for record in self.store.records(self.own.queue_id):
-            doc = json.loads(self.store.read(record))
-            queue_id = int(doc["queue_id"])
+        for record, (queue_id, consumer, value) in qm.quarantine.read(
+                CONSUMERS_STATE, self.own.queue_id):
             if self.qm.queue_by_id_or_none(queue_id) is None:
                 self._stale.append(record)
-                continue
-            if "floor" in doc:
-                self._keep(self._floors, queue_id, int(doc["floor"]), record)
+            elif consumer is None:
+                self._keep(self._floors, queue_id, value, record)
             else:
-                self._keep(self._consumers.setdefault(queue_id, {}), str(doc["consumer"]),
-                           int(doc["position"]), record)
+                self._keep(self._consumers.setdefault(queue_id, {}), consumer, value, record)
         for queue_id in self._consumers:
             self._pin(self.qm.queue_by_id(queue_id))
 

@@ -37,7 +37,7 @@ class RangeFormatError(ValueError):
     """Bytes that are not a well-formed range response."""
 
 
-class RangeRecord(NamedTuple):  # a tuple: a frozen dataclass cost 1 us a record to build
+class RangeRecord(NamedTuple):  # a tuple: cheaper to build per record than a dataclass
     seq: int
     message_id: str
     meta: bytes

@@ -11,17 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import time
 
 import aiohttp
 from yarl import URL
 
 from gateway.logs import server_log
 from gateway.metrics import Metrics
+from gateway.receipt_gate import ReceiptGate
 from gateway.srmp.build import build_request
 from gateway.srmp.model import Envelope
 
-__all__ = ["ReceiptSender", "MessageIds", "backoff_s"]
+__all__ = ["ReceiptSender", "backoff_s", "SKIP_AUTO_HEADERS", "USER_AGENT"]
 
 _CONCURRENCY = 16
 _BACKOFF_MAX_S = 60.0
@@ -32,23 +32,25 @@ def backoff_s(attempt: int, cap_s: float = _BACKOFF_MAX_S) -> float:
     return min(cap_s, 0.25 * 2.0 ** min(attempt, 30)) * (0.5 + random.random() / 2)
 
 
-class MessageIds:
-    """Ordinals for this gateway's own SRMP message ids (``uuid:N@QM GUID``): microseconds since
-    1970, strictly increasing, so ids stay unique across restarts without a persisted counter
-    (Windows drops a repeated id within 30 minutes as a duplicate)."""
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("entrepot")
+    except PackageNotFoundError:
+        return "0"
 
-    def __init__(self) -> None:
-        self._last = 0
 
-    def next(self) -> int:
-        self._last = max(self._last + 1, time.time_ns() // 1000)
-        return self._last
+# SRMP posts carry the headers Windows sends (srmp.md §1.1) and no more: aiohttp's default
+# Accept and Accept-Encoding (gzip) are left out; a User-Agent names the gateway.
+SKIP_AUTO_HEADERS = ("Accept", "Accept-Encoding")
+USER_AGENT = f"entrepot/{_version()}"
 
 
 class ReceiptSender:
     def __init__(self, metrics: Metrics, *, timeout_s: float, attempts: int,
-                 pending_max: int) -> None:
+                 pending_max: int, gate: ReceiptGate | None = None) -> None:
         self.metrics = metrics
+        self.gate = gate
         self.timeout_s = timeout_s
         self.attempts = attempts
         self.pending_max = pending_max
@@ -61,7 +63,10 @@ class ReceiptSender:
         return len(self._tasks)
 
     def submit(self, url: str, envelope: Envelope, kind: str) -> bool:
-        """Queue a receipt for ``url``; False (and counted) when too many are pending."""
+        """Queue a receipt for ``url``; False (and counted) when too many are pending or the
+        gate refuses the address."""
+        if not self.permit(url, kind):
+            return False
         if len(self._tasks) >= self.pending_max:
             self.metrics.srmp_receipts.labels(kind, "dropped").inc()
             server_log.warning("receipt to %s dropped: %d receipts already pending", url,
@@ -71,6 +76,10 @@ class ReceiptSender:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return True
+
+    def permit(self, url: str, kind: str) -> bool:
+        """Whether a ``kind`` receipt may go to ``url`` now (gateway.receipt_gate)."""
+        return self.gate is None or self.gate.permit(url, kind)
 
     async def _deliver(self, url: str, envelope: Envelope, kind: str) -> None:
         problem = ""
@@ -99,6 +108,7 @@ class ReceiptSender:
         authority = host if target.is_default_port() else f"{host}:{target.port}"
         request = build_request(envelope, None, host=authority, path=target.raw_path_qs)
         headers = {k: v for k, v in request.headers if k not in ("Host", "Content-Length")}
+        headers["User-Agent"] = USER_AGENT
         async with self._slots:
             try:
                 session = self._client()
@@ -113,6 +123,7 @@ class ReceiptSender:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                skip_auto_headers=SKIP_AUTO_HEADERS,
                 connector=aiohttp.TCPConnector(limit=_CONCURRENCY, keepalive_timeout=300))
         return self._session
 

@@ -1,10 +1,10 @@
 """Dead-letter requeue ("redrive"): move dead letters back to their queue or a chosen one.
 
-Seed 004: only the queue manager puts messages into the dead-letter queues; applications read,
-delete — and here requeue — them. A requeued message is a new message in the target queue
-(new sequence) that keeps the original id and properties, loses its dead-letter class, and
-leaves the dead-letter queue in the same atomic store commit. Bulk requeue is rate-limited so
-a redrive never floods a consumer or the disk.
+As in MSMQ (docs/architecture.md §Queue semantics), only the queue manager puts messages into
+the dead-letter queues; applications read, delete — and here requeue — them. A requeued
+message is a new message in the target queue (new sequence) that keeps the original id and
+properties, loses its dead-letter class, and leaves the dead-letter queue in the same atomic
+store commit. Bulk requeue is rate-limited so a redrive never floods a consumer or the disk.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class Redrive:
     async def _choose(self, queue: Queue, flt: RedriveFilter) -> list[StoredRecord]:
         """Up to ``flt.limit`` matching dead letters, oldest first, decoded ``SCAN_STEP`` at
         a time with a turn of the event loop between steps: a filter that matches few of a
-        million dead letters decodes them all (~5 us each), which must not stall the loop."""
+        million dead letters decodes them all, which must not stall the loop."""
         chosen: list[StoredRecord] = []
         async for records in pages(self.qm.store, queue.queue_id, SCAN_STEP):
             for record in records:

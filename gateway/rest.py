@@ -7,6 +7,7 @@ contains ``/``, and what follows it names the sub-resource.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -18,9 +19,11 @@ from gateway import jsonio, rest_range
 from gateway.appkeys import STATE_KEY
 from gateway.auth.middleware import principal_of, require, require_admin
 from gateway.errors import ProblemError
-from gateway.queue_manager import QueueManager, QueueSettings, ReceivedMessage
+from gateway.long_polls import LONG_POLLS_KEY
+from gateway.queue_manager import Park, QueueManager, QueueSettings, ReceivedMessage
 from gateway.rest_body import json_body
-from gateway.rest_codec import HeaderError, message_json, parse_send_headers
+from gateway.reply_addresses import check_request_replies
+from gateway.rest_codec import HeaderError, header_text, message_json, parse_send_headers
 from gateway.redrive import Redrive, RedriveFilter
 from gateway.transactions import Transactions
 from gateway.units import parse_size
@@ -189,12 +192,15 @@ async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Respon
         send = parse_send_headers(request.headers, now_ms=int(time.time() * 1000))
     except HeaderError as exc:
         raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
+    check_request_replies(request, send.properties)
     qm.queue(name)  # an unknown queue is refused before the body is read
     if send.transaction not in (None, "single", "none"):
         transactions = _transactions(request)
-        transactions.get(send.transaction)
+        principal = principal_of(request)
+        transactions.get(send.transaction, principal, join=True)
         body = await request.read()
-        tx, index = transactions.send(send.transaction, name, body, send.properties)
+        tx, index = transactions.send(send.transaction, principal, name, body,
+                                      send.properties)
         return jsonio.json_response({"transaction": tx.id, "queue": qm.queue(name).path.display,
                                   "index": index}, status=202)
     body = await request.read()
@@ -207,13 +213,26 @@ async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Respon
 async def _receive(request: web.Request, qm: QueueManager, name: str) -> web.Response:
     max_messages = _query_int(request, "max", 1, 1, 1000)
     wait = _query_float(request, "wait", 0.0, 0.0, 60.0)
-    tx_id = request.headers.get("Mq-Transaction")
+    try:
+        tx_id = header_text(request.headers, "Mq-Transaction")
+    except HeaderError as exc:
+        raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
+    park = _long_poll(request) if wait > 0 else None
     if tx_id is not None and tx_id not in ("none", "single"):
         messages = await _transactions(request).receive(
-            tx_id, name, max_messages=max_messages, wait_s=wait)
+            tx_id, principal_of(request), name, max_messages=max_messages, wait_s=wait,
+            park=park)
     else:
-        messages = await qm.receive(name, max_messages=max_messages, wait_s=wait)
+        messages = await qm.receive(name, max_messages=max_messages, wait_s=wait, park=park)
     return jsonio.json_response({"messages": [_message(m) for m in messages]})
+
+
+def _long_poll(request: web.Request) -> Park:
+    """The long-poll slot a waiting receive holds: a partner's counts against its share,
+    the admin's and an open gateway's only against the overall cap."""
+    principal = principal_of(request)
+    partner = None if principal.admin or principal.open else principal.name
+    return functools.partial(request.app[LONG_POLLS_KEY].slot, partner)
 
 
 async def _browse(request: web.Request, qm: QueueManager, name: str) -> web.Response:

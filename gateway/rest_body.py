@@ -1,17 +1,30 @@
-"""The JSON object a REST request carries: one reader, one set of 400s."""
+"""The JSON a REST request carries: one reader, one set of 400s.
+
+Every JSON request body goes through ``parse_json``: UTF-8 only (RFC 8259), nesting at most
+``JSON_DEPTH_MAX`` deep (checked on the bytes before the recursive parser sees them: the
+standard library's parser recurses once a level and fails with RecursionError, a 500, on a
+few thousand brackets), and no lone surrogate (``"\\ud800"``) in any string or key: such a
+string cannot be encoded as UTF-8, so storing or answering with it fails later.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 
 from aiohttp import web
 
 from gateway.errors import ProblemError
 
-__all__ = ["json_body", "json_number"]
+__all__ = ["JSON_DEPTH_MAX", "json_body", "json_number", "parse_json"]
 
+JSON_DEPTH_MAX = 32  # the deepest body any route takes is 4 levels (a batch's properties)
 
 _EXACT = 2**53  # beyond it a double no longer holds every integer
+# A JSON string (skipped whole) or one bracket: strings may hold brackets that are not nesting.
+_STRING_OR_BRACKET = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+_OPENERS = frozenset(b"[{")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def json_number(text: str) -> int | float:
@@ -22,14 +35,67 @@ def json_number(text: str) -> int | float:
     return int(value) if value.is_integer() and abs(value) <= _EXACT else value
 
 
+def parse_json(raw: bytes) -> object:
+    """Parse a request body.
+
+    Raises:
+        ProblemError: 400 when it is not UTF-8 JSON, is nested deeper than
+            ``JSON_DEPTH_MAX``, or holds a lone surrogate (the detail names the field).
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProblemError(400, f"body is not UTF-8: {exc.reason} at byte {exc.start}",
+                           type_slug="bad-request") from None
+    _check_depth(raw)
+    try:
+        value = json.loads(text, parse_float=json_number)
+    except ValueError as exc:
+        raise ProblemError(400, f"body is not JSON: {exc}", type_slug="bad-request") from exc
+    if "\\u" in text:  # only an escape can make a lone surrogate out of valid UTF-8
+        _check_strings(value, "")
+    return value
+
+
 async def json_body(request: web.Request, *, allow_empty: bool) -> dict[str, object]:
     raw = await request.read()
     if not raw.strip() and allow_empty:
         return {}
-    try:
-        body = json.loads(raw, parse_float=json_number)
-    except ValueError as exc:
-        raise ProblemError(400, f"body is not JSON: {exc}", type_slug="bad-request") from exc
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise ProblemError(400, "body must be a JSON object", type_slug="bad-request")
     return body
+
+
+def _check_depth(raw: bytes) -> None:
+    if raw.count(b"[") + raw.count(b"{") <= JSON_DEPTH_MAX:
+        return  # fewer openers than the limit: no need to look
+    depth = 0
+    for match in _STRING_OR_BRACKET.finditer(raw):
+        char = raw[match.start()]
+        if char in _OPENERS:
+            depth += 1
+            if depth > JSON_DEPTH_MAX:
+                raise ProblemError(400, f"body is nested more than {JSON_DEPTH_MAX} levels "
+                                   "deep", type_slug="bad-request")
+        elif char != 0x22:  # a closing bracket (a string is skipped)
+            depth -= 1
+
+
+def _check_strings(value: object, where: str) -> None:
+    """Raises ProblemError naming the first string or key holding a lone surrogate (the
+    depth is already bounded, so the recursion is)."""
+    if isinstance(value, str):
+        if _SURROGATE.search(value):
+            raise ProblemError(400, f"{where[:200] or 'body'}: a lone surrogate "
+                               "(\\ud800-\\udfff) is not text", type_slug="bad-request")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else key
+            if _SURROGATE.search(key):
+                raise ProblemError(400, f"{where[:200] or 'body'}: a key holds a lone surrogate "
+                                   "(\\ud800-\\udfff)", type_slug="bad-request")
+            _check_strings(item, path)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_strings(item, f"{where}[{index}]")

@@ -11,12 +11,14 @@ import math
 from datetime import UTC, datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import overload
 
 from gateway.msmq.classes import MessageClass, parse_ack_level, parse_journal_level
 from gateway.srmp.properties import envelope_text
 from gateway.msmq.message import LABEL_CHARS_MAX, MessageProperties
 
-__all__ = ["HeaderError", "SendRequest", "parse_send_headers", "message_json", "iso_ms"]
+__all__ = ["HeaderError", "SendRequest", "header_text", "parse_send_headers", "message_json",
+           "iso_ms"]
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _TEXT_CHARS_MAX = 1024
@@ -44,29 +46,29 @@ def parse_send_headers(headers: Mapping[str, str], *, now_ms: int) -> SendReques
     Raises:
         HeaderError: the first header with a bad value.
     """
-    label = headers.get("Mq-Label", "")
+    label = header_text(headers, "Mq-Label", "")
     if len(label) > LABEL_CHARS_MAX:
         raise HeaderError("Mq-Label", f"{len(label)} characters; at most {LABEL_CHARS_MAX}",
                           type_slug="MQ_ERROR_LABEL_TOO_LONG")
     priority = _int(headers, "Mq-Priority", 3, 0, 7)
-    delivery = headers.get("Mq-Delivery", "recoverable").strip().lower()
+    delivery = header_text(headers, "Mq-Delivery", "recoverable").strip().lower()
     if delivery not in ("express", "recoverable"):
         raise HeaderError("Mq-Delivery", f"must be express or recoverable, not {delivery!r}")
+    ack_text = header_text(headers, "Mq-Acknowledge")
     try:
-        ack = int(parse_ack_level(headers["Mq-Acknowledge"])) if "Mq-Acknowledge" in headers \
-            else 0
+        ack = int(parse_ack_level(ack_text)) if ack_text is not None else 0
     except ValueError as exc:
         raise HeaderError("Mq-Acknowledge", str(exc)) from exc
     try:
-        journal = parse_journal_level(headers.get("Mq-Journal", "none")).value
+        journal = parse_journal_level(header_text(headers, "Mq-Journal", "none")).value
     except ValueError as exc:
         raise HeaderError("Mq-Journal", str(exc)) from exc
-    transaction = headers.get("Mq-Transaction")
+    transaction = header_text(headers, "Mq-Transaction")
     if transaction is not None:
         transaction = transaction.strip()
         if not transaction:
             raise HeaderError("Mq-Transaction", "empty (use a transaction id, single or none)")
-    key = headers.get("Idempotency-Key")
+    key = header_text(headers, "Idempotency-Key")
     if key is not None and not 0 < len(key) <= 255:
         raise HeaderError("Idempotency-Key", "must be 1..255 characters")
     properties = MessageProperties(
@@ -81,16 +83,43 @@ def parse_send_headers(headers: Mapping[str, str], *, now_ms: int) -> SendReques
         ack=ack,
         journal=journal,
         app_specific=_int(headers, "Mq-App-Specific", 0, _INT32_MIN, _INT32_MAX),
-        content_type=headers.get("Content-Type", "application/octet-stream"),
+        content_type=header_text(headers, "Content-Type", "application/octet-stream"),
         sent_at_ms=_sent_time(headers, now_ms),
     )
     return SendRequest(properties, transaction, key)
 
 
+@overload
+def header_text(headers: Mapping[str, str], name: str) -> str | None: ...
+
+
+@overload
+def header_text(headers: Mapping[str, str], name: str, default: str) -> str: ...
+
+
+def header_text(headers: Mapping[str, str], name: str, default: str | None = None
+                ) -> str | None:
+    """A request header's value (``default`` when it is absent).
+
+    Raises:
+        HeaderError: its bytes are not UTF-8. aiohttp keeps such bytes as lone surrogates
+            (``surrogateescape``), which no store, log line or answer can encode.
+    """
+    value = headers.get(name)
+    if value is None:
+        return default
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise HeaderError(name, "not UTF-8 text") from None
+    return value
+
+
 def _sent_time(headers: Mapping[str, str], now_ms: int) -> int:
     """``Mq-Sent-Time``: when the producer sent it (ISO 8601; default now), so end-to-end
     latency can be measured; at most a minute in the future (clock skew)."""
-    raw = headers.get("Mq-Sent-Time")
+    raw = header_text(headers, "Mq-Sent-Time")
     if raw is None:
         return now_ms
     try:
@@ -106,7 +135,7 @@ def _sent_time(headers: Mapping[str, str], now_ms: int) -> int:
 
 
 def _int(headers: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
-    raw = headers.get(name)
+    raw = header_text(headers, name)
     if raw is None:
         return default
     try:
@@ -119,7 +148,7 @@ def _int(headers: Mapping[str, str], name: str, default: int, low: int, high: in
 
 
 def _deadline(headers: Mapping[str, str], name: str, now_ms: int) -> int:
-    raw = headers.get(name)
+    raw = header_text(headers, name)
     if raw is None:
         return 0
     try:
@@ -132,7 +161,7 @@ def _deadline(headers: Mapping[str, str], name: str, now_ms: int) -> int:
 
 
 def _text(headers: Mapping[str, str], name: str) -> str:
-    value = headers.get(name, "")
+    value = header_text(headers, name, "")
     if len(value) > _TEXT_CHARS_MAX:
         raise HeaderError(name, f"longer than {_TEXT_CHARS_MAX} characters")
     return value
@@ -147,7 +176,7 @@ def iso_ms(ms: int) -> str | None:
 @functools.lru_cache(maxsize=4096)
 def _iso_seconds(seconds: int) -> str:
     """Cached: every message received shows two or more times, mostly of the same seconds,
-    and datetime + strftime cost ~2 us each."""
+    and datetime + strftime is costly to repeat for each."""
     return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from aiohttp import web
 
 from gateway import jsonio
 from gateway.appkeys import STATE_KEY
-from gateway.auth.middleware import require, require_admin
+from gateway.auth.middleware import principal_of, require, require_admin
 from gateway.destinations import redirect_inbound, send_to_destinations, split_destinations
 from gateway.errors import ProblemError
-from gateway.rest_codec import HeaderError, parse_send_headers
+from gateway.reply_addresses import check_request_replies
+from gateway.rest_codec import HeaderError, header_text, parse_send_headers
+from gateway.wire_ids import local_id
 
 __all__ = ["routes"]
 
@@ -24,7 +27,10 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     qm, transactions = state.queue_manager, state.transactions
     if qm is None or transactions is None or not state.ready:
         raise state.unavailable()
-    destination = request.headers.get("Mq-Destination")
+    try:
+        destination = header_text(request.headers, "Mq-Destination")
+    except HeaderError as exc:
+        raise ProblemError(400, str(exc), type_slug="MQ_ERROR_ILLEGAL_FORMATNAME") from exc
     if not destination:
         raise ProblemError(400, "Mq-Destination: a format name is required",
                            type_slug="MQ_ERROR_ILLEGAL_FORMATNAME")
@@ -32,6 +38,7 @@ async def send_by_format_name(request: web.Request) -> web.Response:
         send = parse_send_headers(request.headers, now_ms=int(time.time() * 1000))
     except HeaderError as exc:
         raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
+    check_request_replies(request, send.properties)
     rules = state.mapping.rules if state.mapping is not None else None
     paths, urls = split_destinations(redirect_inbound(destination, rules), state.local)
     for path in paths:
@@ -44,13 +51,18 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     if urls and state.links is None:
         raise ProblemError(422, "remote destinations need the links, which are not running",
                            type_slug="no-route")
+    principal = principal_of(request)
     if tx not in (None, "single", "none"):
-        transactions.get(tx)  # an unknown transaction is 404 before anything is created
+        # An unknown (or another principal's) transaction is 404 before anything is created.
+        transactions.get(tx, principal, join=True)
     remote = [(await state.links.queue_for(url), url) for url in urls] if state.links else []
     if tx not in (None, "single", "none"):
-        held = [transactions.send(tx, path, body, send.properties)[1] for path in paths]
-        held += [transactions.send_remote(tx, outgoing, url, body, send.properties)[1]
-                 for outgoing, url in remote]
+        assert qm.wire_ids is not None
+        copies = [(outgoing, url, replace(
+                      send.properties, message_id=send.properties.message_id or local_id(
+                          qm.qm_guid, await qm.wire_ids.next())))
+                  for outgoing, url in remote]
+        _, held = transactions.send_many(tx, principal, paths, copies, body, send.properties)
         return jsonio.json_response({"transaction": tx, "queues": [q.path.display for q in queues]
                                   + [url for _, url in remote], "index": held}, status=202)
     if len(paths) == 1 and not remote:

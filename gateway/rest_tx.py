@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import time
 
 from aiohttp import web
 
 from gateway import jsonio
 from gateway.appkeys import STATE_KEY
-from gateway.auth.middleware import require, require_admin
+from gateway.auth.middleware import principal_of, require, require_admin
 from gateway.batch import send_batch
 from gateway.errors import ProblemError
 from gateway.msmq.message import MessageProperties
 from gateway.queue_manager import QueueManager
-from gateway.rest_body import json_number
+from gateway.rest_body import parse_json
+from gateway.reply_addresses import check_request_replies
 from gateway.rest_codec import HeaderError, parse_send_headers
 from gateway.transactions import Transactions
 
@@ -36,35 +36,41 @@ def _ready(request: web.Request) -> tuple[QueueManager, Transactions]:
 @routes.post("/v1/transactions")
 async def begin(request: web.Request) -> web.Response:
     _, transactions = _ready(request)
-    tx = transactions.begin()
+    tx = transactions.begin(principal_of(request))
     return jsonio.json_response(tx.summary(), status=201)
 
 
 @routes.get("/v1/transactions")
 async def list_transactions(request: web.Request) -> web.Response:
-    require_admin(request)
+    """A partner's own transactions; the admin's list has everyone's. On an open gateway
+    every client is the same anonymous owner: the list is management, for loopback only."""
     _, transactions = _ready(request)
-    return jsonio.json_response({"transactions": [t.summary() for t in transactions.all()]})
+    if principal_of(request).open:
+        require_admin(request)
+    return jsonio.json_response({"transactions": [
+        t.summary() for t in transactions.visible(principal_of(request))]})
 
 
 @routes.get("/v1/transactions/{id}")
 async def show(request: web.Request) -> web.Response:
     _, transactions = _ready(request)
-    return jsonio.json_response(transactions.get(request.match_info["id"]).summary())
+    return jsonio.json_response(transactions.get(request.match_info["id"],
+                                                 principal_of(request)).summary())
 
 
 @routes.post("/v1/transactions/{id}/{action}")
 async def act(request: web.Request) -> web.Response:
     _, transactions = _ready(request)
     tx_id, action = request.match_info["id"], request.match_info["action"]
+    principal = principal_of(request)
     if action == "prepare":
-        tx = await transactions.prepare(tx_id)
+        tx = await transactions.prepare(tx_id, principal)
         return jsonio.json_response(tx.summary())
     if action == "commit":
-        made = await transactions.commit(tx_id)
+        made = await transactions.commit(tx_id, principal)
         return jsonio.json_response({"id": tx_id, "state": "committed", "messages": made})
     if action == "abort":
-        await transactions.abort(tx_id)
+        await transactions.abort(tx_id, principal)
         return jsonio.json_response({"id": tx_id, "state": "aborted"})
     raise ProblemError(404, f"no action {action!r} (prepare, commit or abort)",
                        type_slug="not-found")
@@ -76,18 +82,16 @@ async def batch(request: web.Request) -> web.Response:
     transaction. ``properties`` takes the send headers' names without ``Mq-``
     (``label``, ``priority``, ``time_to_be_received``, ``correlation_id``, ...)."""
     qm, _ = _ready(request)
-    try:
-        doc = json.loads(await request.read(), parse_float=json_number)
-    except ValueError as exc:
-        raise ProblemError(400, f"body is not JSON: {exc}", type_slug="bad-request") from exc
+    doc = parse_json(await request.read())
     messages = doc.get("messages") if isinstance(doc, dict) else None
     if not isinstance(messages, list) or not 0 < len(messages) <= BATCH_MESSAGES_MAX:
         raise ProblemError(400, f"body must be {{\"messages\": [...]}} with 1 to "
                            f"{BATCH_MESSAGES_MAX} messages", type_slug="bad-request")
     now_ms = int(time.time() * 1000)
     items = [_item(index, item, now_ms) for index, item in enumerate(messages)]
-    for queue, _, _ in items:
+    for index, (queue, _, props) in enumerate(items):
         require(request, "send", queue)
+        check_request_replies(request, props, where=f"messages[{index}].properties.")
     made = await send_batch(qm, items)
     return jsonio.json_response({"ids": [m.message_id for m in made],
                               "messages": [{"id": m.message_id, "queue": m.queue, "seq": m.seq}

@@ -63,8 +63,8 @@ async def locate(store: MessageStore, seen: SeenIds, qm_guid: str, queue_id: int
 async def _scan(store: MessageStore, seen: SeenIds, queue_id: int, message_id: str
                 ) -> StoredRecord | None:
     """The queue read once for a kept id (a composed id of this queue was looked up above),
-    ``SCAN_STEP`` records a turn of the event loop: a miss reads the whole queue (~1 us a
-    record), which for a million messages held the loop for seconds. Only a record whose
+    ``SCAN_STEP`` records a turn of the event loop: a miss reads the whole queue, which for
+    a million messages would hold the loop for seconds. Only a record whose
     bytes hold the id's JSON text is decoded — an ASCII id is written the same by any JSON
     encoder — so a miss costs a read and a substring search a message, not a decode."""
     plain = message_id.isascii() and message_id.isprintable()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import errno
+import ipaddress
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from gateway.app import make_app
 from gateway.appkeys import STATE_KEY
 from gateway.auth.tls import server_context
 from gateway.errors import StartupError
+from gateway.http_server import ProblemAppRunner
 from gateway.logs import access_log, server_log
 from gateway.sdnotify import Notifier
 from gateway.settings import Settings
@@ -89,7 +91,7 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
         loop.add_signal_handler(signum, stop.set)
     app = make_app(settings)
     loop.add_signal_handler(signal.SIGHUP, app[STATE_KEY].reload_mapping.set)
-    runner = web.AppRunner(
+    runner = ProblemAppRunner(
         app,
         handle_signals=False,
         access_log=access_log if settings.log.access else None,
@@ -110,7 +112,7 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
         settings.server.listen,
         Path(settings.store.data_dir).resolve(),
         config_source,
-        # mypyc-compiled (setup.py), or the same source interpreted (~27% slower a parse).
+        # mypyc-compiled (setup.py), or the same source interpreted (a slower parse).
         "interpreted" if str(srmp_envelope.__file__).endswith(".py") else "compiled",
     )
     notifier = Notifier()
@@ -152,10 +154,10 @@ async def _tune_collector(state: GatewayState, stop: asyncio.Event) -> None:
     """Once the gateway is ready, move everything alive (modules, the app, the recovered
     store) out of the cyclic collector's reach and let young collections come less often.
 
-    Measured under REST load (1 KiB sends, C=64): every full collection walked the ~half
-    million startup objects, 8 of them in 6 s, each pausing the loop up to 20 ms, which was
-    the p99 (28 ms; 14-15 ms frozen); young collections ran 950 times (3% of the loop's
-    time; twice with the threshold at 10,000). Startup objects that later become cyclic
+    Why: every full collection would walk the ~half million startup objects, pausing the
+    loop long enough to set the send latency's p99 under load, and young collections at the
+    default threshold run often enough to take a visible share of the loop's time (see
+    docs/performance.md). Startup objects that later become cyclic
     garbage are never reclaimed: there are few (a replaced mapping), and none grow.
     """
     while not stop.is_set() and not state.ready:
@@ -170,10 +172,18 @@ async def _tune_collector(state: GatewayState, stop: asyncio.Event) -> None:
 
 
 def _warn_if_open(settings: Settings) -> None:
-    if not settings.auth.admin_key_sha256 and not settings.partners:
+    """An open gateway (no credentials) on an address other hosts reach: say what is open."""
+    if settings.auth.admin_key_sha256 or settings.partners:
+        return
+    try:
+        loopback = ipaddress.ip_address(settings.server.host).is_loopback
+    except ValueError:
+        loopback = settings.server.host.lower() == "localhost"
+    if not loopback:
         server_log.warning("listening on %s with no credentials configured: anyone who can "
-                           "reach it may send, receive and manage queues (set "
-                           "auth.admin_key_sha256 and [[partners]])", settings.server.listen)
+                           "reach it may send to and receive from every queue (management "
+                           "routes, /ui and /metrics answer loopback clients only); set "
+                           "auth.admin_key_sha256 and [[partners]]", settings.server.listen)
 
 
 def _write_marker(settings: Settings, *, tls: bool) -> Path:
@@ -185,6 +195,11 @@ def _write_marker(settings: Settings, *, tls: bool) -> Path:
         shown = "127.0.0.1" if host == "0.0.0.0" else "[::1]"
     marker = Path(settings.store.data_dir) / "gateway.json"
     scheme = "https" if tls else "http"
-    marker.write_text(json.dumps({"url": f"{scheme}://{shown}:{settings.server.port}",
-                                  "pid": os.getpid()}))
+    try:
+        marker.write_text(json.dumps({"url": f"{scheme}://{shown}:{settings.server.port}",
+                                      "pid": os.getpid()}))
+    except OSError as exc:  # a full disk: serve what the store holds all the same
+        marker.unlink(missing_ok=True)
+        server_log.warning("%s not written (%s): entrepot backup will not find this gateway",
+                           marker, exc.strerror or exc)
     return marker

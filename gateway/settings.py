@@ -14,18 +14,19 @@ Theory of operation:
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from gateway.errors import ConfigError
+from gateway.settings_values import Spec as _Spec
+from gateway.settings_values import convert as _convert
+from gateway.settings_values import kind_of as _kind_of
 from mapping.names import QueueNameError, parse_queue_path
-from gateway.units import (format_duration, format_size, parse_duration, parse_listen,
-                           parse_size)
+from gateway.units import parse_duration, parse_listen, parse_size
 
 __all__ = [
     "Settings",
@@ -46,18 +47,6 @@ __all__ = [
     "load_settings",
     "parse_listen",
 ]
-
-Kind = Literal["size", "duration", "int", "bool", "str", "choice", "listen", "label", "names",
-               "networks", "text", "sha256", "durations"]
-
-
-@dataclass(frozen=True, slots=True)
-class _Spec:
-    kind: Kind
-    low: float = 0
-    high: float = 0
-    choices: tuple[str, ...] = ()
-
 
 def _size(default: str, *, low: str, high: str) -> Any:
     spec = _Spec("size", parse_size(low), parse_size(high))
@@ -100,6 +89,11 @@ def _sha256() -> Any:
     return field(default="", metadata={"spec": _Spec("sha256")})
 
 
+def _urls() -> Any:
+    """http(s) URLs or URL prefixes (a trailing ``*`` is allowed and means the same)."""
+    return field(default=(), metadata={"spec": _Spec("urls")})
+
+
 def _networks(*default: str) -> Any:
     return field(default=default, metadata={"spec": _Spec("networks")})
 
@@ -116,6 +110,9 @@ class ServerSettings:
     shutdown_grace: float = _duration("10s", low="0s", high="10m")
     request_body_max: int = _size("5MiB", low="1KiB", high="1GiB")
     concurrent_requests_max: int = _int(1024, low=1, high=100_000)
+    # Receives parked waiting for a message (``receive?wait=``): their own cap, outside the
+    # in-flight one; a partner may park at most a quarter of them (gateway.long_polls).
+    long_polls_max: int = _int(1024, low=1, high=100_000)
     keepalive_timeout: float = _duration("75s", low="1s", high="1h")
     # Host names (and addresses) senders use to reach this gateway; with localhost, the
     # machine's own names and the listen address they make a format name local.
@@ -141,7 +138,7 @@ class ServerSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreSettings:
-    """The message store (seeds 000, 001, 003)."""
+    """The message store (docs/store.md)."""
 
     data_dir: str = _str("./var/entrepot")
     segment_size: int = _size("4MiB", low="64KiB", high="1GiB")  # multiple of 4KiB
@@ -211,8 +208,21 @@ class LinkSettings:
     # Transactional messages in flight at once per link (the receiver puts them in order).
     window: int = _int(64, low=1, high=4096)
     # Resend rounds without any stream receipt after which the receiver is taken to have
-    # lost the stream (seed 002) and the waiting messages move to a new stream.
+    # lost the stream and the waiting messages move to a new stream.
     restart_stream_after: int = _int(9, low=1, high=1000)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutboundSettings:
+    """Where senders' words may make the gateway connect (acknowledgement and receipt
+    addresses): URL prefixes, besides the configured peers and webhooks and the mapping
+    files' outbound redirections (gateway.auth.outbound)."""
+
+    allow: tuple[str, ...] = _urls()
+    # Receipts (stream, delivery, commitment) one sender may cause per second, and the burst
+    # above it; beyond, they are dropped and counted (a sender that misses one resends).
+    receipts_rate: int = _int(200, low=1, high=1_000_000)
+    receipts_burst: int = _int(2000, low=1, high=10_000_000)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,6 +232,9 @@ class AuthSettings:
     OpenAPI document needs a credential."""
 
     admin_key_sha256: str = _sha256()
+    # A key that reads /metrics from other hosts (the admin key does too); without either,
+    # /metrics answers loopback clients only: it names queues and partners' URLs.
+    metrics_key_sha256: str = _sha256()
     replay_window: float = _duration("5m", low="10s", high="1h")
     nonces_max: int = _int(1_000_000, low=1000, high=100_000_000)
 
@@ -286,8 +299,13 @@ class TransactionSettings:
 
     idle_timeout: float = _duration("60s", low="100ms", high="1d")
     open_max: int = _int(10_000, low=1, high=1_000_000)
+    # One principal's share of open_max, so one partner cannot take them all.
+    open_max_per_principal: int = _int(1000, low=1, high=1_000_000)
     messages_max: int = _int(10_000, low=1, high=1_000_000)
     bytes_max: int = _size("64MiB", low="1KiB", high="4GiB")
+    # Bodies held in memory by all active transactions, and by one principal's.
+    pending_bytes_max: int = _size("512MiB", low="1KiB", high="64GiB")
+    pending_bytes_max_per_principal: int = _size("128MiB", low="1KiB", high="64GiB")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -323,6 +341,7 @@ class Settings:
     srmp: SrmpSettings = field(default_factory=SrmpSettings)
     links: LinkSettings = field(default_factory=LinkSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
+    outbound: OutboundSettings = field(default_factory=OutboundSettings)
     transactions: TransactionSettings = field(default_factory=TransactionSettings)
     log: LogSettings = field(default_factory=LogSettings)
     queues: tuple[QueueDeclaration, ...] = ()
@@ -412,6 +431,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "srmp": SrmpSettings,
     "links": LinkSettings,
     "auth": AuthSettings,
+    "outbound": OutboundSettings,
     "transactions": TransactionSettings,
     "log": LogSettings,
 }
@@ -495,83 +515,6 @@ def _parse_partners(raw: object) -> tuple[PartnerDeclaration, ...]:
             raise ConfigError(f"{prefix}: partner {partner.name!r} has no credential "
                               "(api_key_sha256, hmac_secret_file or cert_subject)")
     return tuple(declared)
-
-
-def _convert(path: str, spec: _Spec, raw: object) -> object:
-    try:
-        value = _convert_kind(spec, raw)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{path}: {exc} (got {raw!r})") from exc
-    if spec.kind in ("size", "duration", "int"):
-        assert isinstance(value, (int, float))
-        if not spec.low <= value <= spec.high:
-            raise ConfigError(f"{path}: {raw!r} is out of range [{_bound(spec, spec.low)}, "
-                              f"{_bound(spec, spec.high)}]")
-    return value
-
-
-def _convert_kind(spec: _Spec, raw: object) -> object:
-    if spec.kind == "size":
-        if not isinstance(raw, (str, int)):
-            raise TypeError(f"expected a size such as '4MiB', got {_kind_of(raw)}")
-        return parse_size(raw)
-    if spec.kind == "duration":
-        if not isinstance(raw, (str, int, float)):
-            raise TypeError(f"expected a duration such as '30s', got {_kind_of(raw)}")
-        return parse_duration(raw)
-    if spec.kind == "int":
-        if isinstance(raw, bool) or not isinstance(raw, int):
-            raise TypeError(f"expected an integer, got {_kind_of(raw)}")
-        return raw
-    if spec.kind == "names":
-        if not isinstance(raw, list) or not all(isinstance(n, str) and n for n in raw):
-            raise TypeError("expected an array of non-empty strings")
-        return tuple(n.lower() for n in raw)
-    if spec.kind == "durations":
-        if not isinstance(raw, list) or not raw or not all(
-                isinstance(n, (str, int, float)) for n in raw):
-            raise TypeError("expected a non-empty array of durations such as \"30s\"")
-        values = tuple(parse_duration(n) for n in raw)
-        if any(not 0.01 <= v <= 7 * 86400 for v in values):
-            raise ValueError("each duration must be 10ms .. 7d")
-        return values
-    if spec.kind == "networks":
-        if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
-            raise TypeError("expected an array of networks such as \"10.0.0.0/8\"")
-        return tuple(str(ipaddress.ip_network(n, strict=False)) for n in raw)
-    if spec.kind == "bool":
-        if not isinstance(raw, bool):
-            raise TypeError(f"expected true or false, got {_kind_of(raw)}")
-        return raw
-    if not isinstance(raw, str):
-        raise TypeError(f"expected a string, got {_kind_of(raw)}")
-    if spec.kind == "choice" and raw not in spec.choices:
-        raise ValueError(f"expected one of {', '.join(spec.choices)}")
-    if spec.kind == "listen":
-        parse_listen(raw)
-    if spec.kind == "sha256" and raw and (len(raw) != 64 or raw.strip(
-            "0123456789abcdefABCDEF")):
-        raise ValueError("expected 64 hex digits (the SHA-256 of the secret), or nothing")
-    if spec.kind == "sha256":
-        return raw.lower()
-    if spec.kind == "str" and not raw:
-        raise ValueError("must not be empty")
-    if spec.kind == "label" and len(raw) > 124:
-        raise ValueError("at most 124 characters")
-    return raw
-
-
-def _bound(spec: _Spec, value: float) -> str:
-    if spec.kind == "size":
-        return format_size(int(value))
-    if spec.kind == "duration":
-        return format_duration(value)
-    return str(int(value))
-
-
-def _kind_of(raw: object) -> str:
-    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array",
-            dict: "table"}.get(type(raw), type(raw).__name__)
 
 
 def _check_relations(settings: Settings) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gateway.dedup import destination_key
 from gateway.links import Links
 from gateway.msmq.message import MessageProperties, encode_payload
 from gateway.queue_manager import QueueManager
@@ -28,8 +29,9 @@ async def forward(qm: QueueManager, links: Links, url: str, props: MessageProper
     Raises: ProblemError when the store refuses (quota, disk: 503/507)."""
     dedup = qm.dedup
     assert dedup is not None
-    key = f"forward:{props.message_id}" if props.message_id else None
     digest = dedup.digest(b"", url)
+    # The id and the destination decide, as for messages stored here (gateway.dedup).
+    key = destination_key(f"forward:{props.message_id}", digest) if props.message_id else None
     if key is not None:
         if await dedup.seen(key, digest):
             return False

@@ -1,8 +1,8 @@
 """Which incoming stream positions are, for now, on disk only in the stream's own messages.
 
 A stream message is stored flagged ``STREAM`` and carries its stream id and ordinal, so it holds
-its stream's new position itself: no position record is written with it (srmp-stream at
-C = 64: +9-12% with none). A position reaches disk elsewhere in two ways: the periodic
+its stream's new position itself: no position record is written with it, so a stream
+message costs one record. A position reaches disk elsewhere in two ways: the periodic
 ``MQInSeqs`` checkpoint, or a position record written just before a holding message is
 removed (the store's removal hook). At start the checkpoint, the position records and the
 queued ``STREAM`` messages stored after the checkpoint's LSN mark are merged, the highest

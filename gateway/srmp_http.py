@@ -41,13 +41,14 @@ from gateway.srmp.errors import SrmpError
 from gateway.srmp.model import Kind
 from gateway.srmp.parsed import ParsedRequest
 from gateway.srmp.signature import BadSignature, verify_signature
+from gateway.reply_addresses import check_reply_addresses
 from gateway.srmp_deliver import Outcome, deliver
 from gateway.srmp_forward import forward
 from gateway.srmp_parse_pool import ParsePool, WorkerLost
 from mapping.engine import route_inbound
 from mapping.rules import RuleSet
 
-__all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX", "VERDICT_HEADER"]
+__all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX", "VERDICT_HEADER", "split_query"]
 
 PARSE_INLINE_BYTES_MAX = 64 * 1024  # larger requests are parsed off the event loop
 VERDICT_HEADER = "Mq-Stream-Verdict"  # stored | duplicate | out_of_order | quota_dropped
@@ -104,7 +105,13 @@ async def _srmp_post(request: web.Request) -> web.Response:
         raise ProblemError(403, refusal, type_slug="MQ_ERROR_ACCESS_DENIED")
     try:
         authenticated = _authenticate(request, parsed, queue)
-        props = _local_admin(parsed.properties(), request.app[STATE_KEY].local)
+        props = _local_admin(parsed.properties(), state.local)
+        check_reply_addresses(props, local=state.local, outbound=state.outbound,
+                              may_send=lambda canonical: _may_send(request, canonical),
+                              principal=principal_of(request), srmp=True)
+        query = split_query(parsed.to)[1]
+        if query:  # kept with the message: the address it came to is the whole URL
+            props = replace(props, extra={**props.extra, "srmp_query": query})
         if authenticated:
             props = replace(props, extra={**props.extra, "authenticated": "xmldsig"})
         stream = parsed.stream if kind == Kind.USER else None
@@ -151,6 +158,12 @@ async def _parse(pool: ParsePool | None, content_type: str, raw: bytes) -> Parse
     return ParsedRequest.of(message, raw, now_ms=int(time.time() * 1000))
 
 
+def split_query(url: str) -> tuple[str, str]:
+    """(``url`` without its query, the query) — ("", "") parts when there is none."""
+    head, _, query = url.partition("?")
+    return head, query
+
+
 def _destination(request: web.Request, to: str) -> Queue | tuple[str, bool]:
     """The local queue ``<to>`` names after inbound redirection, or (the URL of another host
     to forward the message to, whether a redirection changed it): when a redirection leads
@@ -166,6 +179,9 @@ def _destination(request: web.Request, to: str) -> Queue | tuple[str, bool]:
                            type_slug="MQ_ERROR_ILLEGAL_FORMATNAME")
     rules = state.mapping.rules if state.mapping is not None else None
     redirected = _ROUTES.redirected(rules, to)
+    # The queue is the URL's path; a query (V09's receipt URL "...receipts?SenderStream=XRntV")
+    # stays with the message (srmp_query), and goes on with a forwarded one.
+    redirected, query = split_query(redirected)
     paths, urls = split_destinations(redirected, state.local)
     if urls:
         readdressed = redirected != "DIRECT=" + to
@@ -173,7 +189,7 @@ def _destination(request: web.Request, to: str) -> Queue | tuple[str, bool]:
             raise ProblemError(400, f"<to> {to!r} names another host: this gateway forwards "
                                "only what its inbound redirections send on (or with "
                                "srmp.forward)", type_slug="no-route")
-        return urls[0], readdressed
+        return urls[0] + (f"?{query}" if query else ""), readdressed
     assert state.queue_manager is not None
     return state.queue_manager.queue(paths[0])
 
@@ -181,7 +197,7 @@ def _destination(request: web.Request, to: str) -> Queue | tuple[str, bool]:
 class _InboundRoutes:
     """``<to>`` -> the format name inbound redirection makes of it, kept per rule set:
     senders repeat a few addresses, and ``route_inbound`` normalises the address and matches
-    it against every rule (~1% of the loop under SRMP load)."""
+    it against every rule, on every SRMP request otherwise."""
 
     def __init__(self, size_max: int = 4096) -> None:
         self._rules: RuleSet | None = None
@@ -299,13 +315,22 @@ def _access(request: web.Request, queue: Queue) -> str:
             "partner certificate, is not in srmp.allow_networks, and the queue is not anonymous")
 
 
+def _may_send(request: web.Request, canonical: str) -> str:
+    """``_access`` for a queue named as an admin or response queue ("" for one that does not
+    exist: nothing is delivered there)."""
+    qm = request.app[STATE_KEY].queue_manager
+    queue = qm.lookup(canonical) if qm is not None else None
+    return "" if queue is None else _access(request, queue)
+
+
 def _trusted(request: web.Request) -> bool:
     return _in_networks(request.remote or "", request.app[SETTINGS_KEY].srmp.allow_networks)
 
 
 @functools.lru_cache(maxsize=4096)
 def _in_networks(remote: str, texts: tuple[str, ...]) -> bool:
-    """Cached: parsing the peer's address showed as 4% of an SRMP send (senders are few)."""
+    """Cached: the peer's address is parsed once, not on every SRMP send (senders are
+    few)."""
     try:
         address = ipaddress.ip_address(remote)
     except ValueError:

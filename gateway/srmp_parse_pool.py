@@ -1,9 +1,9 @@
 """SRMP requests parsed in worker processes, not on the event loop.
 
-Why: the gateway is bound by its one GIL, not by CPU (measured under SRMP load: event loop
-84% of a core, store writer 23%, client 29%, of 2 cores). Parsing — MIME split, lxml, the
-envelope walk — was ~40% of the loop's time; in a worker it runs in parallel and the loop pays
-only for a pipe write and an unpickle (SRMP throughput at C = 64 +30-36% in A/B runs). With few
+Why: the gateway is bound by its one GIL, not by CPU: under SRMP load the event loop is the
+busiest thread while the machine still has CPU to spare. Parsing — MIME split, lxml, the
+envelope walk — is a large share of the loop's work per SRMP request; in a worker it runs in
+parallel and the loop pays only for a pipe write and an unpickle (docs/performance.md). With few
 requests in flight the loop has time to spare and the round trip would only add latency, so
 those stay on the loop (``busy``). A parser crash on hostile input in a worker does not take
 the gateway down: the worker dies, its requests get 503 (Windows senders retry 5xx), and the
@@ -56,8 +56,8 @@ _ANSWER = struct.Struct("<IIB")
 _KIND_ERROR, _KIND_MESSAGE, _KIND_INTERNAL = 0, 1, 2
 _ERRORS: dict[str, type[SrmpError]] = {c.__name__: c for c in (SrmpError, MimeError,
                                                                 EnvelopeError)}
-# Up to this many SRMP requests in flight, they are parsed on the loop: at 1 in flight a
-# worker cost 17-20% of the throughput (a process round trip); at 16 it adds 12%, at 64 30-36%.
+# Up to this many SRMP requests in flight, they are parsed on the loop: with few in flight a
+# worker's process round trip costs more throughput than it saves; with many it gains.
 INLINE_REQUESTS_MAX = 4
 _PIPE_BYTES = 1 << 20
 # Bytes written to one worker and not yet taken by it, at most; beyond it senders wait.
@@ -157,8 +157,8 @@ def _by_constructor(cls: type) -> Callable[[Any], tuple[Callable[..., Any], tupl
 
 
 # The model's frozen dataclasses rebuilt by their constructors, not by the default
-# __setstate__ (a Python loop of object.__setattr__): unpickling a message 13.7 -> 8.7 us.
-# Their fields are read by one attrgetter a class (the generic walk was 6% of a worker).
+# __setstate__ (a Python loop of object.__setattr__), which is slower to unpickle.
+# Their fields are read by one attrgetter a class, cheaper than the generic field walk.
 _BY_CONSTRUCTOR: dict[type, Callable[[Any], tuple[Callable[..., Any], tuple[Any, ...]]]] = {
     cls: _by_constructor(cls) for cls in vars(model).values()
     if isinstance(cls, type) and dataclasses.is_dataclass(cls)}
@@ -170,7 +170,7 @@ def _properties(values: tuple[object, ...]) -> MessageProperties:
     return MessageProperties(**dict(zip(_PROPERTY_NAMES, values)))  # type: ignore[arg-type]
 
 
-# Message properties as a tuple of their values: 3.3 us there and back, 6.7 by default.
+# Message properties as a tuple of their values: half the pickling work of the default.
 _BY_CONSTRUCTOR[MessageProperties] = lambda p: (_properties, (_property_values(p),))
 
 
@@ -188,9 +188,9 @@ def serve_worker(stdin: io.BufferedIOBase, stdout: io.BufferedIOBase) -> None:
 
 class _Worker(asyncio.SubprocessProtocol):
     """One worker process. Requests are written once per loop iteration (one pipe write for
-    all that one iteration sent: the write a request was 4% of the loop under SRMP load),
-    and one watchdog timer for all of them kills a worker whose oldest request has waited
-    ``timeout_s`` (one timer a request was 1.5%)."""
+    all that one iteration sent: a write per request would cost the loop one system call
+    each), and one watchdog timer for all of them kills a worker whose oldest request has
+    waited ``timeout_s`` (rather than one timer a request)."""
 
     def __init__(self, timeout_s: float = 10.0) -> None:
         # request id -> (its future, when it was sent); oldest first (dicts keep order).
@@ -298,7 +298,7 @@ class ParsePool:
 
     def busy(self) -> bool:
         """Whether a request should go to a worker: with few in flight the loop has time to
-        spare, and a worker's round trip would only add latency (~0.25 ms measured)."""
+        spare, and a worker's round trip would only add latency."""
         return self.requests > INLINE_REQUESTS_MAX
 
     async def parse(self, content_type: str, raw: bytes) -> ParsedRequest:
@@ -328,8 +328,8 @@ class ParsePool:
         raise RuntimeError(f"SRMP parse worker: {value}")
 
     def _ready(self) -> _Worker | None:
-        """The usual case without a coroutine: one worker, running (one coroutine and the
-        scan of ``_pick`` were ~1.5% of the loop under SRMP load)."""
+        """The usual case without a coroutine: one worker, running (spares every SRMP
+        request a coroutine and the scan of ``_pick``)."""
         if self.size == 1 and len(self._workers) == 1 and self._workers[0].alive:
             return self._workers[0]
         return None

@@ -21,16 +21,19 @@ import contextlib
 import json
 import time
 
+from gateway.errors import ProblemError
 from gateway.internal_queues import STREAMS_QUEUE
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.msmq.message import MessageFormatError, decode_payload
 from gateway.queue_manager import QueueManager
-from gateway.receipt_sender import MessageIds, ReceiptSender
+from gateway.receipt_sender import ReceiptSender
 from gateway.srmp.eod import SNAPSHOT_PART_STREAMS, InStream, StreamKey, StreamTable, Verdict
 from gateway.srmp.model import Stream
 from gateway.srmp.receipts import stream_receipt
 from gateway.srmp_held import HeldPositions
+from gateway.state_records import StateQueue
+from gateway.wire_ids import WireIds
 from store.errors import StoreError
 from store.framing import RecordFlags
 from store.records import SendSpec, StoredRecord
@@ -40,8 +43,28 @@ __all__ = ["IncomingStreams", "STALE_MAX"]
 STALE_MAX = 10_000  # superseded position records waiting; more bring the checkpoint forward
 
 
+def _stream_key(raw: bytes) -> tuple[tuple[str, str], bytes]:
+    """A position record's stream key, every field the table reads checked.
+
+    Raises:
+        ValueError, KeyError, TypeError: not a position this module wrote.
+    """
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise TypeError("a stream position is a JSON object")
+    for name in ("id", "queue", "to", "via"):
+        if not isinstance(doc[name], str):
+            raise TypeError(f"stream position field {name!r} is not a string")
+    for name in ("seq", "ack"):
+        int(doc[name])
+    return (doc["id"], doc["queue"]), raw
+
+
+STREAMS_STATE = StateQueue(STREAMS_QUEUE, _stream_key)
+
+
 class IncomingStreams:
-    def __init__(self, qm: QueueManager, sender: ReceiptSender, ids: MessageIds,
+    def __init__(self, qm: QueueManager, sender: ReceiptSender, ids: WireIds,
                  metrics: Metrics, *,
                  streams_max: int, checkpoint_interval_s: float) -> None:
         self.qm = qm
@@ -70,10 +93,7 @@ class IncomingStreams:
         mark; several records for one key (a crash between a checkpoint and its clean-up)
         keep the newest, the others are removed later."""
         positions: list[bytes] = []
-        for record in self.store.records(self.queue.queue_id):
-            raw = self.store.read(record)
-            doc = json.loads(raw)
-            key = (str(doc["id"]), str(doc["queue"]))
+        for record, (key, raw) in self.qm.quarantine.read(STREAMS_STATE, self.queue.queue_id):
             older = self._records.get(key)
             if older is not None:
                 self._stale.append(older)
@@ -191,9 +211,15 @@ class IncomingStreams:
             self._sleeping_until = None
             now = time.time()
             for due in self.table.due(time.monotonic()):
+                try:
+                    ordinal = await self.ids.next()
+                except ProblemError as exc:  # cumulative: the sender's resend brings another
+                    server_log.warning("stream receipt to %s not sent: %s", due.send_to,
+                                       exc.detail)
+                    continue
                 envelope = stream_receipt(stream_id=due.stream_id, last_ordinal=due.last_ordinal,
                                           send_to=due.send_to, queue_url=due.queue_url,
-                                          qm_guid=self.qm.qm_guid, ordinal=self.ids.next(),
+                                          qm_guid=self.qm.qm_guid, ordinal=ordinal,
                                           now_s=int(now))
                 self.sender.submit(due.send_to, envelope, "stream-receipt")
 
@@ -237,7 +263,8 @@ class IncomingStreams:
 
 class _Hold:
     """The per-stream lock, shared while anyone waits for it (a class, not an
-    asynccontextmanager: its generator machinery was ~2% of the loop under stream load)."""
+    asynccontextmanager: it is taken for every stream message, and a generator-based context
+    manager costs the event loop more on that path)."""
 
     __slots__ = ("_locks", "_key", "_lock")
 

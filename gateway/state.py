@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gateway.auth.outbound import OutboundPolicy
 from gateway.destinations import LocalNames
 from gateway.errors import ProblemError
 
@@ -44,6 +45,8 @@ class GatewayState:
     stopping: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     local: LocalNames = LocalNames(frozenset(), frozenset())
+    # Where senders' words may make the gateway connect (receipts, acknowledgements).
+    outbound: OutboundPolicy = field(default_factory=lambda: OutboundPolicy(()))
     mapping: MappingLoader | None = None
     reload_mapping: asyncio.Event = field(default_factory=asyncio.Event)
 

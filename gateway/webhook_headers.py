@@ -32,10 +32,12 @@ def safe_content_type(value: str) -> str:
 
 def webhook_headers(message: ReceivedMessage, name: str, secret: bytes, url: str
                     ) -> dict[str, str]:
-    """The message's properties as headers, signed when a secret is set (the same
-    EP-HMAC-SHA256 scheme partners use towards this gateway)."""
+    """The message's properties as headers, with its Content-Type (as ``safe_content_type``
+    gives it); signed when a secret is set (the same EP-HMAC-SHA256 scheme partners use
+    towards this gateway, covering these headers)."""
     props = message.properties
-    headers = {"Mq-Message-Id": message.message_id, "Idempotency-Key": message.message_id,
+    headers = {"Content-Type": safe_content_type(props.content_type),
+               "Mq-Message-Id": message.message_id, "Idempotency-Key": message.message_id,
                "Mq-Priority": str(props.priority),
                "Mq-Correlation-Id": props.correlation_id,
                "Mq-Sent-At": str(props.sent_at_ms)}
@@ -50,5 +52,6 @@ def webhook_headers(message: ReceivedMessage, name: str, secret: bytes, url: str
         target = urlsplit(url)
         path_qs = target.path + (f"?{target.query}" if target.query else "")
         headers["Authorization"] = sign(secret, "POST", path_qs, int(time.time()),
-                                        secrets.token_urlsafe(18), message.body, name)
+                                        secrets.token_urlsafe(18), message.body, name,
+                                        headers=headers.items())
     return headers

@@ -58,7 +58,9 @@ def route_inbound(rules: RuleSet, address: str) -> Redirection | None:
 
     Without an explicit redirection, an address that a stream-receipt setup publishes as its
     ``StreamReceiptURL`` (or the ``<default>`` URL) leads to the local order queue: that is
-    where order acknowledgements from beyond the boundary arrive (srmp.md §2.5)."""
+    where order acknowledgements from beyond the boundary arrive (srmp.md §2.5). The query is
+    not needed to match (a receiver may send to the URL with or without it): the same path
+    with any query, or none, is that address."""
     normal = normalise_address(address)
     found = _best(rules.redirections, [r.source for r in rules.redirections], normal)
     if found is not None:
@@ -66,8 +68,10 @@ def route_inbound(rules: RuleSet, address: str) -> Redirection | None:
     receipt_urls = [(r.receipt_url, r.origin) for r in rules.stream_receipts]
     if rules.default_receipt_url:
         receipt_urls.append((rules.default_receipt_url, "<default>"))
+    bare = normal.partition("?")[0]
     for url, origin in receipt_urls:
-        if normalise_address(url) == normal:
+        published = normalise_address(url)
+        if published == normal or published.partition("?")[0] == bare:
             return Redirection(Pattern(normal, False), ORDER_QUEUE, origin)
     return None
 

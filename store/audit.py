@@ -1,5 +1,5 @@
-"""Audit of the storage folder (seed 000: deleting, editing or adding any file under the storage
-folder generates an audit entry).
+"""Audit of the storage folder (docs/store.md §Check and audit: deleting, editing or adding
+any file under the storage folder generates an audit entry).
 
 Every file operation of the store goes through ``AuditingFileOps``, which remembers the paths
 the store itself touched, and which it is touching right now. A pass lists ``storage/``
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from store.datadir import DataDir
+from store.space import is_full
 from store.fileops import FileOps
 from store.logs import audit_log
 from store.segment import parse_segment_name
@@ -50,7 +51,7 @@ class AuditingFileOps:
     def _begin(self, path: Path | None) -> None:
         """Mark ``path`` touched and in flight until ``_end`` (a write stalled across audit
         passes still counts as the store's). Plain calls, not a context manager: the writer
-        thread makes one per commit, on the commit path (2.7 -> 0.8 us)."""
+        thread makes one per commit, on the commit path."""
         if path is not None:
             with self._lock:
                 self.touched.add(path)
@@ -188,6 +189,16 @@ class Auditor:
         self._listing = self._list()
         self._recent = self._ops.take_touched()
 
+    def run_every(self, interval_s: float, stop: threading.Event) -> None:
+        """Audit passes every ``interval_s`` until ``stop`` is set (the store's audit thread).
+        The audit is advisory: a pass that fails is logged, never stops the store."""
+        while not stop.wait(interval_s):
+            try:
+                self.run_pass()
+                self.save_state(clean=False)
+            except OSError as exc:
+                audit_log.warning("audit pass failed: %s", exc)
+
     def run_pass(self) -> list[AuditEvent]:
         # List first, then take what the store touched: a write that starts during the
         # listing is then counted as the store's in this pass.
@@ -204,7 +215,14 @@ class Auditor:
     def save_state(self, *, clean: bool) -> None:
         target = self._data_dir.root / "audit.state"
         building = target.with_name("audit.state.tmp")
-        building.write_text(json.dumps({"clean": clean, "files": self._listing}))
+        try:
+            building.write_text(json.dumps({"clean": clean, "files": self._listing}))
+        except OSError as exc:  # a full disk: the store's data comes first, the audit after
+            building.unlink(missing_ok=True)
+            if not is_full(exc):
+                raise
+            audit_log.warning("audit state not saved: %s", exc)
+            return
         os.replace(building, target)
 
     def _list(self) -> Listing:
@@ -225,12 +243,19 @@ class Auditor:
             return
         self.events_total += len(events)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        with open(self._data_dir.audit_log, "a", encoding="utf-8") as log:
-            for event in events:
-                log.write(json.dumps({"time": now, "file": event.file, "change": event.change,
-                                      "detail": event.detail}) + "\n")
-                audit_log.warning("storage file changed from outside file=%s change=%s %s",
-                                  event.file, event.change, event.detail)
+        for event in events:
+            audit_log.warning("storage file changed from outside file=%s change=%s %s",
+                              event.file, event.change, event.detail)
+        try:
+            with open(self._data_dir.audit_log, "a", encoding="utf-8") as log:
+                for event in events:
+                    log.write(json.dumps({"time": now, "file": event.file,
+                                          "change": event.change,
+                                          "detail": event.detail}) + "\n")
+        except OSError as exc:  # a full disk: the events are in the gateway's log above
+            if not is_full(exc):
+                raise
+            audit_log.warning("audit.log not written: %s", exc)
 
 
 def _diff(before: Listing, after: Listing, ours: Callable[[str], bool]) -> list[AuditEvent]:

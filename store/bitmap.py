@@ -1,8 +1,9 @@
 """The allocation bitmap of one segment: one bit per 64-byte granule (pure: no I/O).
 
-This is what the seeds' ``l`` file holds: which areas of a ``p`` or ``j`` segment hold live
-records and which are free. Bit set = occupied. The first granule (the segment header) is always
-set. Encoded with a small header and CRC so a checkpoint slot can be verified.
+This is what the ``l`` file holds (docs/store.md §Files): which areas of a ``p`` or ``j``
+segment hold live records and which are free. Bit set = occupied. The first granule (the
+segment header) is always set. Encoded with a small header and CRC so a checkpoint slot can
+be verified.
 """
 
 from __future__ import annotations

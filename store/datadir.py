@@ -1,9 +1,10 @@
 """The data directory: its layout and the lock that keeps a second process out.
 
-Layout (names from the MSMQ seeds)::
+Layout (MSMQ's storage folder names; docs/store.md §Files)::
 
     <data dir>/
       lock                 flock(2) held while a store or gateway has the directory open
+      reserve              space held for the store's bookkeeping on a full disk
       audit.log            JSON lines: files changed in storage/ by anything but the store
       storage/
         pNNNNNNN.mq  rNNNNNNN.mq  jNNNNNNN.mq  lNNNNNNN.mq
@@ -46,6 +47,11 @@ class DataDir:
     @property
     def quarantine(self) -> Path:
         return self.storage / "quarantine"
+
+    @property
+    def space_reserve(self) -> Path:
+        """Space held for the store's bookkeeping on a full disk (``store.space``)."""
+        return self.root / "reserve"
 
     @property
     def lock_file(self) -> Path:
@@ -121,4 +127,8 @@ def _probe_write(directory: Path) -> None:
             os.close(fd)
         probe.unlink()
     except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # Writable, and full: the store opens and serves what it holds (docs/store.md).
+            probe.unlink(missing_ok=True)
+            return
         raise StoreUnusable(f"cannot write in {directory}: {exc.strerror or exc}") from exc

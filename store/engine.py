@@ -17,6 +17,12 @@ state bytes settled by the next checkpoint.
 Any ``OSError`` in 2–4 fail-stops the engine: a failed sync is never retried (the page cache
 state is unknown after it), and every later call raises ``StoreFailed``.
 
+A full disk is not a failure: every file a batch or a checkpoint rewrites is allocated ahead
+(``store.space``), so only new data meets ENOSPC — a new segment, and with it the jobs that
+needed it, is refused with ``DiskFull`` while removals go on. When the space reserve had to be
+given up for the checkpoint pairs (``short``), every job that sends is refused until a
+checkpoint finds it whole again.
+
 A checkpoint (``checkpoint``) settles grouped commits, syncs the segments whose state bytes
 changed, writes each changed bitmap into its ``l`` file, then writes ``MQTrans`` (the commit
 point), and only then lets the allocator use the space freed since the previous checkpoint.
@@ -24,7 +30,6 @@ point), and only then lets the allocator use the space freed since the previous 
 
 from __future__ import annotations
 
-import errno
 import operator
 import threading
 import time
@@ -55,6 +60,7 @@ from store.qmlog import QMLog
 from store.records import Job, Placed, PreparedTx, StoredRecord
 from store.runs import Parts, SyncedWrites
 from store.segment import Segment, segment_name
+from store.space import Reserve, is_full
 from store.spare import Made, SegmentPreparer
 
 __all__ = ["Engine", "SegmentState"]
@@ -108,6 +114,11 @@ class Engine:
         self.payload_max = max_payload(options.segment_size)
         self.synced_writes = SyncedWrites()
         self.preparer: SegmentPreparer | None = None
+        # Space for bookkeeping (store.space): the reserve, the pairs that may grow into it,
+        # and why new data is refused while either is short (None: it is not).
+        self.reserve: Reserve | None = None
+        self.pairs: list[PingPong] = [mqtrans]
+        self.short: str | None = None
 
     # ---- batches -------------------------------------------------------------------------
 
@@ -119,11 +130,21 @@ class Engine:
         """
         if self.failed is not None:
             raise StoreFailed(self.failed)
+        if self.short is not None:
+            refused = DiskFull(f"disk full: {self.short}")
+            for job in jobs:
+                if job.sends and job.error is None:
+                    job.error = refused
         # One-message appends (the commonest job) need no validation, log entry or state
         # change: those steps run over the other jobs only.
         others = [job for job in jobs if job.op != "append" or len(job.sends) != 1]
         try:
-            self._ensure_log_space(sum(job.log_bytes_max() for job in others))
+            try:
+                self._ensure_log_space(sum(job.log_bytes_max() for job in others))
+            except DiskFull as exc:  # no checkpoint could be written: nothing is
+                for job in jobs:
+                    job.error = exc
+                return
             self._validate(others)
             writes: dict[int, list[tuple[int, Parts]]] = {}
             placed: list[StoredRecord] = []
@@ -193,7 +214,7 @@ class Engine:
             try:
                 made = self.make_segment(kind, self.next_segment)
             except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                if is_full(exc):
                     raise DiskFull(f"no space for a new {self.options.segment_size}-byte "
                                    f"segment in {self.data_dir.storage}") from exc
                 raise
@@ -210,8 +231,15 @@ class Engine:
         """Create a data segment and its ``l`` file (any thread: touches no engine state)."""
         segment = Segment.create(self.ops, self.data_dir.storage, kind=kind, number=number,
                                  size=self.options.segment_size, nonce=self.nonce)
-        lfile = None if kind == "r" else LFile.open(
-            self.ops, self.data_dir.storage / segment_name("l", number), self.options.segment_size)
+        if kind == "r":
+            return segment, None
+        try:
+            lfile = LFile.create(self.ops, self.data_dir.storage / segment_name("l", number),
+                                 self.options.segment_size)
+        except BaseException:
+            segment.close()
+            self.ops.unlink(segment.path)
+            raise
         return segment, lfile
 
     def _reserve_segment(self) -> int:
@@ -367,8 +395,34 @@ class Engine:
         with self.checkpoint_lock:
             try:
                 self._checkpoint(cleanup=cleanup)
+            except DiskFull as exc:
+                self._set_short(f"no checkpoint written: {exc}")
+                raise
             except OSError as exc:
                 raise self._fail(f"I/O error in a checkpoint: {exc}") from exc
+            try:
+                self._review_space()
+            except OSError as exc:
+                raise self._fail(f"I/O error refilling the space reserve: {exc}") from exc
+
+    def _review_space(self) -> None:
+        """After a checkpoint: refill the space reserve if it was given up, and say whether
+        new data must still be refused."""
+        reasons = []
+        if self.reserve is not None and not self.reserve.refill():
+            reasons.append("the space reserve is not whole")
+        reasons += [f"no room to grow {p.paths[0].stem}" for p in self.pairs if p.short]
+        self._set_short("; ".join(reasons) or None)
+
+    def _set_short(self, reason: str | None) -> None:
+        if reason != self.short:
+            if reason is None:
+                commit_log.warning("space for the store's bookkeeping is back: new data is "
+                                   "taken again")
+            else:
+                commit_log.warning("disk full: new data refused (%s); reads and removals go "
+                                   "on", reason)
+        self.short = reason
 
     def hold_checkpoints(self) -> None:
         """Stop checkpoints (and so space reuse) until ``release_checkpoints``; waits for one
@@ -392,22 +446,24 @@ class Engine:
                 state.segment.sync()
                 state.data_dirty = False
         doomed = self._empty_segments() if cleanup else []
-        self.epoch += 1
         kept = [n for n in sorted(self.segments)
                 if n not in doomed and self.segments[n].segment.kind != "r"]
-        for number in kept:
-            state = self.segments[number]
-            if state.bitmap_dirty:
-                assert state.lfile is not None
-                state.lfile.write(self.epoch, state.bitmap)
         checkpoint = Checkpoint(
-            epoch=self.epoch, lsn=self.next_lsn - 1, qmlog_pos=self.qmlog.write_pos,
+            epoch=self.epoch + 1, lsn=self.next_lsn - 1, qmlog_pos=self.qmlog.write_pos,
             nonce=self.nonce, next_segment=self.next_segment, next_tx=self.next_tx,
             next_seq=_merged(self.next_seq, self.seq_floor()),
             prepared={t: list(p.removes) for t, p in self.prepared.items()},
             segments=kept,
         )
-        self.mqtrans.write(checkpoint.encode())
+        payload = checkpoint.encode()
+        self.mqtrans.make_room(len(payload))  # DiskFull here: nothing of it written yet
+        self.epoch += 1
+        for number in kept:
+            state = self.segments[number]
+            if state.bitmap_dirty:
+                assert state.lfile is not None
+                state.lfile.write(self.epoch, state.bitmap)
+        self.mqtrans.write(payload)
         # Durable: from here on the free space of these bitmaps may be reused.
         self.qmlog.keep_from = checkpoint.qmlog_pos
         for number in kept:
@@ -440,9 +496,15 @@ class Engine:
         state.segment.close()
         archive = self.options.archive_segments and state.segment.kind != "r"
         if archive:
-            self.data_dir.archive.mkdir(exist_ok=True)
-            self.ops.rename(path, self.data_dir.archive / path.name)
-        else:
+            try:
+                self.data_dir.archive.mkdir(exist_ok=True)
+                self.ops.rename(path, self.data_dir.archive / path.name)
+            except OSError as exc:  # a new directory block: freeing space comes first
+                if not is_full(exc):
+                    raise
+                cleanup_log.warning("segment %s not archived (%s): deleted", path.name, exc)
+                archive = False
+        if not archive:
             self.ops.unlink(path)
         if state.lfile is not None:
             state.lfile.close()
@@ -470,7 +532,10 @@ class Engine:
                     lfile.close()
             self.preparer = None
         if self.failed is None:
-            self.checkpoint()
+            try:
+                self.checkpoint()
+            except DiskFull as exc:  # the next start recovers from the last one and the log
+                commit_log.warning("no final checkpoint: %s", exc)
         for state in self.segments.values():
             state.segment.close()
             if state.lfile is not None:

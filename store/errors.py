@@ -11,7 +11,7 @@
     │   ├── MachineJournalQuotaExceeded
     │   ├── QueueQuotaExceeded
     │   └── QueueJournalQuotaExceeded
-    ├── DiskFull             ENOSPC while allocating a segment; reads and removals go on
+    ├── DiskFull             no room for new data (a segment, a queue's file); reads go on
     ├── UnknownRecord        a reference to a record that is not (or no longer) in the store
     └── CheckpointError      neither copy of a ping-pong checkpoint is valid
 
@@ -89,7 +89,8 @@ class QueueJournalQuotaExceeded(QuotaExceeded):
 
 
 class DiskFull(StoreError):
-    """The volume is full: a segment could not be allocated."""
+    """The volume is full: new data (a segment, a queue's registration) was refused and
+    nothing of it kept; reads and removals go on (``store.space``)."""
 
 
 class UnknownRecord(StoreError):

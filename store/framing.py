@@ -137,7 +137,7 @@ _LIVE_PREFIX = _PREFIXES[RecordState.LIVE]
 
 
 def record_flags(value: int) -> RecordFlags:
-    """The ``RecordFlags`` of a flags byte (cached: building an enum value costs ~1 us)."""
+    """The ``RecordFlags`` of a flags byte (cached: building an enum value is slow)."""
     flags = _FLAGS.get(value)
     if flags is None:
         flags = _FLAGS.setdefault(value, RecordFlags(value))
@@ -157,9 +157,9 @@ class SegmentHeader:
 class RecordHeader(NamedTuple):
     """A record that passed every check; ``offset`` is where it starts in its segment (whose
     number the scan was given). A tuple of plain ints: recovery makes one per record (a
-    frozen dataclass cost ~1.1 us more), and the garbage collector stops tracking a tuple
-    that holds only ints, where enum members kept a million of them in every full pass
-    (~1.4 s of a 1 GiB recovery). ``kind``, ``state`` and ``flags`` compare equal to the
+    frozen dataclass is slower to build), and the garbage collector stops tracking a tuple
+    that holds only ints, where enum members would keep a million of them in every full
+    pass of a large recovery. ``kind``, ``state`` and ``flags`` compare equal to the
     ``RecordKind``, ``RecordState`` and ``RecordFlags`` members they hold the values of."""
 
     offset: int
@@ -261,8 +261,8 @@ def encode_record_parts(
     group: int = 0,
 ) -> tuple[bytes, bytes | memoryview, bytes]:
     """The record as (header, payload, padding), padded to a whole number of granules, for
-    ``pwritev``: the payload is never copied (the writer thread encodes every message; a
-    joined copy cost ~0.6 us a KiB). ``b"".join`` of the parts is the record's bytes."""
+    ``pwritev``: the payload is never copied (the writer thread encodes every message, on
+    the commit path). ``b"".join`` of the parts is the record's bytes."""
     assert lsn > 0
     assert 0 <= priority <= 7 and 0 <= group <= GROUP_MAX
     payload_len = len(payload)
@@ -278,7 +278,7 @@ def encode_plain_parts(payload: bytes | memoryview, lsn: int, nonce32: int, queu
                        flags: int) -> tuple[bytes, bytes | memoryview, bytes]:
     """``encode_record_parts`` of a LIVE record outside any transaction, arguments by
     position: the writer runs it once per appended message, and keyword passing and the
-    general checks cost 0.4 us of its 0.9. ``nonce32`` is the nonce's low 32 bits."""
+    general checks would be a large share of it. ``nonce32`` is the nonce's low 32 bits."""
     payload_len = len(payload)
     tail = _TAIL.pack(payload_len, lsn, nonce32, queue_id, 0, seq, expires_ms, priority, flags,
                       0)
@@ -306,7 +306,7 @@ def decode_record(
     view = buf if type(buf) is memoryview else memoryview(buf)
     payload_start = offset + RECORD_HEADER_SIZE
     payload_end = payload_start + payload_len
-    if kind == _MESSAGE:  # a plain int: comparing with the enum member costs ~0.2 us
+    if kind == _MESSAGE:  # a plain int: cheaper than comparing with the enum member
         # The first four header bytes are known (magic, kind, state zeroed): their CRC is too.
         head_crc = crc32(view[offset + 4: offset + _CRC_OFFSET], _HEAD_CRC)
     else:
@@ -325,7 +325,7 @@ def decode_record(
         return Damage(offset, size, f"unknown record kind {kind} or state {state:#x}")
     if lsn == 0 or priority > 7:
         return Damage(offset, size, "record fields out of range")
-    # tuple.__new__ directly: the generated __new__ is a Python function (~0.3 us a record).
+    # tuple.__new__ directly: the generated __new__ is a Python function, slow per record.
     return _new_tuple(RecordHeader, (offset, size, kind, state, payload_len, lsn, queue_id,
                                      tx_id, seq, expires_ms, priority, flags, group,
                                      segment))

@@ -2,8 +2,8 @@
 
 Why: an SRMP message is stored with its duplicate-window entry, a REST batch as ten messages —
 transactions that receive nothing. Through the QMLog each cost a log write and a second
-fdatasync per batch, and a state byte rewritten per record after it (SRMP at C = 64: +8-11%
-without them, measured). A grouped commit writes its records in state ``GROUPED`` with
+fdatasync per batch, and a state byte rewritten per record after it. A grouped commit
+writes its records in state ``GROUPED`` with
 ``group`` = how many records it wrote, at consecutive LSNs, and is durable with the segment
 fdatasync alone: recovery takes it only when every one of its records is found (see
 ``store.recovery``), so a commit cut by a crash leaves no trace.
@@ -23,7 +23,7 @@ from store.framing import RecordState
 __all__ = ["settle", "Settled", "PENDING_MAX", "RUN_BYTES_MAX"]
 
 # Records of grouped commits not yet settled, at most; beyond it (checkpoints held by a
-# backup) commits go through the QMLog as before, so this list stays bounded.
+# backup) commits go through the QMLog instead, so this list stays bounded.
 PENDING_MAX = 262_144
 RUN_BYTES_MAX = 1 << 20  # bytes rewritten by one pwrite when settling
 _STATE_BYTE = 3

@@ -4,6 +4,9 @@ Two slots, written alternately, each a complete encoded bitmap with its checkpoi
 CRC. A checkpoint writes the slot that the last durable checkpoint does not use, so a crash in
 the middle of a checkpoint never touches the copy recovery needs. Recovery uses the valid slot
 with the highest epoch not above the checkpoint it recovers from.
+
+An ``l`` file is allocated at both slots when its segment is made (``create``): a checkpoint
+rewrites blocks that are already there and never needs new space (``store.space``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 
 from store.bitmap import GranuleBitmap
 from store.fileops import FileOps
+from store.space import reserve_file
 
 __all__ = ["LFile"]
 
@@ -37,6 +41,32 @@ class LFile:
         if created:
             ops.fsync_dir(path.parent)
         return cls(ops, path, fd, segment_size)
+
+    @classmethod
+    def create(cls, ops: FileOps, path: Path, segment_size: int) -> LFile:
+        """Open ``path`` with both slots allocated; on any error nothing is left behind.
+
+        Raises:
+            OSError: ENOSPC when there is no room, or an I/O error.
+        """
+        existed = path.exists()
+        lfile = cls.open(ops, path, segment_size)
+        try:
+            lfile.reserve()
+        except BaseException:
+            lfile.close()
+            if not existed:
+                ops.unlink(path)
+            raise
+        return lfile
+
+    def reserve(self) -> None:
+        """Allocate both slots (nothing to do when they are).
+
+        Raises:
+            OSError: ENOSPC when there is no room, or an I/O error.
+        """
+        reserve_file(self.ops, self.fd, 2 * self.slot_size)
 
     def read_best(self, max_epoch: int) -> tuple[int, GranuleBitmap] | None:
         """The valid slot with the highest epoch <= ``max_epoch``; it becomes the durable one."""

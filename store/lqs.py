@@ -1,4 +1,4 @@
-"""Queue registration files: ``lqs/nnnnnnnn.hhhhhhhh`` (seeds 000 and 001).
+"""Queue registration files: ``lqs/nnnnnnnn.hhhhhhhh`` (docs/store.md §Files).
 
 ``nnnnnnnn`` is the queue number and ``hhhhhhhh`` a hash (CRC-32) of the lower-cased queue path,
 both 8 hex digits; the content is INI text. Each file is written whole under a temporary name,
@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from store.crc import crc32
-from store.errors import StoreError
+from store.errors import DiskFull, StoreError
 from store.fileops import FileOps
+from store.space import is_full
 
 __all__ = ["QueueInfo", "QueueRegistry", "lqs_name", "path_hash"]
 
@@ -113,7 +114,10 @@ class QueueRegistry:
         for queue_id in sorted((ids_with_messages or set()) - set(self._by_id)):
             info = QueueInfo(queue_id, f"private$/recovered_{queue_id:08x}",
                              {"created_ms": str(int(time.time() * 1000)), "recovered": "1"})
-            self._write(info)
+            try:
+                self._write(info)
+            except DiskFull as exc:  # served from memory; the next start writes it
+                self.problems.append(f"queue {queue_id}: registration not written: {exc}")
             self._by_id[queue_id] = info
             self._by_path[info.path.lower()] = queue_id
             self.problems.append(f"queue {queue_id}: registration lost; its messages are kept "
@@ -134,6 +138,7 @@ class QueueRegistry:
 
         Raises:
             StoreError: a queue with that path (case-insensitive) exists.
+            DiskFull: no room for its file (nothing registered).
         """
         with self._lock:
             if path.lower() in self._by_path:
@@ -162,14 +167,35 @@ class QueueRegistry:
             self._ops.fsync_dir(self._dir)
 
     def _write(self, info: QueueInfo) -> None:
+        """Write the file whole (a temporary, synced, renamed over the old one).
+
+        Raises:
+            DiskFull: no room for the new file (the old one, if any, is left as it was).
+            OSError: an I/O error.
+        """
         target = self._dir / lqs_name(info.queue_id, info.path)
         building = target.with_name(target.name + ".tmp")
-        fd = self._ops.open(building, create=True)
         try:
-            self._ops.truncate(fd, 0)
-            self._ops.pwrite(fd, _encode(info), 0)
-            self._ops.fdatasync(fd)
+            fd = self._ops.open(building, create=True)
+        except OSError as exc:
+            if is_full(exc):
+                raise _refusal(info, exc) from exc
+            raise
+        try:
+            try:
+                self._ops.truncate(fd, 0)
+                self._ops.pwrite(fd, _encode(info), 0)
+            except OSError as exc:
+                self._ops.unlink(building)
+                if is_full(exc):
+                    raise _refusal(info, exc) from exc
+                raise
+            self._ops.fdatasync(fd)  # its error is an I/O error, full disk or not
         finally:
             self._ops.close(fd)
         self._ops.rename(building, target)
         self._ops.fsync_dir(self._dir)
+
+
+def _refusal(info: QueueInfo, exc: OSError) -> DiskFull:
+    return DiskFull(f"no room to register queue {info.path!r}: {exc.strerror or exc}")

@@ -35,14 +35,15 @@ from store.fileops import FileOps, RealFileOps
 from store.framing import RECORD_HEADER_SIZE, RecordFlags, RecordHeader, max_payload, record_size
 from store.index import QueueIndex, packed_flags, packed_size
 from store.numbering import Numbering
-from store.logs import commit_log, recovery_log
+from store.logs import commit_log
 from store.lqs import QueueInfo, QueueRegistry
 from store.options import StoreOptions
 from store.pingpong import PingPong
 from store.placing import NATIVE
 from store.quota import Charge, QuotaBook
 from store.records import Job, Placed, PreparedTx, SendSpec, StoredRecord
-from store.startup import RecoveryReport, collector_paused, open_engine
+from store.startup import (RecoveryReport, collector_paused, load_stream_state, log_recovery,
+                           open_engine)
 from store.stats import Histogram
 from store.writer import GroupCommitter
 
@@ -59,7 +60,7 @@ _EXPRESS = RecordFlags.EXPRESS.value  # tested as a plain int: enum arithmetic i
 
 @functools.lru_cache(maxsize=64)
 def _with_express(flags: RecordFlags) -> RecordFlags:
-    """``flags | EXPRESS``, cached: the enum's ``|`` (1.4 us) was 1.4% of an express send."""
+    """``flags | EXPRESS``, cached: the enum's ``|`` is slow, on every express send."""
     return flags | RecordFlags.EXPRESS
 
 
@@ -143,21 +144,12 @@ class MessageStore:
             holding = set(map(_QUEUE_ID, opened.live)) | {
                 r.queue_id for tx in opened.prepared.values() for r in tx.records}
             registry.load(ids_in_use=set(opened.engine.next_seq), ids_with_messages=holding)
-            streams, stream_state, bad = PingPong.load(ops, lock.data_dir.storage, "MQInSeqs")
+            streams, stream_state, _ = load_stream_state(ops, lock.data_dir, opened.engine)
         except BaseException:
             lock.release()
             raise
-        if bad:
-            recovery_log.warning("MQInSeqs: %d damaged copy(ies) ignored", bad)
-        report = opened.report
-        recovery_log.info(
-            "store recovered segments=%d live=%d prepared=%d dead=%d damaged=%d full_scans=%d "
-            "log_entries=%d seconds=%.3f", report.segments, report.live_records,
-            report.prepared_transactions, report.dead_records, len(report.damaged),
-            report.full_scans, report.log_entries, report.seconds)
-        for problem in registry.problems:
-            recovery_log.warning("%s", problem)
-        store = cls(lock, opened.engine, opened.live, opened.prepared, report, registry)
+        log_recovery(opened.report, registry.problems)
+        store = cls(lock, opened.engine, opened.live, opened.prepared, opened.report, registry)
         auditor.baseline()
         auditor.save_state(clean=False)
         store.auditor = auditor
@@ -173,18 +165,12 @@ class MessageStore:
         self._writer = GroupCommitter(self._engine, loop, self._on_durable)
         commit_log.info("store writer started; placing loop: %s", "C extension" if NATIVE
                         else "Python (store._placing not built: no C compiler at install)")
-        self._audit_thread = threading.Thread(target=self._audit_loop, name="store-audit",
+        assert self.auditor is not None
+        self._audit_thread = threading.Thread(target=self.auditor.run_every, name="store-audit",
+                                              args=(self.options.audit_interval_s,
+                                                    self._audit_stop),
                                               daemon=True)
         self._audit_thread.start()
-
-    def _audit_loop(self) -> None:
-        assert self.auditor is not None
-        while not self._audit_stop.wait(self.options.audit_interval_s):
-            try:
-                self.auditor.run_pass()
-                self.auditor.save_state(clean=False)
-            except OSError as exc:  # the audit is advisory: never stop the store for it
-                recovery_log.warning("audit pass failed: %s", exc)
 
     @property
     def closed(self) -> bool:
@@ -194,6 +180,12 @@ class MessageStore:
     def failed(self) -> str | None:
         """Why the store fail-stopped, or None."""
         return self._engine.failed
+
+    @property
+    def short_of_space(self) -> str | None:
+        """Why every new message is refused (the disk is full and the store's space reserve
+        had to be used), or None. Reads and removals go on either way."""
+        return self._engine.short
 
     def close(self) -> None:
         """Stop the writer, write a final checkpoint, release the directory. Blocking."""
@@ -258,8 +250,8 @@ class MessageStore:
 
     def _admit(self, send: SendSpec, *, express: bool) -> tuple[SendSpec, Charge]:
         """One message checked (size, quotas), charged and numbered: ``_submit_sends``'s
-        steps for a single send in one pass, without the lists (3.2 us a message on the
-        event loop that way, 1.8 here with its Job). A reserved number is released on refusal.
+        steps for a single send in one pass, without the lists (the common case, on the
+        event loop). A reserved number is released on refusal.
 
         Raises:
             MessageTooLarge, QuotaExceeded: nothing charged, nothing numbered.
@@ -545,6 +537,10 @@ class MessageStore:
         """Replace the saved state of incoming ordered streams, durably (ping-pong copies).
 
         The gateway's exactly-once receiver encodes the payload; the store keeps it whole.
+
+        Raises:
+            DiskFull: it outgrew the space allocated for it and the disk is full (the saved
+                state is the previous one).
         """
         assert self._streams is not None
         async with self._streams_lock:
@@ -554,7 +550,11 @@ class MessageStore:
     # ---- queue registration (lqs/) -------------------------------------------------------
 
     async def create_queue(self, path: str, properties: dict[str, str]) -> QueueInfo:
-        """Register a queue (``lqs/nnnnnnnn.hhhhhhhh``), durably."""
+        """Register a queue (``lqs/nnnnnnnn.hhhhhhhh``), durably.
+
+        Raises:
+            StoreError: the queue exists. DiskFull: no room for its file.
+        """
         info = await self._blocking(self.registry.create, path, properties)
         self.quotas.set_limit(info.queue_id, info.quota)
         return info

@@ -1,4 +1,5 @@
-"""The QMLog file: a fixed-size cyclic log of transactional processing (seed 000).
+"""The QMLog file: a fixed-size cyclic log of transactional processing
+(docs/store.md §Transactions).
 
 Owned by the store's writer thread. Space between the last checkpoint's position and the write
 position is still needed by recovery; ``free_bytes`` says how much may be written before a

@@ -1,4 +1,4 @@
-"""Quota arithmetic (pure: no I/O), in the order seed 000 gives.
+"""Quota arithmetic (pure: no I/O), in MSMQ's order (docs/store.md §Quotas).
 
 Every message counts towards the machine quota (queues, outgoing queues, journals). Messages
 in journal-class queues (queue journals, the machine journal, the dead-letter queues) also

@@ -18,8 +18,8 @@ Op = Literal["append", "commit", "prepare", "commit_prepared", "abort", "remove"
 
 class SendSpec(NamedTuple):
     """One message to store: its queue, payload and the fields the index needs. A tuple:
-    every send builds two (the caller's and the numbered one), and a frozen dataclass cost
-    ~1.2 us more each on the event loop."""
+    every send builds two (the caller's and the numbered one), and a frozen dataclass is
+    slower to build, on the event loop."""
 
     queue_id: int
     payload: bytes
@@ -34,7 +34,7 @@ class SendSpec(NamedTuple):
 class StoredRecord(NamedTuple):
     """A record on disk: where it is and what the index needs; never the payload. A tuple:
     one is built per message sent and per message the index hands out (the index itself
-    keeps packed ints, see ``store.index``), and a frozen dataclass cost ~0.8 us more."""
+    keeps packed ints, see ``store.index``), and a frozen dataclass is slower to build."""
 
     queue_id: int
     seq: int

@@ -3,10 +3,10 @@ records, and for a segment written in one run, the write and its sync in one sys
 
 Why one call: the writer thread gives up the GIL for each system call and must win it back
 before the next. Between a ``pwritev`` and its ``fdatasync`` the event loop — resuming the
-committers of the previous batch — held it for up to ~120 us, so the sync started late and
-nothing overlapped. An ``O_DSYNC`` write (same latency here as write + fdatasync: 216-236 us
-for 32 KiB either way) is one call: the loop works while the disk does. A segment written in
-several runs (free space reused in pieces) is written run by run and synced once, as before;
+committers of the previous batch — can hold it, so the sync would start late and nothing
+would overlap. An ``O_DSYNC`` write (the same disk latency as write + fdatasync) is one call:
+the loop works while the disk does. A segment written in several runs (free space reused in
+pieces) is written run by run and synced once;
 express (``r``) segments are never synced.
 
 An ``O_DSYNC`` descriptor is kept open for the last ``SYNCED_FDS_MAX`` segments written so,
@@ -68,8 +68,8 @@ def runs_python(items: list[tuple[int, Parts]]
                 ) -> list[tuple[int, list[bytes | memoryview], int]]:
     """(start, buffers, total bytes) of each run of adjacent records of ``items`` (sorted by
     offset; each record is header, payload and padding: three buffers, the payload never
-    copied). ``_runs`` is the C extension's when it is built (3.7 -> ~0.5 us a 32-record
-    batch), this otherwise."""
+    copied). ``_runs`` is the C extension's when it is built (faster, on the writer's
+    critical path), this otherwise."""
     runs: list[tuple[int, list[bytes | memoryview], int]] = []
     run_start = run_end = items[0][0]
     run: list[bytes | memoryview] = []

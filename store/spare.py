@@ -1,17 +1,16 @@
 """Data segments made ahead of need, off the writer thread.
 
-Why: making a segment is ~1 ms of system calls in a row (``posix_fallocate``, the header's write
+Why: making a segment is a row of synced system calls (``posix_fallocate``, the header's write
 and ``fdatasync``, the rename and the directory's ``fsync``, the ``l`` file and the directory
-again), and the writer made it in the middle of a commit: the batch that needed it waited. With
-4 MiB segments at ~100,000 appends a second that was the store's p99 (1.7-2.4 ms, against
-0.8-0.9 ms with 64 MiB segments, sixteen times fewer to make). Now, as soon as the writer
-starts filling a new segment of a kind, this thread makes the next one of that kind; the
-writer takes it ready (created, synced, opened and mapped).
+again); made by the writer in the middle of a commit, the batch that needed it would wait, and
+with small segments under load that wait would set the store's p99 latency. So, as soon as the
+writer starts filling a new segment of a kind, this thread makes the next one of that kind;
+the writer takes it ready (created, synced, opened and mapped).
 
 A segment made ahead is an ordinary empty segment on disk: a restart finds it and uses it like
 any other. While one is ready, it is the kind's spare: a cleanup pass deletes every empty
 segment of that kind (it otherwise keeps the newest empty one), so an idle store keeps one
-empty segment per kind on disk, as before segments were made ahead. Out of space (ENOSPC,
+empty segment per kind on disk either way. Out of space (ENOSPC,
 EDQUOT), none is made ahead and the writer makes its own when it needs one, reporting the full
 disk then. Any other error is an I/O error of the store and is fatal, like every sync error:
 ``on_fatal``.

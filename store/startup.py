@@ -9,6 +9,10 @@ Steps (each one logged; ``RecoveryReport`` carries the figures):
 5. replay the QMLog since the checkpoint and apply ``recovery.resolve``;
 6. copy damaged ranges to ``quarantine/`` (they are reported, counted and freed);
 7. rewrite state bytes that changed, sync, write a fresh checkpoint — only then serve.
+
+On a full disk the store still opens (read-only until space returns): what recovery rewrites
+was allocated ahead (``store.space``); a file of an older store that was not is reported and
+written as it goes.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from store.qmlog import QMLog
 from store.records import PreparedTx, StoredRecord
 from store.recovery import resolve
 from store.segment import TEMP_SUFFIX, Segment, parse_segment_name, segment_name
+from store.space import Reserve, is_full
 
 __all__ = [
     "RecoveryReport",
@@ -114,6 +119,9 @@ def open_engine(ops: FileOps, data_dir: DataDir, options: StoreOptions) -> Opene
             _quarantine_range(ops, data_dir, segments[number], item, report)
 
     engine = Engine(ops, data_dir, options, nonce=nonce, qmlog=qmlog, mqtrans=mqtrans)
+    engine.reserve = Reserve(ops, data_dir.space_reserve)
+    engine.reserve.refill()
+    reserve_pair(mqtrans, engine.reserve, len(payload or b""))
     _fill_engine(engine, segments, found, entries, checkpoint, ops, data_dir)
     live = resolution.live
     engine.occupy_many(live)
@@ -165,6 +173,48 @@ def _discard_express(ops: FileOps, data_dir: DataDir, report: RecoveryReport) ->
         if parse_segment_name(path.name) is not None:
             ops.unlink(path)
             report.express_files_discarded += 1
+
+
+def reserve_pair(pair: PingPong, reserve: Reserve, payload_size: int) -> None:
+    """Allocate a ping-pong pair ahead; on a full disk it is reported and left as it is.
+
+    Raises:
+        OSError: an I/O error.
+    """
+    try:
+        pair.reserve_space(reserve, payload_size)
+    except OSError as exc:
+        if not is_full(exc):
+            raise
+        recovery_log.warning("disk full: %s not allocated ahead (%s)", pair.paths[0].stem, exc)
+
+
+def load_stream_state(ops: FileOps, data_dir: DataDir, engine: Engine
+                      ) -> tuple[PingPong, bytes | None, int]:
+    """The incoming streams' saved state (``MQInSeqs``), its pair allocated ahead and handed
+    to the engine's checkpoints: (the pair, the state, damaged copies).
+
+    Raises:
+        OSError: an I/O error.
+    """
+    streams, state, bad = PingPong.load(ops, data_dir.storage, "MQInSeqs")
+    assert engine.reserve is not None
+    reserve_pair(streams, engine.reserve, len(state or b""))
+    engine.pairs.append(streams)
+    if bad:
+        recovery_log.warning("MQInSeqs: %d damaged copy(ies) ignored", bad)
+    return streams, state, bad
+
+
+def log_recovery(report: RecoveryReport, problems: list[str]) -> None:
+    """What recovery found, in the log."""
+    recovery_log.info(
+        "store recovered segments=%d live=%d prepared=%d dead=%d damaged=%d full_scans=%d "
+        "log_entries=%d seconds=%.3f", report.segments, report.live_records,
+        report.prepared_transactions, report.dead_records, len(report.damaged),
+        report.full_scans, report.log_entries, report.seconds)
+    for problem in problems:
+        recovery_log.warning("%s", problem)
 
 
 def load_checkpoint(payload: bytes | None, bad_copies: int) -> Checkpoint | None:
@@ -316,6 +366,13 @@ def _fill_engine(engine: Engine, segments: dict[int, Segment],
             engine.next_seq[queue_id] = seq + 1
     for number, segment in segments.items():
         lfile = LFile.open(ops, data_dir.storage / segment_name("l", number), segment.size)
+        try:
+            lfile.reserve()  # done when the segment was made, unless an older version made it
+        except OSError as exc:
+            if not is_full(exc):
+                lfile.close()
+                raise
+            recovery_log.warning("disk full: %s not allocated ahead (%s)", lfile.path.name, exc)
         if checkpoint is not None:
             lfile.read_best(checkpoint.epoch)
         bitmap = GranuleBitmap(segment.size)

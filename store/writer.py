@@ -28,8 +28,8 @@ __all__ = ["GroupCommitter"]
 _PENDING_JOBS_MAX = 65_536
 # A batch takes half of what is pending (at least this many jobs): a burst of closed-loop
 # committers then splits into two groups, and the loop resumes one group while the other is
-# written and synced (store/runs.py: the sync holds no GIL). Taking everything kept the loop,
-# the framing and the disk in series. Store commits at C = 64: +10.8% (five A/B pairs).
+# written and synced (store/runs.py: the sync holds no GIL). Taking everything would keep the
+# loop, the framing and the disk in series.
 _BATCH_JOBS_MIN = 32
 
 
@@ -43,14 +43,14 @@ class GroupCommitter:
         self._on_done = on_done
         self._pending: list[tuple[Job, asyncio.Future[Job]]] = []
         # Payload bytes of each pending job (same order) and their sum, counted by ``submit``
-        # on the loop: the writer's count of a batch's bytes, job by job under the lock, was
-        # ~3 us of its ~40 us of Python between two synced writes (session 14).
+        # on the loop, so the writer does not count a batch's bytes job by job under the lock
+        # (its Python between two synced writes is on the commit path).
         self._sizes: list[int] = []
         self._pending_bytes = 0
         # A waiting writer sleeps on ``_wakeup``, a lock used as a one-token semaphore, which
         # the loop releases only when ``_waiting`` says the writer sleeps: threading.Condition
-        # (its __enter__, notify and wait are Python code) was ~3% of the loop under SRMP
-        # load. Both flags live under ``_lock``; ``_take`` empties the token before waiting.
+        # (its __enter__, notify and wait are Python code) would cost the loop on every
+        # commit. Both flags live under ``_lock``; ``_take`` empties the token before waiting.
         self._lock = threading.Lock()
         self._wakeup = threading.Lock()
         self._wakeup.acquire()

@@ -94,7 +94,7 @@ async def ready_client(aiohttp_client: Any, settings: Any) -> Any:
 
     app = make_app(settings)
     client = await aiohttp_client(app)
-    for _ in range(500):
+    for _ in range(3000):  # an upper bound only: a loaded machine may be slow to recover
         if app[STATE_KEY].ready:
             return client
         await asyncio.sleep(0.01)

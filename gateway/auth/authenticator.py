@@ -1,8 +1,13 @@
 """Credentials -> principals: API keys (compared by SHA-256, never stored in clear), HMAC
 request signatures, client certificates; plus each partner's rate limit.
 
-Built once from the settings (reading the HMAC secret files). ``required`` is true as soon as
-any credential is configured; then a request without one is 401.
+Built once from the settings (reading the HMAC secret files, parsing the certificate
+subjects). ``required`` is true as soon as any credential is configured; then a request
+without one is 401.
+
+Partners are kept apart: each has its own token bucket and its own nonce cache, and a signed
+request takes its nonce slot only once it has passed the rate limit, so neither a partner
+over its limit nor one sending many signed requests refuses another's.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,11 +29,11 @@ from gateway.auth.hmac_sig import (
 )
 from gateway.auth.principal import ADMIN, Principal
 from gateway.auth.ratelimit import TokenBucket
-from gateway.auth.tls import subject_matches
+from gateway.auth.tls import SubjectKey, parse_subject, subject_key
 from gateway.errors import ConfigError
 from gateway.settings import Settings
 
-__all__ = ["Authenticator", "Credentials", "AuthError", "read_secret"]
+__all__ = ["Authenticator", "Credentials", "AuthError", "RateLimited", "read_secret"]
 
 
 def read_secret(path: str, key: str) -> bytes:
@@ -49,29 +55,40 @@ class AuthError(Exception):
     """A credential was presented and is wrong (401)."""
 
 
+class RateLimited(Exception):
+    """The partner is over its rate limit (429); ``wait_s`` until it may go on."""
+
+    def __init__(self, partner: str, wait_s: float) -> None:
+        super().__init__(f"partner {partner!r} is over its rate limit")
+        self.wait_s = wait_s
+
+
 @dataclass(frozen=True, slots=True)
 class Credentials:
-    """What a request presents: the Authorization header, the client-certificate subject,
-    and what HMAC signatures cover."""
+    """What a request presents: the Authorization header, the verified client certificate's
+    subject (``tls.subject_key``), and what HMAC signatures cover (``headers``: all the
+    request's, as pairs)."""
 
     authorization: str
-    cert_subject: str
+    cert_subject: SubjectKey | None
     method: str
     path_qs: str
     body: bytes
+    headers: Iterable[tuple[str, str]]
 
 
 class Authenticator:
     def __init__(self, settings: Settings) -> None:
-        """Raises: ConfigError when a partner's HMAC secret file cannot be read."""
+        """Raises: ConfigError when a partner's HMAC secret file cannot be read or its
+        certificate subject is not an RFC 4514 name."""
         auth = settings.auth
         self.window_s = auth.replay_window
-        self.nonces = NonceCache(window_s=auth.replay_window, entries_max=auth.nonces_max)
         self._keys: dict[str, Principal] = {}
         if auth.admin_key_sha256:
             self._keys[auth.admin_key_sha256] = ADMIN
         self._secrets: dict[str, tuple[Principal, bytes]] = {}
-        self._subjects: list[tuple[str, Principal]] = []
+        self.nonces: dict[str, NonceCache] = {}  # per partner: none can fill another's
+        self._subjects: dict[SubjectKey, Principal] = {}
         self._buckets: dict[str, TokenBucket] = {}
         for p in settings.partners:
             principal = Principal(p.name, send=p.send, receive=p.receive)
@@ -80,38 +97,53 @@ class Authenticator:
             if p.hmac_secret_file:
                 secret = read_secret(p.hmac_secret_file, f"partners.{p.name}.hmac_secret_file")
                 self._secrets[p.name] = (principal, secret)
+                self.nonces[p.name] = NonceCache(window_s=auth.replay_window,
+                                                 entries_max=auth.nonces_max)
             if p.cert_subject:
-                self._subjects.append((p.cert_subject, principal))
+                key = f"partners.{p.name}.cert_subject"
+                try:
+                    subject = subject_key(parse_subject(p.cert_subject))
+                except ValueError as exc:
+                    raise ConfigError(f"{key}: {exc}") from None
+                other = self._subjects.setdefault(subject, principal)
+                if other is not principal:
+                    raise ConfigError(f"{key}: the same subject as partner {other.name!r}")
             if p.rate:
                 self._buckets[p.name] = TokenBucket(p.rate, p.burst or 2 * p.rate)
         self.required = bool(self._keys or self._secrets or self._subjects)
 
-    def authenticate(self, creds: Credentials, *, now: float) -> Principal | None:
-        """The principal the credentials prove, or None when none was presented.
+    def authenticate(self, creds: Credentials, *, now: float, monotonic: float
+                     ) -> Principal | None:
+        """The principal the credentials prove, or None when none was presented; past
+        its partner's rate limit. ``now`` is the wall clock (signature timestamps),
+        ``monotonic`` the clock of the rate limits.
 
         Raises:
             AuthError: a credential was presented and is wrong, stale or replayed.
-            OverflowError: the nonce cache is full (503).
+            OverflowError: the partner's nonce cache is full (503).
+            RateLimited: the partner is over its rate limit (429).
         """
         header = creds.authorization.strip()
         if header.startswith(SCHEME):
-            return self._signed(creds, now)
+            return self._signed(creds, now, monotonic)
         if header[:7].lower() == "bearer ":
-            return self._key(header[7:].strip())
-        if header[:6].lower() == "basic ":
+            principal: Principal | None = self._key(header[7:].strip())
+        elif header[:6].lower() == "basic ":
             # Browsers (the status page): any user name, the API key as the password.
             try:
                 decoded = base64.b64decode(header[6:].strip(), validate=True).decode()
             except (binascii.Error, UnicodeDecodeError):
                 raise AuthError("malformed Basic credentials") from None
-            return self._key(decoded.partition(":")[2])
-        if header:
+            principal = self._key(decoded.partition(":")[2])
+        elif header:
             raise AuthError(f"unsupported authorization scheme (use Bearer, Basic or {SCHEME})")
-        if creds.cert_subject:
-            for subject, principal in self._subjects:
-                if subject_matches(subject, creds.cert_subject):
-                    return principal
-        return None
+        elif creds.cert_subject is not None:
+            principal = self._subjects.get(creds.cert_subject)
+        else:
+            principal = None
+        if principal is not None:
+            self._throttle(principal, monotonic)
+        return principal
 
     def _key(self, key: str) -> Principal:
         digest = hashlib.sha256(key.encode()).hexdigest()
@@ -120,7 +152,7 @@ class Authenticator:
                 return principal
         raise AuthError("unknown API key")
 
-    def _signed(self, creds: Credentials, now: float) -> Principal:
+    def _signed(self, creds: Credentials, now: float, monotonic: float) -> Principal:
         try:
             signed = parse_authorization(creds.authorization)
             found = self._secrets.get(signed.partner)
@@ -128,17 +160,23 @@ class Authenticator:
                 raise SignatureError(f"no partner {signed.partner!r} with an HMAC secret")
             principal, secret = found
             verify(signed, secret, method=creds.method, path_qs=creds.path_qs,
-                   body=creds.body, now=now, window_s=self.window_s)
+                   body=creds.body, headers=creds.headers, now=now, window_s=self.window_s)
         except SignatureError as exc:
             raise AuthError(str(exc)) from exc
-        admitted = self.nonces.admit(signed.partner, signed.nonce, now)
-        if admitted is None:
-            raise OverflowError("too many signed requests within the replay window")
-        if not admitted:
+        nonces = self.nonces[signed.partner]
+        fresh = nonces.check(signed.nonce, now)
+        if fresh is None:
+            raise OverflowError(f"partner {signed.partner!r} sent too many signed requests "
+                                "within the replay window")
+        if not fresh:
             raise AuthError("replayed request: this nonce was already used")
+        self._throttle(principal, monotonic)  # refused: the nonce stays unused
+        nonces.add(signed.nonce, now)
         return principal
 
-    def throttle(self, principal: Principal, now: float) -> float:
-        """0 when the partner may go on, else the seconds until it may."""
+    def _throttle(self, principal: Principal, monotonic: float) -> None:
+        """Raises: RateLimited when the partner has no token left (none is taken then)."""
         bucket = self._buckets.get(principal.name)
-        return 0.0 if bucket is None else bucket.take(now)
+        wait = 0.0 if bucket is None else bucket.take(monotonic)
+        if wait:
+            raise RateLimited(principal.name, wait)

@@ -1,12 +1,23 @@
 """TLS: the server's SSL context, client-certificate subjects, and self-signed development
-certificates made with ``cryptography``."""
+certificates made with ``cryptography``.
+
+A client certificate names a partner when its subject equals the partner's ``cert_subject``
+attribute for attribute: both are parsed (the certificate's from its DER, the configured one
+as an RFC 4514 string), and each is taken as a multiset of RDNs, an RDN being the set of its
+(attribute OID, value) pairs. The order of the RDNs does not matter; every attribute does
+(none missing, none extra, a repeated type counted each time, a multi-valued RDN kept
+together); values compare exactly, case and spaces included. No string is ever split, so a
+value holding ``,`` ``+`` or ``=`` stays one value.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 import os
 import ssl
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 from cryptography import x509
@@ -14,11 +25,80 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-__all__ = ["server_context", "create_self_signed", "subject_of", "subject_matches"]
+__all__ = ["server_context", "create_self_signed", "parse_subject", "subject_key",
+           "SubjectKey", "PeerSubjects"]
 
-_SHORT = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
-          "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
-          "emailAddress": "EMAILADDRESS", "domainComponent": "DC"}
+# RFC 4514 keywords cryptography knows, and a few common ones it does not; upper or lower case.
+_KEYWORDS = {"CN": NameOID.COMMON_NAME, "L": NameOID.LOCALITY_NAME,
+             "ST": NameOID.STATE_OR_PROVINCE_NAME, "O": NameOID.ORGANIZATION_NAME,
+             "OU": NameOID.ORGANIZATIONAL_UNIT_NAME, "C": NameOID.COUNTRY_NAME,
+             "STREET": NameOID.STREET_ADDRESS, "DC": NameOID.DOMAIN_COMPONENT,
+             "UID": NameOID.USER_ID, "EMAILADDRESS": NameOID.EMAIL_ADDRESS,
+             "SERIALNUMBER": NameOID.SERIAL_NUMBER}
+_OVERRIDES = {**_KEYWORDS, **{k.lower(): v for k, v in _KEYWORDS.items()}}
+
+SubjectKey = frozenset[tuple[frozenset[tuple[str, str | bytes]], int]]
+
+
+def subject_key(name: x509.Name) -> SubjectKey:
+    """What two subjects must share to match: each RDN's (OID, value) set, with how many
+    times it occurs; hashable, so the configured subjects are a dict."""
+    rdns = Counter(frozenset((attr.oid.dotted_string, attr.value) for attr in rdn)
+                   for rdn in name.rdns)
+    return frozenset(rdns.items())
+
+
+def parse_subject(text: str) -> x509.Name:
+    """A configured subject, RFC 4514 (``CN=acme.example.com,O=Acme``; escape ``,`` ``+``
+    ``"`` ``\\`` ``<`` ``>`` ``;`` in a value with ``\\``, no spaces around separators).
+
+    Raises:
+        ValueError: saying what is wrong.
+    """
+    try:
+        name = x509.Name.from_rfc4514_string(text, _OVERRIDES)
+    except ValueError as exc:
+        detail = f" ({exc})" if str(exc) else ""
+        raise ValueError(f"{text!r} is not an RFC 4514 name{detail}: attributes like "
+                         "CN=x,O=y with no spaces around ',' '+' '=', a ',' or '+' inside a "
+                         "value escaped as '\\,' '\\+'") from None
+    if not name.rdns:
+        raise ValueError("the subject is empty")
+    return name
+
+
+class PeerSubjects:
+    """The subject keys of verified client certificates, by certificate (DER), the
+    ``entries_max`` most recent: parsing one costs tens of microseconds, a look-up one,
+    and a peer gateway presents its certificate with every SRMP request."""
+
+    def __init__(self, entries_max: int = 1024) -> None:
+        self.entries_max = entries_max
+        self._keys: OrderedDict[bytes, SubjectKey | None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def of(self, transport: asyncio.BaseTransport | None) -> SubjectKey | None:
+        """The subject key of the client certificate the TLS handshake verified; None
+        without one (or for one ``cryptography`` cannot read, which then proves nothing)."""
+        if transport is None or not transport.get_extra_info("peercert"):
+            return None  # no TLS, no certificate, or one not verified (the dict is empty)
+        ssl_object = transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if not der:
+            return None
+        if der in self._keys:
+            self._keys.move_to_end(der)
+            return self._keys[der]
+        try:
+            key: SubjectKey | None = subject_key(x509.load_der_x509_certificate(der).subject)
+        except ValueError:
+            key = None
+        self._keys[der] = key
+        if len(self._keys) > self.entries_max:
+            self._keys.popitem(last=False)
+        return key
 
 
 def server_context(cert: str, key: str, client_ca: str = "") -> ssl.SSLContext:
@@ -34,33 +114,6 @@ def server_context(cert: str, key: str, client_ca: str = "") -> ssl.SSLContext:
         context.load_verify_locations(client_ca)
         context.verify_mode = ssl.CERT_OPTIONAL
     return context
-
-
-def subject_of(peercert: dict[str, object] | None) -> str:
-    """``CN=x,O=y`` from the dict ``SSLSocket.getpeercert()`` gives; "" without one."""
-    if not peercert:
-        return ""
-    parts = []
-    for rdn in peercert.get("subject", ()):  # type: ignore[attr-defined]
-        for name, value in rdn:
-            parts.append(f"{_SHORT.get(name, name)}={value}")
-    return ",".join(parts)
-
-
-def _pairs(subject: str) -> frozenset[tuple[str, str]]:
-    pairs = set()
-    for part in subject.split(","):
-        key, sep, value = part.partition("=")
-        if sep:
-            pairs.add((key.strip().upper(), value.strip().lower()))
-    return frozenset(pairs)
-
-
-def subject_matches(configured: str, presented: str) -> bool:
-    """Every ``K=V`` of the configured subject is in the presented one (case-insensitive,
-    any order); an empty configured subject matches nothing."""
-    wanted = _pairs(configured)
-    return bool(wanted) and wanted <= _pairs(presented)
 
 
 def create_self_signed(out_dir: Path, *, common_name: str, names: list[str], days: int,

@@ -2,8 +2,8 @@
 Arrow batches go to the JVM without a per-row conversion).
 
 The stored property objects of a batch are parsed together by Arrow's JSON reader (one line
-each) and the columns derived column-wise: ~1 us a row instead of ~16 us for ``json.loads``
-and a dict per row, which kept the source below the Parquet sink's pace. Property objects
+each) and the columns derived column-wise, far cheaper than ``json.loads`` and a dict per
+row, which would keep the source below the Parquet sink's pace. Property objects
 that do not fit one table (a key with different types in different messages) take the
 row-by-row path, which gives the same rows.
 """

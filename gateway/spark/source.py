@@ -1,5 +1,5 @@
 """The ``entrepot`` PySpark data source: queues read by sequence range, exactly once through
-Spark's checkpoint (``../shared/reference/spark.md``).
+Spark's checkpoint (docs/spark.md).
 
 Offsets are ``{"<queue path>": <next sequence to read>}``. Before a micro-batch runs, Spark
 writes its ``[start, end)`` to the checkpoint; executors read each partition's range (the

@@ -30,11 +30,13 @@ def _flag(name: str, on: bool) -> str:
     return f"<{name}/>" if on else ""
 
 
-def _path(path: Path) -> str:
-    out = [f'<path xmlns="{NS_RP}"{_MU}>', _el("action", path.action), _el("to", path.to),
-           _el("id", path.id)]
-    if path.rev_via is not None:
-        out.append(f"<rev>{_el('via', path.rev_via) if path.rev_via else '<via/>'}</rev>")
+def _path(path: Path, receipt: bool) -> str:
+    """A receipt's ``<rev>`` comes before its ``<id>``, a user message's after it: the order
+    of the spec's examples (V03 against V05, V07)."""
+    out = [f'<path xmlns="{NS_RP}"{_MU}>', _el("action", path.action), _el("to", path.to)]
+    rev = "" if path.rev_via is None else (
+        f"<rev>{_el('via', path.rev_via) if path.rev_via else '<via/>'}</rev>")
+    out += [rev, _el("id", path.id)] if receipt else [_el("id", path.id), rev]
     out.append("</path>")
     return "".join(out)
 
@@ -97,7 +99,10 @@ def _msmq(m: MsmqHeader) -> str:
 
 
 def envelope_bytes(env: Envelope) -> bytes:
-    out = [f'<se:Envelope xmlns:se="{NS_SE}" xmlns="{NS_SRMP}"><se:Header>', _path(env.path),
+    receipt = (env.delivery_receipt is not None or env.commitment_receipt is not None
+               or env.stream_receipt is not None)
+    out = [f'<se:Envelope xmlns:se="{NS_SE}" xmlns="{NS_SRMP}"><se:Header>',
+           _path(env.path, receipt),
            f"<properties{_MU}>", _el("expiresAt", env.expires_at)]
     if env.sent_at is not None:
         out.append(_el("sentAt", env.sent_at))

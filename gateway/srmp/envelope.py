@@ -302,7 +302,7 @@ _CANONICAL_GUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[
 
 def _guid(text: str, name: str) -> str:
     if _CANONICAL_GUID.fullmatch(text):
-        return text  # already what str(UUID) gives (UUID() costs ~2 us)
+        return text  # already what str(UUID) gives: skip building a UUID
     try:
         return str(uuid.UUID(text))
     except ValueError:
@@ -311,7 +311,7 @@ def _guid(text: str, name: str) -> str:
 
 _MSMQ_NUMBERS = (("Class", 0xFFFF), ("Priority", 7), ("BodyType", 0xFFFF), ("App", _U32),
                  ("HashAlgorithm", _U32))
-# The <Msmq> children read as text (others, known or not, are not read: as before).
+# The <Msmq> children read as text (others, known or not, are not read).
 _MSMQ_TEXTS = frozenset({name for name, _ in _MSMQ_NUMBERS} | {
     "Correlation", "ConnectorType", "TTrq", "SourceQmGuid", "DestinationMqf", "AdminMqf",
     "ResponseMqf"})

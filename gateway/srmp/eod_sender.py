@@ -16,7 +16,7 @@ so the head is what it can be missing, and a duplicate of it makes the receiver 
 again when only the receipt was lost. Resending everything would flood a store-and-forward
 hop with tens of thousands of copies whenever receipts lag behind a deep backlog. A receiver
 that rejects a whole stream for ``restart_after`` rounds has probably lost its state: the
-remaining messages move to a new stream (seed 002).
+remaining messages move to a new stream (docs/architecture.md §Store and forward).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def parse_content_type(value: str) -> tuple[str, dict[str, str]]:
     """``type/subtype`` (lower-cased) and its parameters (names lower-cased, quotes removed).
 
     Quoted values may hold spaces, commas, semicolons and backslash escapes. Cached: every
-    SRMP request parses its own and its envelope part's, and senders repeat them (~4 us each).
+    SRMP request parses its own and its envelope part's, and senders repeat them.
 
     Raises:
         MimeError: an unterminated quoted string.

@@ -1,6 +1,7 @@
 """A stored message -> the SRMP envelope a link sends (pure). srmp.md §1.5-§1.7, §4.2.
 
-Windows' choices are followed: ``App`` only when non-zero, ``previous`` only when it is not
+Windows' choices are followed: ``Correlation``, ``App`` and ``HashAlgorithm`` always (zeros
+and SHA-1 when unset, as in V02), ``previous`` only when it is not
 ``current - 1``, ``<start>`` only on the first message of a stream, ``expiresAt`` from
 time-to-be-received (2038 when none), ``TTrq`` from time-to-reach-queue (sent + 4 days when
 none), receipt requests from the acknowledgement level.
@@ -28,6 +29,8 @@ __all__ = ["StreamPosition", "outbound_envelope", "url_of_format_name"]
 
 _OBJECTID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
 _TTRQ_DEFAULT_S = 4 * 86400
+_NO_CORRELATION = objectid_to_base64("00000000-0000-0000-0000-000000000000", 0)
+_HASH_SHA1 = 32772  # CALG_SHA1, Windows' default HashAlgorithm (V02)
 
 
 class StreamPosition:
@@ -45,12 +48,14 @@ class StreamPosition:
 
 
 def url_of_format_name(name: str) -> str | None:
-    """``DIRECT=HTTP(S)://...`` -> the URL SRMP carries; other format names -> ``MSMQ:`` + name;
-    empty -> None."""
+    """``DIRECT=HTTP(S)://...`` -> the URL SRMP carries (``http(s)://...``); other format
+    names -> ``MSMQ:`` + name; empty -> None."""
     if not name:
         return None
-    if name.upper().startswith(("DIRECT=HTTP://", "DIRECT=HTTPS://")):
-        return name[len("DIRECT="):]
+    upper = name.upper()
+    for scheme in ("http", "https"):  # Windows writes the scheme lower-case (spec examples)
+        if upper.startswith(f"DIRECT={scheme.upper()}://"):
+            return scheme + name[len("DIRECT=") + len(scheme):]
     return "MSMQ:" + name
 
 
@@ -68,7 +73,7 @@ def outbound_envelope(props: MessageProperties, *, to: str, ordinal: int, qm_gui
                             delivery_receipt_to=delivery, commitment_receipt_to=commitment,
                             positive_only=bool(commitment and ack & AckLevel.POS_RECEIVE),
                             negative_only=bool(commitment and ack & AckLevel.NEG_RECEIVE))
-    correlation = None
+    correlation = _NO_CORRELATION  # Windows writes Correlation, App, HashAlgorithm always
     match = _OBJECTID.match(props.correlation_id)
     if match is not None:
         correlation = objectid_to_base64(match.group(1), int(match.group(2)))
@@ -90,6 +95,8 @@ def outbound_envelope(props: MessageProperties, *, to: str, ordinal: int, qm_gui
         msmq=MsmqHeader(message_class=props.message_class, priority=props.priority,
                         journal=props.journal == "journal",
                         dead_letter=props.journal == "deadletter", correlation=correlation,
-                        app=props.app_specific or None,
+                        app=props.app_specific,
                         body_type=int(props.extra.get("body_type", "0") or 0),
+                        hash_algorithm=int(props.extra.get("hash_algorithm", "")
+                                           or _HASH_SHA1),
                         source_qm=props.source_qm or qm_guid, ttrq=format_srmp_time(ttrq_s)))

@@ -3,7 +3,7 @@ whole envelope only on demand.
 
 Why: a parse worker (gateway.srmp_parse_pool) sends its result to the event loop pickled, and
 rebuilding the whole envelope there (frozen model classes, ~45 fields) plus making the message
-properties from it was 11-12 us of the loop's time a message. The worker now makes the
+properties from it would cost the busiest thread, the loop. The worker makes the
 properties too and sends the envelope as bytes that are unpickled only when a request needs
 more than this summary (a receipt, a signature, an authenticated queue).
 """

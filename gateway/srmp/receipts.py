@@ -9,11 +9,13 @@ from gateway.srmp.model import (
     CommitmentReceipt,
     DeliveryReceipt,
     Envelope,
+    NULL_GUID,
     MsmqHeader,
     Path,
     StreamReceipt,
     format_message_id,
     format_srmp_time,
+    objectid_to_base64,
 )
 
 __all__ = ["stream_receipt", "delivery_receipt", "commitment_receipt", "ORDER_ACK_ACTION",
@@ -25,8 +27,11 @@ TTRQ_S = 4 * 86400  # Windows' default time-to-reach-queue (LongLiveTime)
 
 def _msmq(qm_guid: str, message_class: int, priority: int, now_s: int,
           correlation: str | None = None) -> MsmqHeader:
-    return MsmqHeader(message_class=message_class, priority=priority, correlation=correlation,
-                      app=0 if correlation is not None else None, body_type=0,
+    # Correlation and App are written even when zero, as Windows does in every receipt of
+    # the spec (4.3, and 4.4's stream receipts: 20 zero bytes when there is no original).
+    return MsmqHeader(message_class=message_class, priority=priority,
+                      correlation=correlation or objectid_to_base64(NULL_GUID, 0), app=0,
+                      body_type=0,
                       hash_algorithm=0, source_qm=qm_guid,
                       ttrq=format_srmp_time(now_s + TTRQ_S))
 

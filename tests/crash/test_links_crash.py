@@ -36,18 +36,23 @@ reorder_wait = "1s"
 """
 
 
-def _write(root: Path, name: str, config: str, mapping: dict[str, str]) -> list[str]:
+def _write(root: Path, outbound: str, name: str, config: str, mapping: dict[str, str]
+           ) -> list[str]:
     (root / f"{name}-mapping").mkdir(parents=True)
     for file, text in mapping.items():
         (root / f"{name}-mapping" / file).write_text(text)
     path = root / f"{name}.toml"
-    path.write_text(config.replace("MAPPING_DIR", str(root / f"{name}-mapping")))
+    path.write_text(config.replace("MAPPING_DIR", str(root / f"{name}-mapping")) + outbound)
     return ["--config", str(path)]
 
 
 def _configs(root: Path, ports: dict[str, int]) -> dict[str, list[str]]:
+    # Receipts (stream receipts to the published order-ack address) go to the other gateways
+    # and the fault proxies: each gateway allows all of them as outbound addresses.
+    outbound = "\n[outbound]\nallow = [" + ", ".join(
+        f'"http://127.0.0.1:{port}"' for port in ports.values()) + "]\n"
     a, p = ports["a"], ports["p"]
-    p_args = _write(root, "p", COMMON + """
+    p_args = _write(root, outbound, "p", COMMON + """
 [[queues]]
 path = "private$/orders"
 transactional = true
@@ -57,11 +62,11 @@ transactional = true
                 f'<from>http://127.0.0.1:{ports["pa"]}/msmq/orderack</from>'
                 f"<to>http://127.0.0.1:{a}/msmq/private$/order_queue$</to>"
                 "</redirection></redirections>")
-        return {"p": p_args, "a": _write(root, "a", COMMON + """
+        return {"p": p_args, "a": _write(root, outbound, "a", COMMON + """
 [mapping]
 dir = "MAPPING_DIR"
 """, {"acks.xml": acks, **_a_mapping(ports, "ap", "pa")})}
-    f_args = _write(root, "f", COMMON.replace("[srmp]", "[srmp]\nforward = true") + """
+    f_args = _write(root, outbound, "f", COMMON.replace("[srmp]", "[srmp]\nforward = true") + """
 [mapping]
 dir = "MAPPING_DIR"
 """, {
@@ -73,7 +78,7 @@ dir = "MAPPING_DIR"
                    f"<destination>http://127.0.0.1:{p}/*</destination>"
                    f'<through>http://127.0.0.1:{ports["fp"]}/msmq</through></redirection>'
                    "</outbound_redirections>"})
-    a_args = _write(root, "a", COMMON + """
+    a_args = _write(root, outbound, "a", COMMON + """
 [mapping]
 dir = "MAPPING_DIR"
 """, _a_mapping(ports, "af", "pf"))

@@ -38,7 +38,7 @@ class _FailsMaking(FaultyFileOps):
 async def _idle(store: MessageStore) -> None:
     preparer = store._engine.preparer
     assert preparer is not None
-    for _ in range(500):
+    for _ in range(3000):  # an upper bound only
         with preparer._lock:
             if not preparer._wanted:
                 return

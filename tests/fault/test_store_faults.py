@@ -27,7 +27,7 @@ async def made_ahead(store: MessageStore, kind: str = "p") -> int:
     """Wait until the segment preparer has the next segment of ``kind`` ready; its number."""
     preparer = store._engine.preparer
     assert preparer is not None
-    for _ in range(500):
+    for _ in range(3000):  # an upper bound only
         with preparer._lock:
             ready = preparer._ready.get(kind)
         if ready is not None:
@@ -38,7 +38,7 @@ async def made_ahead(store: MessageStore, kind: str = "p") -> int:
 
 async def until_failed(store: MessageStore) -> str:
     """Wait until the store fail-stops (an error on another thread); the reason."""
-    for _ in range(500):
+    for _ in range(3000):  # an upper bound only
         if store.failed is not None:
             return store.failed
         await asyncio.sleep(0.01)

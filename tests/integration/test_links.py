@@ -23,21 +23,31 @@ FAST = {"links.resend": ["1s"], "links.retry_max": "200ms", "links.request_timeo
 
 @pytest.fixture
 def gateway_factory(aiohttp_client: Any, tmp_path: Path) -> Callable[..., Any]:
-    """A gateway app served on a known loopback port (so it knows its own URL)."""
+    """A gateway app served on a known loopback port (so it knows its own URL). The ports
+    are reserved up front so that each gateway can allow the others as outbound addresses
+    (stream receipts go back to the sender's URL)."""
+    ports: list[int] = []
+    while len(ports) < 6:
+        candidate = free_port()
+        if candidate not in ports:
+            ports.append(candidate)
+    spare = list(ports)
 
     async def make(name: str, port: int = 0, doc: dict[str, Any] | None = None,
                    **overrides: Any) -> tuple[Any, int]:
-        port = port or free_port()
+        port = port or (spare.pop(0) if spare else free_port())
         dotted = {"store.data_dir": str(tmp_path / name), "server.listen": f"127.0.0.1:{port}",
+                  "outbound.allow": [f"http://127.0.0.1:{p}" for p in ports],
                   **FAST, **{k.replace("__", "."): v for k, v in overrides.items()}}
         app = make_app(parse_settings(doc or {}, dotted))
         client = await aiohttp_client(app, server_kwargs={"port": port})
-        for _ in range(500):
+        for _ in range(3000):  # an upper bound only
             if app[STATE_KEY].ready:
                 break
             await asyncio.sleep(0.01)
         return client, port
 
+    make.spare = spare  # type: ignore[attr-defined]  # ports a test may name itself
     return make
 
 
@@ -125,7 +135,8 @@ async def test_through_a_store_and_forward_gateway_with_order_acks_coming_back(
     logical receipt address; F forwards P's order acknowledgements to A's order queue."""
     p, p_port = await gateway_factory("p")
     await p.put("/v1/queues/private$/orders", json={"transactional": True})
-    f_port, a_port = free_port(), free_port()
+    spare = gateway_factory.spare  # type: ignore[attr-defined]
+    f_port, a_port = spare.pop(), spare.pop()
     f_map, a_map = tmp_path / "f-mapping", tmp_path / "a-mapping"
     f_map.mkdir()
     a_map.mkdir()
@@ -181,12 +192,12 @@ async def test_idempotency_key_for_remote_destinations(gateway_factory: Callable
 
 async def test_order_acks_at_a_published_logical_address_advance_the_sender(
         gateway_factory: Callable[..., Any], tmp_path: Path) -> None:
-    """Issue 6's wiring: a stream-receipt setup publishes a logical URL on this gateway as
+    """Stream-receipt mapping end to end: a setup publishes a logical URL on this gateway as
     sendReceiptsTo; order acknowledgements arriving there reach the order queue and move
     the stream on (nothing else maps that URL)."""
     p, p_port = await gateway_factory("p")
     await p.put("/v1/queues/private$/orders", json={"transactional": True})
-    a_port = free_port()
+    a_port = gateway_factory.spare.pop()  # type: ignore[attr-defined]
     mapping = tmp_path / "a-mapping"
     mapping.mkdir()
     (mapping / "receipts.xml").write_text(
@@ -216,7 +227,8 @@ async def test_a_receiver_that_lost_the_stream_gets_a_new_one(
     not know; A moves the waiting message to a new stream, which P takes."""
     from tests.fault.proxy import FaultProxy
 
-    p_port, proxy_port = free_port(), free_port()
+    spare = gateway_factory.spare  # type: ignore[attr-defined]
+    p_port, proxy_port = spare.pop(), spare.pop()
     p, _ = await gateway_factory("p", p_port)
     await p.put("/v1/queues/private$/orders", json={"transactional": True})
     proxy = FaultProxy(f"http://127.0.0.1:{p_port}")
@@ -300,7 +312,7 @@ async def test_webhook_link_posts_signed_messages_in_order(
         body = await request.read()
         signed = parse_authorization(request.headers["Authorization"])
         verify(signed, secret, method="POST", path_qs=request.path_qs, body=body,
-               now=time.time(), window_s=300)
+               headers=request.headers.items(), now=time.time(), window_s=300)
         if body == b"refuse me":
             return web.Response(status=422)
         got.append((body, request.headers["Mq-Label"]))

@@ -35,7 +35,7 @@ async def test_state_metrics(aiohttp_client: Any, settings_factory: Callable[...
     await client.put("/v1/queues/feed", json={})
     await client.put("/v1/queues/feed/consumers/spark", json={})
     text = ""
-    for _ in range(100):
+    for _ in range(600):  # an upper bound only
         text = await (await client.get("/metrics")).text()
         if "entrepot_dead_letters{" in text:
             break

@@ -33,7 +33,7 @@ def tls_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway
 allow_networks = []
 [[partners]]
 name = "a"
-cert_subject = "CN=a-gateway"
+cert_subject = "CN=a-gateway,O=entrepot development"
 api_key_sha256 = "{hashlib.sha256(b'a-key').hexdigest()}"
 send = ["private$/orders"]
 receive = ["private$/orders"]
@@ -55,7 +55,7 @@ async def _gateway(aiohttp_client: Any, tmp: Path, name: str, doc: dict[str, Any
         "store.data_dir": str(tmp / name), "server.listen": f"127.0.0.1:{port}",
         "links.resend": ["1s"], "links.retry_max": "200ms", "links.request_timeout": "5s"}))
     client = await aiohttp_client(app, server_kwargs={"port": port})
-    for _ in range(500):
+    for _ in range(3000):  # an upper bound only
         if app[STATE_KEY].ready:
             break
         await asyncio.sleep(0.01)
@@ -107,7 +107,7 @@ async def test_without_the_peer_ca_the_link_refuses_to_send(
         "Mq-Destination": f"DIRECT=HTTPS://127.0.0.1:{peer.port}/msmq/private$/orders",
         "Mq-Transaction": "single"})
     links: list[dict[str, Any]] = []
-    for _ in range(200):
+    for _ in range(600):  # an upper bound only
         links = (await (await b.get("/v1/links")).json())["links"]
         if links and links[0]["last_error"]:
             break

@@ -8,10 +8,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from gateway.auth.principal import OPEN
+from gateway.errors import ProblemError
 from gateway.msmq.message import MessageProperties
 from gateway.queue_manager import QueueManager, QueueSettings
 from gateway.transactions import Transactions
@@ -46,7 +49,7 @@ class QueueManagerModel(RuleBasedStateMachine):
         self.qm = QueueManager(self.store, GUID)
         self.run(self.qm.open())
         self.txs = Transactions(self.qm)
-        self.txs.restore_prepared()
+        self.run(self.txs.restore_prepared())
 
     def _body(self) -> bytes:
         self.counter += 1
@@ -73,7 +76,7 @@ class QueueManagerModel(RuleBasedStateMachine):
     @precondition(lambda self: len(self.held) < 3)
     @rule()
     def begin(self) -> None:
-        tx = self.txs.begin()
+        tx = self.txs.begin(OPEN)
         self.held[tx.id] = []
         self.pending[tx.id] = []
 
@@ -82,7 +85,7 @@ class QueueManagerModel(RuleBasedStateMachine):
     def tx_send(self, data: st.DataObject) -> None:
         tx = data.draw(st.sampled_from(sorted(self.held)))
         body = self._body()
-        self.txs.send(tx, "private$/tx", body, MessageProperties())
+        self.txs.send(tx, OPEN, "private$/tx", body, MessageProperties())
         self.pending[tx].append(body)
 
     @precondition(lambda self: bool(self.held))
@@ -91,11 +94,16 @@ class QueueManagerModel(RuleBasedStateMachine):
         tx = data.draw(st.sampled_from(sorted(self.held)))
         held_bodies = {b for items in self.held.values() for _, _, b in items}
         free = [b for b in self.model["private$/tx"] if b not in held_bodies]
+        # Nothing to take but its own (not yet visible) sends: the documented refusal.
+        refused = not free and bool(self.pending[tx])
         try:
-            got = self.run(self.txs.receive(tx, "private$/tx", max_messages=1, wait_s=0))
-        except Exception as exc:  # its own sends only: the documented refusal
-            assert not free and self.pending[tx], exc
+            got = self.run(self.txs.receive(tx, OPEN, "private$/tx", max_messages=1,
+                                            wait_s=0))
+        except ProblemError as exc:
+            assert refused, exc
+            assert (exc.status_hint, exc.type_slug) == (409, "MQ_ERROR_TRANSACTION_USAGE"), exc
             return
+        assert not refused, f"receiving only its own sends gave {got}"
         assert [m.body for m in got] == free[:1]
         for message in got:
             self.held[tx].append(("private$/tx", 0, message.body))
@@ -105,12 +113,12 @@ class QueueManagerModel(RuleBasedStateMachine):
     def finish(self, data: st.DataObject, commit: bool) -> None:
         tx = data.draw(st.sampled_from(sorted(self.held)))
         if commit:
-            self.run(self.txs.commit(tx))
+            self.run(self.txs.commit(tx, OPEN))
             for queue, _, body in self.held[tx]:
                 self.model[queue].remove(body)
             self.model["private$/tx"].extend(self.pending[tx])
         else:
-            self.run(self.txs.abort(tx))
+            self.run(self.txs.abort(tx, OPEN))
         del self.held[tx]
         del self.pending[tx]
 
@@ -137,6 +145,26 @@ class QueueManagerModel(RuleBasedStateMachine):
             self.store.close()
         self.loop.close()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+async def test_a_transaction_receiving_only_its_own_sends_is_refused(tmp_path: Path) -> None:
+    """The refusal the model accepts, every time (the model reaches it only by chance)."""
+    store = MessageStore.open(tmp_path, OPTIONS)
+    store.start(asyncio.get_running_loop())
+    try:
+        qm = QueueManager(store, GUID)
+        await qm.open()
+        await qm.create_queue("private$/tx", QueueSettings(transactional=True))
+        txs = Transactions(qm)
+        tx = txs.begin(OPEN)
+        txs.send(tx.id, OPEN, "private$/tx", b"mine", MessageProperties())
+        with pytest.raises(ProblemError) as refused:
+            await txs.receive(tx.id, OPEN, "private$/tx", max_messages=1, wait_s=0)
+        assert (refused.value.status_hint, refused.value.type_slug) == (
+            409, "MQ_ERROR_TRANSACTION_USAGE")
+        assert qm.peek("private$/tx") is None  # and its send is still not visible
+    finally:
+        store.close()
 
 
 QueueManagerModel.TestCase.settings = settings(max_examples=25, stateful_step_count=30,

@@ -49,7 +49,7 @@ admin_key_sha256 = "{_sha('root-key')}"
 name = "acme"
 api_key_sha256 = "{_sha('acme-key')}"
 hmac_secret_file = "{root / 'acme.secret'}"
-cert_subject = "CN=acme-client"
+cert_subject = "CN=acme-client,O=entrepot development"
 send = ["private$/in_*"]
 receive = ["private$/acme_out"]
 [[partners]]
@@ -100,13 +100,30 @@ async def test_tls_and_public_routes(secure: tuple[GatewayProcess, Path]) -> Non
     status, _, body = await _call(secure, "GET", "/healthz")
     assert status == 200
     proc, root = secure
-    old = _context(root)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # that is the point
-        old.minimum_version = old.maximum_version = ssl.TLSVersion.TLSv1_1
-    with pytest.raises((ssl.SSLError, aiohttp.ClientError)):
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=old)) as session:
-            await session.get(proc.url + "/healthz")
+
+    async def handshake(highest: ssl.TLSVersion) -> str:
+        # Security level 0 lets OpenSSL 3 really offer TLS 1.1, so a refusal is the server's.
+        context = _context(root)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # that is the point
+            context.minimum_version = ssl.TLSVersion.TLSv1_1
+            context.maximum_version = highest
+        context.set_ciphers("DEFAULT@SECLEVEL=0")
+        _, writer = await asyncio.open_connection("127.0.0.1", proc.port, ssl=context,
+                                                  server_hostname="127.0.0.1")
+        version = str(writer.get_extra_info("ssl_object").version())
+        writer.close()
+        await writer.wait_closed()
+        return version
+
+    assert await handshake(ssl.TLSVersion.TLSv1_2) == "TLSv1.2"  # this client can connect
+    with pytest.raises(OSError) as refused:  # ssl.SSLError is an OSError
+        await handshake(ssl.TLSVersion.TLSv1_1)
+    # The server hangs up or alerts; a client that never offered 1.1 fails with its own
+    # NO_PROTOCOLS_AVAILABLE / UNSUPPORTED_PROTOCOL instead.
+    error = refused.value
+    assert (isinstance(error, ConnectionError) or "ALERT" in str(getattr(error, "reason", ""))
+            or getattr(error, "reason", "") == "UNEXPECTED_EOF_WHILE_READING"), repr(error)
 
 
 async def test_missing_or_wrong_credentials_are_401(secure: tuple[GatewayProcess, Path]
@@ -138,25 +155,57 @@ async def test_partners_touch_only_their_queues(secure: tuple[GatewayProcess, Pa
                         headers=acme))[0] == 403
 
 
+_OCTETS = {"Content-Type": "application/octet-stream"}  # what aiohttp sends for bytes
+_ROUTING = {"Mq-Destination": "DIRECT=OS:.\\private$\\in_a",
+            "Mq-Admin-Queue": "DIRECT=OS:.\\private$\\in_a",
+            "Idempotency-Key": "key-1", "Content-Type": "application/json"}
+
+
+def _signed(path: str, body: bytes, nonce: str, headers: dict[str, str], *,
+            age_s: int = 0) -> dict[str, str]:
+    """``headers`` plus an Authorization header signing them (and the rest) as acme."""
+    return {**headers, "Authorization": sign(SECRET, "POST", path, int(time.time()) - age_s,
+                                             nonce, body, "acme", headers=headers.items())}
+
+
 async def test_hmac_signed_requests_and_replays(secure: tuple[GatewayProcess, Path]) -> None:
     path = "/v1/queues/private$/in_a/messages"
-    header = sign(SECRET, "POST", path, int(time.time()), "nonce-replay-test-1", b"signed",
-                  "acme")
-    status, _, body = await _call(secure, "POST", path, data=b"signed",
-                                  headers={"Authorization": header})
+    headers = _signed(path, b"signed", "nonce-replay-test-1", _OCTETS)
+    status, _, body = await _call(secure, "POST", path, data=b"signed", headers=headers)
     assert status == 201, body
-    status, _, body = await _call(secure, "POST", path, data=b"signed",
-                                  headers={"Authorization": header})
+    status, _, body = await _call(secure, "POST", path, data=b"signed", headers=headers)
     assert status == 401 and b"replayed" in body
-    tampered = sign(SECRET, "POST", path, int(time.time()), "nonce-replay-test-2", b"signed",
-                    "acme")
-    status, _, body = await _call(secure, "POST", path, data=b"tampered",
-                                  headers={"Authorization": tampered})
+    tampered = _signed(path, b"signed", "nonce-replay-test-2", _OCTETS)
+    status, _, body = await _call(secure, "POST", path, data=b"tampered", headers=tampered)
     assert status == 401 and b"does not match" in body
-    stale = sign(SECRET, "POST", path, int(time.time()) - 3600, "nonce-replay-test-3", b"s",
-                 "acme")
-    assert (await _call(secure, "POST", path, data=b"s",
-                        headers={"Authorization": stale}))[0] == 401
+    stale = _signed(path, b"s", "nonce-replay-test-3", _OCTETS, age_s=3600)
+    status, _, body = await _call(secure, "POST", path, data=b"s", headers=stale)
+    assert status == 401 and b"outside the replay window" in body
+
+
+async def test_signatures_cover_the_routing_headers(secure: tuple[GatewayProcess, Path]
+                                                    ) -> None:
+    """A header that routes or describes the message, added or changed after signing, makes
+    the signature wrong; signed as sent, the same headers pass."""
+    path = "/v1/messages"
+    status, _, body = await _call(secure, "POST", path, data=b"{}",
+                                  headers=_signed(path, b"{}", "nonce-routing-ok-1", _ROUTING))
+    assert status == 201, body
+    accepted = []
+    for n, (name, value) in enumerate([("Mq-Destination", "DIRECT=HTTP://gw/msmq/private$/in_a"),
+                                       ("Mq-Admin-Queue", "DIRECT=HTTP://gw/msmq/private$/in_a"),
+                                       ("Idempotency-Key", "key-2"),
+                                       ("Content-Type", "text/plain")]):
+        changed = {**_signed(path, b"{}", f"nonce-routing-changed-{n}", _ROUTING),
+                   name: value}
+        without = {k: v for k, v in _ROUTING.items() if k != name}
+        added = {**_signed(path, b"{}", f"nonce-routing-added-{n}", without),
+                 name: _ROUTING[name]}
+        for how, headers in (("changed", changed), ("added", added)):
+            status, _, body = await _call(secure, "POST", path, data=b"{}", headers=headers)
+            if not (status == 401 and b"does not match" in body):
+                accepted.append((name, how, status))
+    assert accepted == []
 
 
 async def test_rate_limit_is_429_with_retry_after(secure: tuple[GatewayProcess, Path]) -> None:
@@ -328,9 +377,9 @@ async def test_secrets_are_never_logged(secure: tuple[GatewayProcess, Path]) -> 
     """Debug logging and the access log on: API keys, the admin key, HMAC secrets and
     signatures never reach the log, whether the credential is accepted or refused."""
     path = "/v1/queues/private$/in_a/messages"
-    signature = sign(SECRET, "POST", path, int(time.time()), "nonce-log-test-1", b"l", "acme")
-    for headers in (_bearer("acme-key"), _bearer("root-key"), _bearer("acme-key-wrong"),
-                    {"Authorization": signature},
+    signed = _signed(path, b"l", "nonce-log-test-1", _OCTETS)
+    signature = signed["Authorization"]
+    for headers in (_bearer("acme-key"), _bearer("root-key"), _bearer("acme-key-wrong"), signed,
                     {"Authorization": "Basic " + base64.b64encode(b"x:root-key").decode()}):
         await _call(secure, "POST", path, data=b"l", headers=headers)
     proc, _ = secure

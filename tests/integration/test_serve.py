@@ -37,7 +37,7 @@ def test_serves_health_and_metrics_and_stops_cleanly_on_sigterm(gateway: Gateway
 def test_startup_objects_leave_the_cyclic_collector_once_ready(
         gateway: GatewayProcess) -> None:
     """Full collections walked every startup object and were the REST p99 (see serve.py)."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # an upper bound only
     while time.monotonic() < deadline:
         found = re.search(r"startup objects frozen out of the cyclic collector count=(\d+)",
                           gateway.log())

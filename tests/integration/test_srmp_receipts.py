@@ -40,8 +40,12 @@ async def sender_side(aiohttp_server: Any) -> Any:
     return server
 
 
-async def _gateway(aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> Any:
-    client = await ready_client(aiohttp_client, settings_factory(server__names=["gw"]))
+async def _gateway(aiohttp_client: Any, settings_factory: Callable[..., Settings],
+                   sender: Any = None) -> Any:
+    """The gateway; receipts may go to ``sender``'s server (an allowed outbound address)."""
+    allow = [str(sender.make_url("/"))] if sender is not None else []
+    client = await ready_client(aiohttp_client, settings_factory(server__names=["gw"],
+                                                                 outbound__allow=allow))
     await client.put("/v1/queues/plain", json={})
     return client
 
@@ -56,7 +60,7 @@ async def _wait_for(server: Any, count: int, timeout: float = 10.0) -> list[Srmp
 async def test_delivery_receipt_posted_and_retried_through_5xx(
         aiohttp_client: Any, settings_factory: Callable[..., Settings], sender_side: Any) -> None:
     sender_side.state["fail_first"] = 2
-    client = await _gateway(aiohttp_client, settings_factory)
+    client = await _gateway(aiohttp_client, settings_factory, sender_side)
     receipts_url = str(sender_side.make_url("/msmq/private$/receipts"))
     req = user_message(TO, b"x", ordinal=77, label="order 7",
                        services=Services(durable=True, delivery_receipt_to=receipts_url))
@@ -81,7 +85,7 @@ async def test_delivery_receipt_posted_and_retried_through_5xx(
 async def test_commitment_receipts_when_the_message_leaves(
         aiohttp_client: Any, settings_factory: Callable[..., Settings], sender_side: Any,
         how: str, decision: str, klass: int) -> None:
-    client = await _gateway(aiohttp_client, settings_factory)
+    client = await _gateway(aiohttp_client, settings_factory, sender_side)
     url = str(sender_side.make_url("/msmq/private$/deliverydone"))
     services = Services(durable=True, commitment_receipt_to=url, positive_only=True,
                         negative_only=True)
@@ -103,7 +107,7 @@ async def test_a_stream_message_asking_for_a_delivery_receipt_gets_one(
         aiohttp_client: Any, settings_factory: Callable[..., Settings], sender_side: Any) -> None:
     """Stored by the stream sequencer, not the plain path: its acknowledgement goes in the
     same commit as the message."""
-    client = await _gateway(aiohttp_client, settings_factory)
+    client = await _gateway(aiohttp_client, settings_factory, sender_side)
     await client.put("/v1/queues/private$/orders", json={"transactional": True})
     receipts_url = str(sender_side.make_url("/msmq/private$/receipts"))
     to = "http://gw/msmq/private$/orders"

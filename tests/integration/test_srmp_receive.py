@@ -232,8 +232,8 @@ async def test_senders_outside_allowed_networks_reach_only_anonymous_queues(
 
 async def test_logical_address_lands_in_the_physical_queue(make_client: Any,
                                                             tmp_path: Path) -> None:
-    """Issue 6: an SRMP message posted to an M01-style logical URL lands in the queue the
-    redirection names."""
+    """Inbound redirection: an SRMP message posted to an M01-style logical URL lands in the
+    queue the redirection names."""
     mapping = tmp_path / "mapping"
     mapping.mkdir()
     (mapping / "m01.xml").write_text(

@@ -46,6 +46,16 @@ async def receipts(aiohttp_server: Any) -> Any:
     return server
 
 
+@pytest.fixture
+def settings_factory(settings_factory: Callable[..., Settings], receipts: Any
+                     ) -> Callable[..., Settings]:
+    """Every gateway here may post receipts to the stand-in sender (an allowed address)."""
+    def make(**overrides: object) -> Settings:
+        overrides.setdefault("outbound__allow", [str(receipts.make_url("/"))])
+        return settings_factory(**overrides)
+    return make
+
+
 async def _gateway(aiohttp_client: Any, settings_factory: Callable[..., Settings],
                    checkpoint_interval: str = "100ms") -> Any:
     client = await ready_client(aiohttp_client, settings_factory(

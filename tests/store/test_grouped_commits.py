@@ -77,7 +77,7 @@ async def test_a_group_cut_by_a_crash_is_gone_whole(tmp_path: Path) -> None:
 async def test_groups_fall_back_to_the_log_when_too_many_wait_for_a_checkpoint(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Checkpoints held (a backup) must not let the list of records to settle grow without
-    bound: past the limit a send-only transaction is logged as before."""
+    bound: past the limit a send-only transaction goes through the QMLog."""
     monkeypatch.setattr(placing_module, "GROUPED_PENDING_MAX", 4)
     store = await open_store(tmp_path)
     before = _log_pos(store)

@@ -1,5 +1,5 @@
 """``python -m tests.torture [--quick] [--only NAME] [--json FILE]``: run the torture
-scenarios and write one JSON report (the figures README shows).
+scenarios and write one JSON report (docs/testing.md §Torture scenarios describes them).
 
 Scenarios: ``crash-loop`` (200 SIGKILL cycles; 20 with --quick), ``damaged-files`` (20 rounds
 of bit flips and truncations; 4), ``disk-full`` (a tmpfs filled up and freed; needs root to

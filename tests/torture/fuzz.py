@@ -1,9 +1,11 @@
 """Fuzzing a real gateway over HTTP: mutated SRMP requests (the spec's vectors and the
 gateway's own printer's), REST sends with garbage in every ``Mq-*`` header, mutated JSON batch
-bodies; and mutated mapping files through the mapping parser. Checks: no 5xx other than
-503/507, the process never dies, memory stays flat, nothing is stored by a refused request
-(the stored count moves only by what the 2xx answers account for), and the store checks
-whole afterwards."""
+bodies; and mutated mapping files through the mapping parser. Some SRMP requests are made
+larger than the gateway parses on its loop, so the parse worker processes get them. Checks:
+no 5xx other than 507 (a full disk); no 503 either, which is what a request gets when the
+parse worker crashed on it, and no parse worker restarted (read from /metrics); the process
+never dies, memory stays flat, nothing is stored by a refused request (the stored count moves
+only by what the 2xx answers account for), and the store checks whole afterwards."""
 
 from __future__ import annotations
 
@@ -81,8 +83,11 @@ async def _one(session: aiohttp.ClientSession, url: str, rng: random.Random,
             mutated = _mutate(headers[key].encode(), rng).decode("latin-1")
             # A client cannot send control characters in a header (aiohttp refuses them).
             headers[key] = "".join(c for c in mutated if " " <= c != "\x7f")
-        response = await session.post(f"{url}/msmq/{QUEUE}", data=_mutate(body, rng),
-                                      headers=headers)
+        body = _mutate(body, rng)
+        if rng.random() < 0.1:  # over PARSE_INLINE_BYTES_MAX: parsed by a worker process
+            position = rng.randrange(len(body) + 1)
+            body = body[:position] + body[position:position + 64] * 1100 + body[position:]
+        response = await session.post(f"{url}/msmq/{QUEUE}", data=body, headers=headers)
         tag = "srmp"
     elif kind < 0.8:
         headers = {name: rng.choice(_NASTY) for name in rng.sample(_HEADERS, rng.randint(1, 5))}
@@ -100,7 +105,10 @@ async def _one(session: aiohttp.ClientSession, url: str, rng: random.Random,
         text = await response.read()
         status = response.status
     tally["cases"] += 1
-    if status >= 500 and status not in (503, 507):
+    if status == 503:  # counted by answer, not raised: run() reports them with the restarts
+        tally["unavailable"] += 1
+        tally[f"503 {text[:300]!r}"] = tally.get(f"503 {text[:300]!r}", 0) + 1
+    elif status >= 500 and status != 507:
         tally["server_errors"] += 1
         raise AssertionError(f"{tag} answered {status}: {text[:300]!r}")
     if 200 <= status < 300:
@@ -118,6 +126,15 @@ async def _drive(url: str, cases: int, seed: int, tally: dict[str, int], ids: se
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         for _ in range(cases):
             await _one(session, url, rng, seeds, tally, ids)
+
+
+def _parse_workers_started(url: str) -> int:
+    """Parse worker processes the gateway started, from its /metrics."""
+    _, _, raw = http_get(f"{url}/metrics", timeout=30)
+    for line in raw.decode().splitlines():
+        if line.startswith("entrepot_srmp_parse_workers_started_total "):
+            return int(float(line.split()[1]))
+    raise AssertionError("/metrics has no entrepot_srmp_parse_workers_started_total")
 
 
 def _rss_kib(pid: int) -> int:
@@ -139,25 +156,29 @@ def _stored_ids(url: str) -> list[str]:
         after = page["next"]
 
 
-def fuzz_mapping(cases: int, seed: int) -> int:
-    """Mutated mapping files through the parser: a MappingError or a result, nothing else."""
+def fuzz_mapping(cases: int, seed: int) -> dict[str, int]:
+    """Mutated mapping files through the parser: a MappingError or a result, nothing else.
+    Returns how many were parsed and how many refused."""
     rng = random.Random(seed)
     examples = sorted((REPO_ROOT / "config" / "mapping.examples").glob("*.xml"))
     seeds = [p.read_bytes() for p in examples]
+    outcomes = {"parsed": 0, "refused": 0}
     for _ in range(cases):
         data = _mutate(rng.choice(seeds), rng)
         try:
             parse_mapping(data, source="fuzz.xml")
         except MappingError:
-            pass
-    return cases
+            outcomes["refused"] += 1
+        else:
+            outcomes["parsed"] += 1
+    return outcomes
 
 
 def run(data_dir: Path, cases: int, seed: int = 11) -> dict[str, Any]:
     gateway = GatewayProcess(data_dir)
     gateway.wait_ready()
-    tally: dict[str, int] = {"cases": 0, "server_errors": 0, "srmp_2xx": 0, "rest_2xx": 0,
-                             "batch_2xx": 0}
+    tally: dict[str, int] = {"cases": 0, "server_errors": 0, "unavailable": 0, "srmp_2xx": 0,
+                             "rest_2xx": 0, "batch_2xx": 0}
     ids: set[str] = set()  # what REST and batch 2xx answers said they stored
     try:
         urllib.request.urlopen(urllib.request.Request(f"{gateway.url}/v1/queues/{QUEUE}",
@@ -168,12 +189,18 @@ def run(data_dir: Path, cases: int, seed: int = 11) -> dict[str, Any]:
         asyncio.run(_drive(gateway.url, cases - warmup, seed + 1, tally, ids))
         rss_end = _rss_kib(gateway.proc.pid)
         assert gateway.proc.poll() is None, "the gateway died"
+        workers_started = _parse_workers_started(gateway.url)
         stored = _stored_ids(gateway.url)
     finally:
         gateway.stop()
     check = subprocess.run([sys.executable, "-m", "gateway", "check", str(data_dir)],
                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert check.returncode == 0, check.stdout[-2000:]
+    # One worker (srmp.parse_workers' default) started on first use, and never again: a
+    # crashed worker is started anew, and the requests it held were answered 503.
+    unavailable = {k: v for k, v in tally.items() if k.startswith("503 ")}
+    assert tally["unavailable"] == 0, f"{tally['unavailable']} answers were 503: {unavailable}"
+    assert workers_started <= 1, f"{workers_started - 1} SRMP parse workers were restarted"
     # Every stored message was answered 2xx: by id for REST and batches (some of those may
     # have expired since: time-to-be-received is fuzzed too), by count for SRMP.
     unaccounted = [i for i in stored if i not in ids]
@@ -182,9 +209,10 @@ def run(data_dir: Path, cases: int, seed: int = 11) -> dict[str, Any]:
         "request stored something")
     growth = rss_end - rss_start
     assert growth < 64 * 1024, f"RSS grew by {growth} KiB over {cases} cases"
-    mapping_cases = fuzz_mapping(max(1000, cases // 10), seed)
-    return {"scenario": "fuzz", "cases": tally["cases"], "mapping_cases": mapping_cases,
-            "server_errors": tally["server_errors"], "stored": len(stored),
+    mapping = fuzz_mapping(max(1000, cases // 10), seed)
+    return {"scenario": "fuzz", "cases": tally["cases"], "mapping": mapping,
+            "server_errors": tally["server_errors"], "unavailable": tally["unavailable"],
+            "parse_workers_started": workers_started, "stored": len(stored),
             "accepted": {k: v for k, v in tally.items() if k.endswith("_2xx")},
             "rss_kib_after_warmup": rss_start, "rss_kib_end": rss_end,
             "rss_growth_kib": growth}

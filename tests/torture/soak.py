@@ -50,6 +50,7 @@ async def _soak(url: str, pid: int, rate: float, seconds: float, sample_s: float
                 ) -> list[dict[str, float]]:
     samples: list[dict[str, float]] = []
     latencies: list[float] = []
+    received = 0
     stop = asyncio.Event()
     interval = _SENDERS / rate  # each sender's pace
 
@@ -65,10 +66,12 @@ async def _soak(url: str, pid: int, rate: float, seconds: float, sample_s: float
             next_at += interval
 
     async def receiver(session: aiohttp.ClientSession) -> None:
+        nonlocal received
         while not stop.is_set():
             async with session.post(f"{url}/v1/queues/{QUEUE}/receive",
                                     params={"max": "100", "wait": "0.5"}) as response:
-                assert response.status == 200
+                assert response.status == 200, await response.text()
+                received += len((await response.json())["messages"])
 
     async with aiohttp.ClientSession() as session:
         tasks = [asyncio.create_task(sender(session, i * interval / _SENDERS))
@@ -76,14 +79,23 @@ async def _soak(url: str, pid: int, rate: float, seconds: float, sample_s: float
         tasks += [asyncio.create_task(receiver(session)) for _ in range(2)]
         started = time.monotonic()
         while time.monotonic() - started < seconds:
-            await asyncio.sleep(sample_s)
+            # Senders and receivers run until ``stop``: one that ended has failed.
+            ended, _ = await asyncio.wait(tasks, timeout=sample_s,
+                                          return_when=asyncio.FIRST_COMPLETED)
+            if ended:
+                break
             window, latencies[:] = sorted(latencies), []
             p99 = window[int(len(window) * 0.99)] if window else 0.0
             samples.append({"t_s": round(time.monotonic() - started, 1),
                             "rss_mib": round(_rss_kib(pid) / 1024, 1),
                             "p99_ms": round(p99 * 1000, 2), "sent": len(window)})
         stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    failures = [o for o in outcomes if isinstance(o, BaseException)]
+    if failures:  # a sender's or receiver's assert: the first one, with its traceback
+        raise failures[0]
+    sent = sum(s["sent"] for s in samples)
+    assert sent > 0 and received > 0, f"{sent} sent, {received} received"
     return samples
 
 

@@ -159,7 +159,7 @@ async def test_the_flusher_writes_held_keys_in_one_record_and_trim_forgets_them(
     try:
         for index in range(5):
             await _held(store, window, queue.queue_id, f"srmp:{index}")
-        for _ in range(200):
+        for _ in range(3000):  # an upper bound only
             if store.count(dedup.queue_id):
                 break
             await asyncio.sleep(0.01)

@@ -59,6 +59,8 @@ def test_units_are_converted() -> None:
         ({"store": {"cleanup_interval": "soon"}}, "store.cleanup_interval:"),
         ({"server": {"concurrent_requests_max": "10"}}, "expected an integer"),
         ({"server": {"concurrent_requests_max": 0}}, "out of range"),
+        ({"server": {"long_polls_max": 0}}, "server.long_polls_max: 0 is out of range"),
+        ({"server": {"long_polls_max": "8"}}, "server.long_polls_max: expected an integer"),
         ({"store": {"archive_segments": "yes"}}, "store.archive_segments: expected true"),
         ({"log": {"format": "xml"}}, "log.format: expected one of text, json"),
         ({"server": {"listen": "localhost"}}, "server.listen: expected HOST:PORT"),

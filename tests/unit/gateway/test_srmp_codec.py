@@ -293,7 +293,7 @@ def _message_or_named_error(content_type: str, raw: bytes) -> None:
 
 def test_unknown_msmq_children_are_not_read() -> None:
     """Only the <Msmq> children SRMP defines are read (and size-checked); another one, even a
-    long one, is ignored as before."""
+    long one, is ignored."""
     msmq = ("<Msmq xmlns='msmq.namespace.xml'><Class>0</Class><Priority>3</Priority>"
             "<BodyType>0</BodyType><SourceQmGuid>11111111-2222-3333-4444-555555555555"
             "</SourceQmGuid><Vendor>" + "x" * 70_000 + "</Vendor></Msmq></se:Header>")

@@ -10,6 +10,7 @@ from urllib.parse import unquote
 import aiohttp
 from aiohttp import web
 
+from gateway.auth.hmac_sig import SignatureError, parse_authorization, verify
 from gateway.msmq.message import MessageProperties
 from gateway.queue_manager import ReceivedMessage
 from gateway.webhook_headers import safe_content_type, webhook_headers
@@ -61,3 +62,39 @@ async def test_the_receiver_sees_no_injected_header(aiohttp_server: Any) -> None
     assert "X-Injected" not in got and unquote(got["Mq-Label"]) == _HOSTILE
     assert got["Content-Type"] == "application/octet-stream"
     assert got["Authorization"].startswith("EP-HMAC-SHA256 ")
+
+
+async def test_the_signature_covers_the_headers_as_the_receiver_sees_them(
+        aiohttp_server: Any) -> None:
+    """The receiver verifies the signature over the request it got (Content-Type and the
+    Mq-* headers included); had a header been changed on the way, it would not verify."""
+    secret = b"secret-0123456789"
+    seen: list[str] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        body = await request.read()
+        signed = parse_authorization(request.headers["Authorization"])
+        try:
+            verify(signed, secret, method="POST", path_qs=request.path_qs, body=body,
+                   headers=request.headers.items(), now=signed.ts, window_s=300)
+        except SignatureError:
+            seen.append("refused")
+            return web.Response(status=401)
+        seen.append(request.headers["Content-Type"])
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    server = await aiohttp_server(app)
+    url = f"http://127.0.0.1:{server.port}/hook?x=1"
+    props = MessageProperties(label="50% off, é", priority=5, sent_at_ms=1,
+                              content_type="text/plain; charset=utf-8")
+    message = ReceivedMessage("{00000000-0000-0000-0000-000000000001}\\7", "q", 7, props,
+                              b"x")
+    headers = webhook_headers(message, "gw", secret, url)
+    async with aiohttp.ClientSession() as session:
+        for sent in (headers, {**headers, "Mq-Priority": "7"},
+                     {**headers, "Content-Type": "text/html"}):
+            async with session.post(url, data=b"x", headers=sent) as response:
+                await response.read()
+    assert seen == ["text/plain; charset=utf-8", "refused", "refused"]

@@ -96,3 +96,19 @@ def test_any_bytes_replay_to_values(data: bytes) -> None:
     buf = bytes(LOG_HEADER_SIZE) + data
     replay(buf, LOG_HEADER_SIZE, after_lsn=0)
     scan_all(buf)
+
+
+def test_a_pair_allocated_ahead_keeps_its_copies_and_an_unwritten_copy_is_not_damage(
+        tmp_path: Path) -> None:
+    ops = RealFileOps()
+    pair, _, _ = PingPong.load(ops, tmp_path, "MQInSeqs")
+    pair.reserve_space(None)
+    sizes = {(tmp_path / f"MQInSeqs.lg{i}").stat().st_size for i in (1, 2)}
+    pair.write(b"one")
+    _, payload, bad = PingPong.load(ops, tmp_path, "MQInSeqs")
+    assert (payload, bad) == (b"one", 0)  # the other copy: allocated, never written
+    pair.write(b"two" * 1000)
+    pair.write(b"three")  # written over a longer copy: its tail is not read as its own
+    _, payload, bad = PingPong.load(ops, tmp_path, "MQInSeqs")
+    assert (payload, bad) == (b"three", 0)
+    assert {(tmp_path / f"MQInSeqs.lg{i}").stat().st_size for i in (1, 2)} == sizes

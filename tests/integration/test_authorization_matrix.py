@@ -1,0 +1,161 @@
+"""The authorization matrix of docs/security.md, held against the running application: each
+row's request, sent as each caller, gets the status the table says; a route of the app's
+router that no row reaches fails the test (a new route needs its row)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from gateway.app import make_app
+from gateway.appkeys import STATE_KEY
+from gateway.settings import parse_settings
+from tests.helpers import REPO_ROOT
+
+COLUMNS = ("open remote", "open loopback", "keyed anonymous", "partner A", "partner B",
+           "admin")
+REMOTE = "203.0.113.9"  # TEST-NET-3: never routed; only this test's requests carry it
+
+
+def _sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _matrix() -> list[dict[str, str]]:
+    text = (REPO_ROOT / "docs" / "security.md").read_text()
+    block = text.split("<!-- authorization-matrix:begin -->")[1].split(
+        "<!-- authorization-matrix:end -->")[0]
+    lines = [line for line in block.strip().splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    assert header == ["operation", "request", *COLUMNS], header
+    rows = []
+    for line in lines[2:]:
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        rows.append(dict(zip(header, cells, strict=True)))
+    return rows
+
+
+def _request(cell: str) -> tuple[str, str, dict[str, str], bytes]:
+    """``METHOD PATH`` plus an optional header (``Name: value``) or JSON body, all in code
+    spans, or a body described in words ("one message to `q`")."""
+    spans = re.findall(r"`([^`]*)`", cell)
+    method, path = spans[0].split(" ", 1)
+    headers: dict[str, str] = {}
+    body = b"{}"
+    for span in spans[1:]:
+        if span.startswith("{"):
+            body = span.encode()
+        elif ": " in span:
+            name, value = span.split(": ", 1)
+            headers[name] = value
+        else:
+            body = (b'{"messages": [{"queue": "%s", "body_base64": "eA=="}]}' % span.encode())
+    if path.startswith("/msmq/"):
+        body = b"not an SRMP request"
+        headers["Content-Type"] = "text/xml"
+    elif path.endswith("/messages") and method == "POST" or path == "/v1/messages":
+        body = b"hello"
+    return method, path, headers, body
+
+
+def _settings(tmp_path: Path, keyed: bool) -> Any:
+    doc: dict[str, Any] = {
+        "store": {"data_dir": str(tmp_path / "data")},
+        "queues": [{"path": "private$/a_in"}, {"path": "private$/a_gone"},
+                   {"path": "private$/b_in"}],
+    }
+    if keyed:
+        doc["auth"] = {"admin_key_sha256": _sha("admin-key")}
+        doc["partners"] = [
+            {"name": "a", "api_key_sha256": _sha("a-key"), "send": ["private$/a_*"],
+             "receive": ["private$/a_*"]},
+            {"name": "b", "api_key_sha256": _sha("b-key"), "send": ["private$/b_*"],
+             "receive": ["private$/b_*"]}]
+    return parse_settings(doc)
+
+
+CALLERS: dict[str, tuple[bool, dict[str, str], bool]] = {
+    # column: (keyed gateway, credential, from another host)
+    "open remote": (False, {}, True),
+    "open loopback": (False, {}, False),
+    "keyed anonymous": (True, {}, False),
+    "partner A": (True, {"Authorization": "Bearer a-key"}, False),
+    "partner B": (True, {"Authorization": "Bearer b-key"}, False),
+    "admin": (True, {"Authorization": "Bearer admin-key"}, False),
+}
+
+
+@web.middleware
+async def _as_remote(request: web.Request, handler: Any) -> web.StreamResponse:
+    """The one change to the app under test: a request marked by the test comes from
+    another host (what the socket would say of a remote client)."""
+    if request.headers.get("X-Test-Remote"):
+        request = request.clone(remote=REMOTE)
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+@pytest.mark.parametrize("column", COLUMNS)
+async def test_authorization_matrix(aiohttp_client: Any, tmp_path: Path, column: str) -> None:
+    keyed, credential, remote = CALLERS[column]
+    app = make_app(_settings(tmp_path, keyed))
+    reached: set[str] = set()
+
+    @web.middleware
+    async def note_route(request: web.Request, handler: Any) -> web.StreamResponse:
+        reached.add(request.match_info.route.resource.canonical
+                    if request.match_info.route.resource is not None else "")
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    app.middlewares.insert(0, _as_remote)
+    app.middlewares.insert(0, note_route)
+    client = await aiohttp_client(app)
+    for _ in range(1000):
+        if app[STATE_KEY].ready:
+            break
+        import asyncio
+        await asyncio.sleep(0.01)
+    assert app[STATE_KEY].ready
+    headers = {**credential, **({"X-Test-Remote": "1"} if remote else {})}
+    opener = {"Authorization": "Bearer a-key"} if column == "partner B" else headers
+    tx = ""
+    mismatches = []
+    for row in _matrix():
+        method, path, extra, body = _request(row["request"])
+        if "{tx}" in path:
+            if not tx or row["operation"] == "end a transaction":
+                made = await client.post("/v1/transactions", headers=opener)
+                tx = (await made.json()).get("id", "") if made.status == 201 else "none"
+            path = path.replace("{tx}", tx)
+        response = await client.request(method, path, headers={**headers, **extra},
+                                         data=body)
+        text = await response.text()
+        if str(response.status) != row[column]:
+            mismatches.append(f"{row['operation']}: {response.status} != {row[column]}"
+                              f" ({text[:160]})")
+    assert not mismatches, "\n".join(mismatches)
+    routes = {r.resource.canonical for r in app.router.routes() if r.resource is not None}
+    assert routes - reached == set(), f"routes without a row: {sorted(routes - reached)}"
+
+
+def test_an_open_gateway_on_the_network_says_what_is_open(tmp_path: Path) -> None:
+    from tests.helpers import GatewayProcess, free_port
+
+    port = free_port()
+    gateway = GatewayProcess(tmp_path / "data", port=port,
+                             extra_args=["--listen", f"0.0.0.0:{port}"])
+    try:
+        gateway.wait_ready()
+        log = gateway.log()
+    finally:
+        gateway.stop()
+    warning = [line for line in log.splitlines() if "no credentials configured" in line]
+    assert warning and "WARNING" in warning[0], log
+    assert "send to and receive from every queue" in warning[0]
+    assert "loopback clients only" in warning[0]

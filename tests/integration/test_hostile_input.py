@@ -1,0 +1,298 @@
+"""A corpus of hostile requests sent as raw bytes to a real gateway: each gets a 4xx
+problem+json naming what is wrong (the header, the JSON field, the nesting), never a 5xx,
+and nothing is stored — no queue, message, consumer or transaction appears.
+
+Covered: every request header the REST API reads holding bytes that are not UTF-8; lone
+surrogates (``"\\ud800"``) in every JSON string field (and key) of every route that takes
+JSON; nesting far beyond the limit on each of those routes, and exactly at it; lengths at
+and over their limits; HTTP that aiohttp's parser refuses before any handler runs."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from gateway.msmq.message import LABEL_CHARS_MAX
+from gateway.rest_body import JSON_DEPTH_MAX
+from tests.helpers import GatewayProcess
+
+Q = "/v1/queues/private$/hostile"
+NEW_Q = "/v1/queues/private$/made_by_hostile"  # must never come to exist
+BATCH_MAX = 10_000
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    root = tmp_path_factory.mktemp("hostile")
+    config = root / "entrepot.toml"
+    config.write_text('[[queues]]\npath = "private$/hostile"\n'
+                      '[[queues]]\npath = "private$/hostile_tx"\ntransactional = true\n')
+    proc = GatewayProcess(root / "data", extra_args=["--config", str(config)])
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+    log = proc.log()
+    assert "unhandled error" not in log  # no 5xx from a handler
+    assert "Error handling request" not in log  # nor from aiohttp: no traceback per request
+
+
+Answer = tuple[int, dict[str, str], bytes]
+
+
+def _raw(gateway: GatewayProcess, request: bytes) -> Answer:
+    """Send ``request`` as it is, read the answer until the server closes."""
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=60) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(lines[0].split()[1]), headers, body
+
+
+def _request(gateway: GatewayProcess, method: str, path: str, *,
+             headers: Sequence[tuple[bytes, bytes]] = (), body: bytes = b"") -> Answer:
+    lines = [f"{method} {path} HTTP/1.1".encode(), b"Host: 127.0.0.1",
+             b"Connection: close", b"Content-Length: %d" % len(body)]
+    lines += [name + b": " + value for name, value in headers]
+    return _raw(gateway, b"\r\n".join(lines) + b"\r\n\r\n" + body)
+
+
+def _json(gateway: GatewayProcess, method: str, path: str, body: bytes) -> Answer:
+    return _request(gateway, method, path, body=body,
+                    headers=[(b"Content-Type", b"application/json")])
+
+
+def _state(gateway: GatewayProcess) -> object:
+    """What is stored: the queues with their counts, labels and consumers; transactions."""
+    def get(path: str) -> object:
+        with urllib.request.urlopen(gateway.url + path, timeout=30) as response:
+            return json.loads(response.read())
+    queues = get("/v1/queues")
+    assert isinstance(queues, dict)
+    return (sorted((q["path"], q["messages"], q["label"]) for q in queues["queues"]),
+            get(f"{Q}/consumers"), get("/v1/transactions"))
+
+
+@pytest.fixture
+def unchanged(gateway: GatewayProcess) -> Iterator[None]:
+    before = _state(gateway)
+    yield
+    assert _state(gateway) == before
+
+
+def _problem(answer: Answer, *names: str) -> dict[str, object]:
+    status, headers, body = answer
+    assert 400 <= status < 500, (status, body[:300])
+    assert headers["content-type"] == "application/problem+json", (headers, body[:300])
+    problem = json.loads(body)
+    assert problem["status"] == status
+    for name in names:
+        assert name in problem["detail"], (name, problem)
+    return problem
+
+
+# ---- request headers holding bytes that are not UTF-8 --------------------------------------
+
+SEND_HEADERS = ["Mq-Label", "Mq-Priority", "Mq-Delivery", "Mq-Acknowledge", "Mq-Journal",
+                "Mq-Transaction", "Mq-Time-To-Reach-Queue", "Mq-Time-To-Be-Received",
+                "Mq-Correlation-Id", "Mq-Response-Queue", "Mq-Admin-Queue", "Mq-App-Specific",
+                "Mq-Sent-Time", "Idempotency-Key", "Content-Type"]
+NOT_UTF8 = [b"\xff\xfe", b"a\xff", b"\xed\xa0\x80", b"\xc3"]  # the third: a UTF-8 surrogate
+TO_HOSTILE = (b"Mq-Destination", b"DIRECT=OS:.\\private$\\hostile")
+
+
+@pytest.mark.parametrize("value", NOT_UTF8, ids=repr)
+@pytest.mark.parametrize("header", SEND_HEADERS)
+def test_send_headers_that_are_not_utf8(gateway: GatewayProcess, unchanged: None,
+                                        header: str, value: bytes) -> None:
+    for path, extra in ((f"{Q}/messages", []), ("/v1/messages", [TO_HOSTILE])):
+        answer = _request(gateway, "POST", path, body=b"body",
+                          headers=[*extra, (header.encode(), value)])
+        assert answer[0] == 400 and _problem(answer, header), (path, answer)
+
+
+@pytest.mark.parametrize("value", NOT_UTF8, ids=repr)
+def test_other_headers_that_are_not_utf8(gateway: GatewayProcess, unchanged: None,
+                                         value: bytes) -> None:
+    answer = _request(gateway, "POST", "/v1/messages", body=b"body",
+                      headers=[(b"Mq-Destination", b"DIRECT=OS:.\\private$\\hostile" + value)])
+    assert answer[0] == 400 and _problem(answer, "Mq-Destination")
+    for queue in ("hostile", "hostile_tx"):
+        answer = _request(gateway, "POST", f"/v1/queues/private$/{queue}/receive?wait=0",
+                          headers=[(b"Mq-Transaction", value)])
+        assert answer[0] == 400 and _problem(answer, "Mq-Transaction")
+    # SRMP reads the Content-Type (the multipart boundary) itself.
+    for content_type in (value, b"multipart/related; boundary=" + value,
+                         b'multipart/related; boundary="b' + value + b'"; type=text/xml'):
+        _problem(_request(gateway, "POST", "/msmq/private$/hostile", body=b"--b\r\n\r\n<x/>",
+                          headers=[(b"Content-Type", content_type)]))
+
+
+# ---- lone surrogates in JSON strings ---------------------------------------------------------
+
+BAD = "x\ud800y"
+BATCH_PROPERTIES = ["label", "priority", "delivery", "acknowledge", "journal", "transaction",
+                    "time_to_reach_queue", "time_to_be_received", "correlation_id",
+                    "response_queue", "admin_queue", "app_specific", "sent_time",
+                    "content_type"]
+HOSTILE_Q = "private$/hostile"
+SURROGATE_FIELDS: list[tuple[str, str, object, str]] = [
+    ("PUT", NEW_Q, {"label": BAD}, "label"),
+    ("PUT", NEW_Q, {"quota": BAD}, "quota"),
+    ("PUT", NEW_Q, {"journal_quota": BAD}, "journal_quota"),
+    *[("POST", f"{Q}/requeue", {key: BAD}, key)
+      for key in ("queue", "class", "source_queue", "after", "before")],
+    ("POST", f"{Q}/messages/abc/requeue", {"queue": BAD}, "queue"),
+    ("PUT", f"{Q}/consumers/c1", {"start": BAD}, "start"),
+    ("POST", f"{Q}/consumers/c1/commit", {"position": BAD}, "position"),
+    ("POST", "/v1/batch", {"messages": [{"queue": BAD}]}, "messages[0].queue"),
+    ("POST", "/v1/batch", {"messages": [{"queue": HOSTILE_Q, "body_base64": BAD}]},
+     "messages[0].body_base64"),
+    *[("POST", "/v1/batch", {"messages": [{"queue": HOSTILE_Q, "properties": {key: BAD}}]},
+       f"messages[0].properties.{key}") for key in BATCH_PROPERTIES],
+    ("POST", "/v1/batch", {"messages": [{"queue": HOSTILE_Q, "body_base64": ""},
+                                        {"queue": HOSTILE_Q, "properties": {"label": BAD}}]},
+     "messages[1].properties.label"),
+    ("POST", "/v1/admin/backup", {"dest": "/tmp/entrepot-hostile-" + BAD}, "dest"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "doc", "field"), SURROGATE_FIELDS,
+                         ids=[f"{m} {p} {f}" for m, p, _, f in SURROGATE_FIELDS])
+def test_lone_surrogates_in_json_strings(gateway: GatewayProcess, unchanged: None,
+                                         method: str, path: str, doc: object,
+                                         field: str) -> None:
+    escaped = json.dumps(doc).encode()  # "\ud800" as an escape
+    assert b"\\ud800" in escaped
+    answer = _json(gateway, method, path, escaped)
+    assert answer[0] == 400 and _problem(answer, field), answer
+    # The same code point written as (invalid) UTF-8 bytes rather than escaped.
+    raw = json.dumps(doc, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    assert b"\xed\xa0\x80" in raw
+    _problem(_json(gateway, method, path, raw))
+
+
+JSON_ROUTES = [("PUT", NEW_Q), ("POST", f"{Q}/requeue"), ("POST", f"{Q}/messages/abc/requeue"),
+               ("PUT", f"{Q}/consumers/c1"), ("POST", f"{Q}/consumers/c1/commit"),
+               ("POST", "/v1/batch"), ("POST", "/v1/admin/backup")]
+
+
+@pytest.mark.parametrize(("method", "path"), JSON_ROUTES)
+def test_lone_surrogates_in_json_keys(gateway: GatewayProcess, unchanged: None, method: str,
+                                      path: str) -> None:
+    _problem(_json(gateway, method, path, json.dumps({BAD: 1}).encode()))
+
+
+# ---- nesting ----------------------------------------------------------------------------------
+
+def _nested(depth: int, inner: str = "1") -> str:
+    return "[" * depth + inner + "]" * depth
+
+
+@pytest.mark.parametrize(("method", "path"), JSON_ROUTES)
+def test_deep_nesting_is_refused_before_parsing(gateway: GatewayProcess, unchanged: None,
+                                               method: str, path: str) -> None:
+    deep = 100_000
+    for body in (_nested(deep), '{"a":' * deep + "1" + "}" * deep,
+                 '{"messages": ' + _nested(deep) + "}", _nested(JSON_DEPTH_MAX + 1)):
+        answer = _json(gateway, method, path, body.encode())
+        assert answer[0] == 400 and _problem(answer, "nested"), (body[:40], answer)
+
+
+def test_nesting_at_the_limit_is_parsed(gateway: GatewayProcess, unchanged: None) -> None:
+    at_limit = '{"zz": ' + _nested(JSON_DEPTH_MAX - 1) + "}"
+    problem = _problem(_json(gateway, "PUT", NEW_Q, at_limit.encode()), "zz")
+    assert "nested" not in str(problem["detail"])
+    over = '{"zz": ' + _nested(JSON_DEPTH_MAX) + "}"
+    _problem(_json(gateway, "PUT", NEW_Q, over.encode()), "nested")
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(gateway: GatewayProcess,
+                                                         unchanged: None) -> None:
+    label = "[{" * 100  # 124 characters at most: refused for its length, not as nesting
+    problem = _problem(_json(gateway, "PUT", NEW_Q, json.dumps({"label": label}).encode()),
+                       "label")
+    assert "nested" not in str(problem["detail"])
+
+
+# ---- lengths at and over their limits --------------------------------------------------------
+
+def test_lengths_over_their_limits(gateway: GatewayProcess, unchanged: None) -> None:
+    send = f"{Q}/messages"
+    for header, value in (("Mq-Label", "L" * (LABEL_CHARS_MAX + 1)),
+                          ("Idempotency-Key", "k" * 256), ("Idempotency-Key", ""),
+                          ("Mq-Correlation-Id", "c" * 1025), ("Mq-Response-Queue", "r" * 1025),
+                          ("Mq-Admin-Queue", "a" * 1025)):
+        answer = _request(gateway, "POST", send, body=b"x",
+                          headers=[(header.encode(), value.encode())])
+        assert answer[0] == 400 and _problem(answer, header)
+    _problem(_json(gateway, "PUT", NEW_Q, json.dumps({"label": "l" * 125}).encode()), "label")
+    batch = {"messages": [{"queue": HOSTILE_Q}] * (BATCH_MAX + 1)}
+    _problem(_json(gateway, "POST", "/v1/batch", json.dumps(batch).encode()), "messages")
+    batch = {"messages": [{"queue": HOSTILE_Q, "properties": {
+        "label": "L" * (LABEL_CHARS_MAX + 1)}}]}
+    _problem(_json(gateway, "POST", "/v1/batch", json.dumps(batch).encode()), "Mq-Label")
+    status, headers, _ = _raw(gateway, f"POST {send} HTTP/1.1\r\nHost: x\r\nConnection: "
+                              "close\r\nContent-Length: 999999999\r\n\r\n".encode())
+    assert status == 413 and headers["content-type"] == "application/problem+json"
+
+
+def test_lengths_at_their_limits_are_taken(gateway: GatewayProcess) -> None:
+    """The other side of the limits above: at the limit, a send is stored."""
+    label = "é" * LABEL_CHARS_MAX  # characters, not bytes
+    answer = _request(gateway, "POST", f"{Q}/messages", body=b"x",
+                      headers=[(b"Mq-Label", label.encode()), (b"Idempotency-Key", b"k" * 255),
+                               (b"Mq-Correlation-Id", b"c" * 1024)])
+    assert answer[0] == 201, answer
+    received = _request(gateway, "POST", f"{Q}/receive")
+    message = json.loads(received[2])["messages"][0]
+    assert message["label"] == label and message["correlation_id"] == "c" * 1024
+
+
+# ---- HTTP that aiohttp's parser refuses ------------------------------------------------------
+
+MALFORMED = {
+    "bad method": b"GET\xff /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+    "not HTTP": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+    "bad version": b"GET /healthz HTTP/9.x\r\nHost: x\r\n\r\n",
+    "request line too long": b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    "header too long": b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000
+                       + b"\r\n\r\n",
+    "too many headers": b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                        + b"".join(b"X-%d: y\r\n" % n for n in range(200)) + b"\r\n",
+    "bad header name": b"GET /healthz HTTP/1.1\r\nHo\xffst: x\r\n\r\n",
+    "bytes in the path": b"PUT /v1/queues/\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n",
+    "bytes in the query": b"POST /v1/queues/private$/hostile/receive?wait=\xff HTTP/1.1\r\n"
+                          b"Host: x\r\n\r\n",
+    "header without colon": b"GET /healthz HTTP/1.1\r\nHost x\r\n\r\n",
+    "NUL in a header": b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n",
+    "bad Content-Length": b"POST /v1/batch HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    "two Content-Lengths": b"POST /v1/batch HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+                           b"Content-Length: 2\r\n\r\nab",
+    "bad chunk size": b"POST /v1/batch HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                      b"\r\nzz\r\n{}\r\n0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+def test_malformed_http_gets_a_problem(gateway: GatewayProcess, unchanged: None,
+                                       name: str) -> None:
+    _problem(_raw(gateway, MALFORMED[name]))
+
+
+def test_the_gateway_still_serves_after_the_corpus(gateway: GatewayProcess) -> None:
+    assert _request(gateway, "GET", "/healthz")[0] == 200
+    assert _request(gateway, "GET", "/readyz")[0] == 200
+    assert _request(gateway, "POST", f"{Q}/messages", body=b"fine")[0] == 201
