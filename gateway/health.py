@@ -8,7 +8,7 @@ import hmac
 from aiohttp import web
 
 from gateway.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
-from gateway.auth.middleware import is_loopback
+from gateway.auth.middleware import is_local_client
 from gateway.metrics import CONTENT_TYPE_LATEST
 from gateway.problem import problem_response
 
@@ -37,7 +37,7 @@ async def readyz(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     """Prometheus text exposition: to loopback clients, or with the admin or metrics key
     (``Authorization: Bearer``); the text names queues and partners' URLs."""
-    if not is_loopback(request) and not _metrics_key(request):
+    if not is_local_client(request) and not _metrics_key(request):
         return problem_response(
             403, "/metrics answers loopback clients, or the admin or metrics key "
             "(Authorization: Bearer; auth.metrics_key_sha256)", type_slug="MQ_ERROR_ACCESS_DENIED")

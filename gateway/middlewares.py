@@ -70,6 +70,11 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
             response = await _answer(request, handler, gate)
             status = response.status
             return response
+        except asyncio.CancelledError:
+            # The client went away and aiohttp cancelled its handler: counted as nginx
+            # counts it (499, client closed request), not as the gateway's error.
+            status = 499
+            raise
         finally:
             in_flight -= 1
             _count(request, status, time.perf_counter() - started)

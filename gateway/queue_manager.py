@@ -233,6 +233,9 @@ class QueueManager:
             raise ProblemError(403, f"{queue.path.display!r} is a system queue and cannot be "
                                "deleted", type_slug="MQ_ERROR_ACCESS_DENIED")
         await self.purge(name, reason=MessageClass.NACK_Q_DELETED)
+        if queue.reserved or self.store.count(queue.queue_id):
+            raise ProblemError(409, f"{queue.path.display!r} holds messages being received "
+                               "(in a transaction): end it first", type_slug="queue-busy")
         await self.store.delete_queue(queue.queue_id)
         del self._queues[queue.path.canonical]
         del self._by_id[queue.queue_id]

@@ -26,13 +26,15 @@ from gateway.appkeys import STATE_KEY
 from gateway.auth.middleware import principal_of
 from gateway.auth.outbound import OutboundPolicy
 from gateway.auth.principal import Principal
-from gateway.destinations import LocalNames, split_destinations
+from gateway.destinations import LocalNames
 from gateway.errors import ProblemError
 from gateway.internal_queues import is_internal
 from gateway.msmq.message import MessageProperties
+from mapping.errors import FormatNameError
+from mapping.formatnames import DirectFormatName, MultipleFormatName, parse_format_name
 from mapping.names import DEADLETTER, DEADXACT, MACHINE_JOURNAL, QueueNameError, parse_queue_path
 
-__all__ = ["ReplyTarget", "reply_target", "check_reply_addresses", "check_request_replies"]
+__all__ = ["ReplyTarget", "reply_targets", "check_reply_addresses", "check_request_replies"]
 
 # Who may send to a local queue: "" when the sender may, else why not.
 SendCheck = Callable[[str], str]
@@ -40,31 +42,38 @@ SendCheck = Callable[[str], str]
 
 @dataclass(frozen=True, slots=True)
 class ReplyTarget:
-    """A reply address: a local queue (canonical path), a remote URL, or neither (a format
-    name the gateway does not deliver to, such as PUBLIC=)."""
+    """One element of a reply address: a local queue (canonical path), a remote URL, or
+    neither (``foreign``: a format name the gateway cannot check, such as PUBLIC=)."""
 
     queue: str = ""
     url: str = ""
+    foreign: str = ""
 
 
-def reply_target(value: str, local: LocalNames) -> ReplyTarget:
-    """What ``value`` (a queue path or a format name) names."""
+def reply_targets(value: str, local: LocalNames) -> list[ReplyTarget] | None:
+    """What ``value`` (a queue path or a format name, possibly of several elements) names;
+    None when it is neither."""
     try:
-        return ReplyTarget(queue=parse_queue_path(value).canonical)
+        return [ReplyTarget(queue=parse_queue_path(value).canonical)]
     except QueueNameError:
         pass
     try:
-        paths, urls = split_destinations(value, local)
-    except ProblemError:
-        return ReplyTarget()
-    if len(paths) + len(urls) != 1:
-        return ReplyTarget()
-    if urls:
-        return ReplyTarget(url=urls[0])
-    try:
-        return ReplyTarget(queue=parse_queue_path(paths[0]).canonical)
-    except QueueNameError:
-        return ReplyTarget()
+        parsed = parse_format_name(value)
+    except FormatNameError:
+        return None
+    elements = parsed.elements if isinstance(parsed, MultipleFormatName) else (parsed,)
+    targets = []
+    for element in elements:
+        if isinstance(element, DirectFormatName) and local.owns(element):
+            try:
+                targets.append(ReplyTarget(queue=element.path.canonical))
+            except QueueNameError:
+                return None
+        elif isinstance(element, DirectFormatName) and element.protocol in ("http", "https"):
+            targets.append(ReplyTarget(url=element.url()))
+        else:
+            targets.append(ReplyTarget(foreign=element.format_name()))
+    return targets
 
 
 def check_reply_addresses(props: MessageProperties, *, local: LocalNames,
@@ -73,26 +82,39 @@ def check_reply_addresses(props: MessageProperties, *, local: LocalNames,
                           where: str = "") -> None:
     """Raises ProblemError (400/403, naming the header) when ``props`` names an admin or
     response queue the sender may not use. ``where``: a prefix for the name (a batch item)."""
+    trusted = principal.admin or principal.open
     for header, value, admin in (("Mq-Admin-Queue", props.admin_queue, True),
                                  ("Mq-Response-Queue", props.response_queue, False)):
         if not value:
             continue
         name = f"{where}{header}"
-        target = reply_target(value, local)
-        if target.queue:
-            _check_local(name, value, target.queue, may_send=may_send)
-        elif target.url:
-            checked = not srmp and (admin or not (principal.admin or principal.open))
-            if checked and not outbound.allows(target.url):
+        targets = reply_targets(value, local)
+        if targets is None or (admin and len(targets) != 1):
+            if srmp:
+                continue  # the sender's own name for itself; nothing is sent there by it
+            raise ProblemError(400, f"{name}: {value[:200]!r} is not a queue path or a format "
+                               "name" + (" of one queue" if admin else ""),
+                               type_slug="MQ_ERROR_ILLEGAL_FORMATNAME",
+                               extra={"header": header})
+        for target in targets:
+            if target.queue:
+                _check_local(name, value, target.queue, may_send=may_send)
+            elif srmp:
+                continue  # remote: receipts are checked when they fall due (receipt_gate)
+            elif target.url and (admin or not trusted) and not outbound.allows(target.url):
                 raise ProblemError(403, f"{name}: {target.url!r} is not an allowed outbound "
                                    "address ([outbound] allow, [[peers]], [[webhooks]] or an "
                                    "outbound redirection)", type_slug="outbound-not-allowed",
                                    extra={"header": header})
-        elif admin and not srmp:
-            raise ProblemError(400, f"{name}: {value[:200]!r} is neither a queue path nor a "
-                               "DIRECT=HTTP(S) format name this gateway can acknowledge to",
-                               type_slug="MQ_ERROR_ILLEGAL_FORMATNAME",
-                               extra={"header": header})
+            elif target.foreign and admin:
+                raise ProblemError(400, f"{name}: {target.foreign!r} is not a queue this "
+                                   "gateway can acknowledge to",
+                                   type_slug="MQ_ERROR_ILLEGAL_FORMATNAME",
+                                   extra={"header": header})
+            elif target.foreign and not trusted:
+                raise ProblemError(403, f"{name}: {target.foreign!r} is not a queue this "
+                                   "gateway can check against the partner's send list",
+                                   type_slug="MQ_ERROR_ACCESS_DENIED", extra={"header": header})
 
 
 def _check_local(name: str, value: str, canonical: str, *, may_send: SendCheck) -> None:

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from gateway import jsonio, rest_range
 from gateway.appkeys import STATE_KEY
-from gateway.auth.middleware import principal_of, require, require_admin
+from gateway.auth.middleware import principal_of, require, require_admin, scoped_key
 from gateway.errors import ProblemError
 from gateway.long_polls import LONG_POLLS_KEY
 from gateway.queue_manager import Park, QueueManager, QueueSettings, ReceivedMessage
@@ -205,7 +205,8 @@ async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Respon
                                   "index": index}, status=202)
     body = await request.read()
     message = await qm.send(name, body, send.properties, transaction=send.transaction,
-                            dedup_key=send.idempotency_key, fresh=True)
+                            dedup_key=scoped_key(request, send.idempotency_key),
+                            fresh=True)
     return jsonio.json_response({"id": message.message_id, "queue": message.queue,
                               "seq": message.seq}, status=201)
 

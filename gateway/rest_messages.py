@@ -9,7 +9,7 @@ from aiohttp import web
 
 from gateway import jsonio
 from gateway.appkeys import STATE_KEY
-from gateway.auth.middleware import principal_of, require, require_admin
+from gateway.auth.middleware import principal_of, require, require_admin, scoped_key
 from gateway.destinations import redirect_inbound, send_to_destinations, split_destinations
 from gateway.errors import ProblemError
 from gateway.reply_addresses import check_request_replies
@@ -67,12 +67,13 @@ async def send_by_format_name(request: web.Request) -> web.Response:
                                   + [url for _, url in remote], "index": held}, status=202)
     if len(paths) == 1 and not remote:
         message = await qm.send(paths[0], body, send.properties, transaction=tx,
-                                dedup_key=send.idempotency_key, fresh=True)
+                                dedup_key=scoped_key(request, send.idempotency_key),
+                            fresh=True)
         return jsonio.json_response({"id": message.message_id, "queue": message.queue,
                                   "seq": message.seq}, status=201)
     transactional = tx == "single" or (tx is None and any(q.settings.transactional
                                                           for q in queues))
-    key = send.idempotency_key
+    key = scoped_key(request, send.idempotency_key)
     assert qm.dedup is not None
     digest = qm.dedup.digest(body, destination)
     if key is not None:

@@ -42,6 +42,7 @@ from gateway.srmp.model import Kind
 from gateway.srmp.parsed import ParsedRequest
 from gateway.srmp.signature import BadSignature, verify_signature
 from gateway.reply_addresses import check_reply_addresses
+from mapping.names import ORDER_QUEUE
 from gateway.srmp_deliver import Outcome, deliver
 from gateway.srmp_forward import forward
 from gateway.srmp_parse_pool import ParsePool, WorkerLost
@@ -92,10 +93,16 @@ async def _srmp_post(request: web.Request) -> web.Response:
             stored = await _forward(request, parsed, *queue)
             metrics.srmp_message(kind, "forwarded" if stored else "duplicate")
             return web.Response(status=200)
-        if kind in (Kind.STREAM_RECEIPT, Kind.FINAL_STREAM_RECEIPT) and await _receipt(
-                request, parsed.message):
-            metrics.srmp_message(kind, "stream_advanced")
-            return web.Response(status=200)
+        if kind in (Kind.STREAM_RECEIPT, Kind.FINAL_STREAM_RECEIPT):
+            # A receipt moves one of our outgoing streams on, whatever queue its <to> names:
+            # it is taken only from a sender that may send order acknowledgements.
+            refusal = _access(request, qm.queue(ORDER_QUEUE))
+            if refusal:
+                raise ProblemError(403, f"stream receipt refused: {refusal}",
+                                   type_slug="MQ_ERROR_ACCESS_DENIED")
+            if await _receipt(request, parsed.message):
+                metrics.srmp_message(kind, "stream_advanced")
+                return web.Response(status=200)
     except (SrmpError, ProblemError) as exc:
         metrics.srmp_message(kind, "rejected")
         raise _as_srmp(exc) from exc
@@ -332,9 +339,11 @@ def _in_networks(remote: str, texts: tuple[str, ...]) -> bool:
     """Cached: the peer's address is parsed once, not on every SRMP send (senders are
     few)."""
     try:
-        address = ipaddress.ip_address(remote)
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(remote)
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # an IPv4 sender on a dual-stack listener
     return any(address in n for n in _networks(texts))
 
 

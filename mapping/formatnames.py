@@ -235,6 +235,14 @@ def _direct_http(scheme: str, rest: str, text: str) -> DirectFormatName:
                             display_queue=path.display)
 
 
+def _dns_name_fits(host: str) -> bool:
+    """A name DNS (and the IDNA codec that connects to it) can carry; addresses pass."""
+    if host.startswith("["):
+        return True
+    name = host.rstrip(".")
+    return 0 < len(name) <= 253 and all(0 < len(label) <= 63 for label in name.split("."))
+
+
 def _authority(authority: str, scheme: str, text: str) -> tuple[str, int]:
     host, port_text = authority, ""
     if authority.startswith("["):
@@ -242,8 +250,9 @@ def _authority(authority: str, scheme: str, text: str) -> tuple[str, int]:
         host, port_text = authority[: end + 1], authority[end + 2:] if end > 0 else ""
     elif ":" in authority:
         host, _, port_text = authority.rpartition(":")
-    if not _HOST.match(host):
-        raise FormatNameError(f"{text!r}: {host!r} is not a host name or address")
+    if not _HOST.match(host) or not _dns_name_fits(host):
+        raise FormatNameError(f"{text!r}: {host[:80]!r} is not a host name or address (DNS: "
+                              "labels of 1..63 characters, 253 in all)")
     if port_text and (not (port_text.isascii() and port_text.isdigit())
                       or not 0 < int(port_text) < 65536):
         raise FormatNameError(f"{text!r}: port {port_text!r} is not 1..65535")

@@ -145,6 +145,20 @@ class Authenticator:
             self._throttle(principal, monotonic)
         return principal
 
+    def known_signer(self, authorization: str) -> None:
+        """Check what a signed request's header says before its body is read: a well-formed
+        EP-HMAC-SHA256 header naming a partner with a secret.
+
+        Raises:
+            AuthError: malformed, or no such partner.
+        """
+        try:
+            partner = parse_authorization(authorization).partner
+        except SignatureError as exc:
+            raise AuthError(str(exc)) from exc
+        if partner not in self._secrets:
+            raise AuthError(f"no partner {partner!r} with an HMAC secret")
+
     def _key(self, key: str) -> Principal:
         digest = hashlib.sha256(key.encode()).hexdigest()
         for known, principal in self._keys.items():

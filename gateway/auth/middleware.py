@@ -20,9 +20,11 @@ import ipaddress
 import time
 
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from aiohttp import web
 
+from gateway.appkeys import STATE_KEY
 from gateway.auth.authenticator import Authenticator, AuthError, Credentials, RateLimited
 from gateway.auth.hmac_sig import SCHEME
 from gateway.auth.principal import NOBODY, OPEN, Principal
@@ -32,7 +34,7 @@ from gateway.errors import ProblemError
 from gateway.settings import Settings
 from mapping.names import QueueNameError, parse_queue_path
 
-__all__ = ["Gate", "make_auth_gate", "principal_of", "require", "require_admin", "PRINCIPAL",
+__all__ = ["Gate", "make_auth_gate", "principal_of", "require", "require_admin", "PRINCIPAL", "scoped_key", "is_local_client",
            "is_loopback"]
 
 Gate = Callable[[web.Request], Awaitable[None]]
@@ -58,41 +60,72 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator) -> Gate:
         if length is not None and length > body_max:
             raise ProblemError(413, f"request body of {length} bytes is over the limit of "
                                f"{body_max} bytes", type_slug="body-too-large")
-        body = b""
-        if request.can_read_body and request.content.is_eof():
-            body = await request.read()  # all there already: no timer needed on this hot path
-        elif request.can_read_body:
-            try:
-                async with asyncio.timeout(body_timeout):  # no task per request, unlike wait_for
-                    body = await request.read()
-            except TimeoutError:
-                raise ProblemError(408, f"request body not received within {body_timeout} s",
-                                   type_slug="body-timeout") from None
         route = request.match_info.route
         srmp = route.name is not None and route.name.startswith("srmp-")
-        creds = Credentials("" if srmp else request.headers.get("Authorization", ""),
-                            subjects.of(request.transport), request.method, request.path_qs,
-                            body, request.headers.items())
-        try:
-            principal = authenticator.authenticate(creds, now=time.time(),
-                                                   monotonic=time.monotonic())
-        except AuthError as exc:
-            raise ProblemError(401, str(exc), type_slug="unauthorized",
-                               headers=_CHALLENGE) from exc
-        except RateLimited as exc:
-            raise ProblemError(429, str(exc), type_slug="rate-limited",
-                               headers={"Retry-After": TokenBucket.retry_after(exc.wait_s)}
-                               ) from exc
-        except OverflowError as exc:
-            raise ProblemError(503, str(exc), type_slug="overloaded",
-                               headers={"Retry-After": "5"}) from exc
-        if principal is None and authenticator.required and not srmp:
-            raise ProblemError(401, "a credential is required (Authorization: Bearer <API key> "
-                               f"or {SCHEME}, or a client certificate)",
-                               type_slug="unauthorized", headers=_CHALLENGE)
+        header = "" if srmp else request.headers.get("Authorization", "")
+        signed = header.lstrip().startswith(SCHEME)
+        subject = subjects.of(request.transport)
+        principal: Principal | None = None
+        # Everything but a signature is decided on the headers, before the body is read: a
+        # stranger's slow body cannot hold the in-flight slots partners need.
+        if signed:
+            _check(authenticator.known_signer, header)
+        else:
+            principal = _check(authenticate, Credentials(
+                header, subject, request.method, request.path_qs, b"", ()))
+            if principal is None and authenticator.required and not srmp:
+                raise ProblemError(401, "a credential is required (Authorization: Bearer "
+                                   f"<API key> or {SCHEME}, or a client certificate)",
+                                   type_slug="unauthorized", headers=_CHALLENGE)
+        body = await _read_body(request, body_timeout)
+        if signed:
+            principal = _check(authenticate, Credentials(
+                header, subject, request.method, request.path_qs, body,
+                request.headers.items()))
         request[PRINCIPAL] = principal or (NOBODY if srmp else OPEN)
 
+    def authenticate(creds: Credentials) -> Principal | None:
+        return authenticator.authenticate(creds, now=time.time(), monotonic=time.monotonic())
+
     return gate
+
+
+T = TypeVar("T")
+A = TypeVar("A")
+
+
+def _check(step: Callable[[A], T], argument: A) -> T:
+    """One authentication step, its refusals as the answers they are."""
+    try:
+        return step(argument)
+    except AuthError as exc:
+        raise ProblemError(401, str(exc), type_slug="unauthorized",
+                           headers=_CHALLENGE) from exc
+    except RateLimited as exc:
+        raise ProblemError(429, str(exc), type_slug="rate-limited",
+                           headers={"Retry-After": TokenBucket.retry_after(exc.wait_s)}
+                           ) from exc
+    except OverflowError as exc:
+        raise ProblemError(503, str(exc), type_slug="overloaded",
+                           headers={"Retry-After": "5"}) from exc
+
+
+async def _read_body(request: web.Request, timeout_s: float) -> bytes:
+    """The whole body, within ``timeout_s`` (408); a client that hangs up mid-body gets a 400
+    it will not read, and no error is logged: the fault is not the gateway's."""
+    if not request.can_read_body:
+        return b""
+    try:
+        if request.content.is_eof():
+            return await request.read()  # all there already: no timer on this hot path
+        async with asyncio.timeout(timeout_s):  # no task per request, unlike wait_for
+            return await request.read()
+    except TimeoutError:
+        raise ProblemError(408, f"request body not received within {timeout_s} s",
+                           type_slug="body-timeout") from None
+    except ConnectionError as exc:
+        raise ProblemError(400, f"the client closed the connection mid-body ({exc})",
+                           type_slug="body-incomplete") from None
 
 
 def principal_of(request: web.Request) -> Principal:
@@ -101,6 +134,17 @@ def principal_of(request: web.Request) -> Principal:
     if PRINCIPAL not in request:
         return OPEN
     return request[PRINCIPAL]
+
+
+def scoped_key(request: web.Request, key: str | None) -> str | None:
+    """An ``Idempotency-Key`` in its principal's own space: one partner's keys can neither
+    block nor reveal another's."""
+    if key is None:
+        return None
+    principal = principal_of(request)
+    scope = ("admin" if principal.admin else "open" if principal.open
+             else f"partner:{principal.name}")
+    return f"{scope}\0{key}"
 
 
 def require(request: web.Request, action: str, queue: str) -> None:
@@ -125,15 +169,41 @@ def require_admin(request: web.Request) -> None:
     if not principal.open:
         raise ProblemError(403, "this needs the admin credential",
                            type_slug="MQ_ERROR_ACCESS_DENIED")
-    if not is_loopback(request):
-        raise ProblemError(403, "management answers only loopback clients while no "
+    if not is_local_client(request):
+        raise ProblemError(403, "management answers only clients on this machine (loopback, "
+                           "a Host naming this gateway, no Origin of another site) while no "
                            "credentials are configured (set auth.admin_key_sha256)",
                            type_slug="MQ_ERROR_ACCESS_DENIED")
+
+
+def is_local_client(request: web.Request) -> bool:
+    """A client on this machine that means to talk to this gateway: loopback, a ``Host``
+    that names it, and no ``Origin`` of another site. A web page open in a browser on the
+    machine connects from loopback too: its requests carry its own ``Origin``, and a page
+    reaching us by DNS rebinding its own name sends that name as ``Host``."""
+    if not is_loopback(request):
+        return False
+    hosts = request.app[STATE_KEY].local.hosts
+    if _host_of(request.host) not in hosts:
+        return False
+    origin = request.headers.get("Origin")
+    return origin is None or _host_of(origin.partition("://")[2] or origin) in hosts
+
+
+def _host_of(authority: str) -> str:
+    """The host of ``host[:port]`` (``[v6]`` kept bracketed, lower case)."""
+    authority = authority.strip().rstrip("/").lower()
+    if authority.startswith("["):
+        return authority[:authority.find("]") + 1]
+    return authority.rsplit(":", 1)[0] if authority.count(":") == 1 else authority
 
 
 def is_loopback(request: web.Request) -> bool:
     """The client connected from this machine (127.0.0.0/8 or ::1)."""
     try:
-        return ipaddress.ip_address(request.remote or "").is_loopback
+        address = ipaddress.ip_address(request.remote or "")
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback  # an IPv4 client of a dual-stack listener
+    return address.is_loopback

@@ -90,16 +90,6 @@ CALLERS: dict[str, tuple[bool, dict[str, str], bool]] = {
 }
 
 
-@web.middleware
-async def _as_remote(request: web.Request, handler: Any) -> web.StreamResponse:
-    """The one change to the app under test: a request marked by the test comes from
-    another host (what the socket would say of a remote client)."""
-    if request.headers.get("X-Test-Remote"):
-        request = request.clone(remote=REMOTE)
-    response: web.StreamResponse = await handler(request)
-    return response
-
-
 @pytest.mark.parametrize("column", COLUMNS)
 async def test_authorization_matrix(aiohttp_client: Any, tmp_path: Path, column: str) -> None:
     keyed, credential, remote = CALLERS[column]
@@ -113,7 +103,7 @@ async def test_authorization_matrix(aiohttp_client: Any, tmp_path: Path, column:
         response: web.StreamResponse = await handler(request)
         return response
 
-    app.middlewares.insert(0, _as_remote)
+    app.middlewares.insert(0, _remote_from_header)
     app.middlewares.insert(0, note_route)
     client = await aiohttp_client(app)
     for _ in range(1000):
@@ -122,7 +112,7 @@ async def test_authorization_matrix(aiohttp_client: Any, tmp_path: Path, column:
         import asyncio
         await asyncio.sleep(0.01)
     assert app[STATE_KEY].ready
-    headers = {**credential, **({"X-Test-Remote": "1"} if remote else {})}
+    headers = {**credential, **({"X-Test-Remote": REMOTE} if remote else {})}
     opener = {"Authorization": "Bearer a-key"} if column == "partner B" else headers
     tx = ""
     mismatches = []
@@ -159,3 +149,44 @@ def test_an_open_gateway_on_the_network_says_what_is_open(tmp_path: Path) -> Non
     assert warning and "WARNING" in warning[0], log
     assert "send to and receive from every queue" in warning[0]
     assert "loopback clients only" in warning[0]
+
+
+@web.middleware
+async def _remote_from_header(request: web.Request, handler: Any) -> web.StreamResponse:
+    """The one change to the app under test: the socket's address as the test says
+    (X-Test-Remote), what the socket would say of a client on another host."""
+    remote = request.headers.get("X-Test-Remote")
+    if remote:
+        request = request.clone(remote=remote)
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+async def test_open_management_refuses_web_pages_and_rebound_names(aiohttp_client: Any,
+                                                                    tmp_path: Path) -> None:
+    """A page in a browser on the gateway's machine connects from loopback too: its Origin,
+    or the foreign name it rebound to 127.0.0.1 (Host), keeps it out of management."""
+    import asyncio
+
+    app = make_app(_settings(tmp_path, keyed=False))
+    app.middlewares.insert(0, _remote_from_header)
+    client = await aiohttp_client(app)
+    for _ in range(1000):
+        if app[STATE_KEY].ready:
+            break
+        await asyncio.sleep(0.01)
+    for headers in ({"Origin": "http://evil.example"}, {"Host": "evil.example"},
+                    {"Host": "evil.example:8080", "Origin": "http://evil.example:8080"}):
+        for method, path in (("POST", "/v1/queues/private$/a_in/purge"),
+                             ("PUT", "/v1/queues/private$/a_new"), ("GET", "/metrics"),
+                             ("GET", "/v1/links"), ("GET", "/ui/status.json")):
+            response = await client.request(method, path, headers=headers, data=b"{}")
+            assert response.status == 403, (headers, method, path, await response.text())
+    # The gateway's own names pass; an IPv4 client of a dual-stack listener is loopback.
+    for headers in ({"Origin": f"http://127.0.0.1:{client.server.port}"},
+                    {"Host": "localhost"}, {"X-Test-Remote": "::ffff:127.0.0.1"}):
+        response = await client.put("/v1/queues/private$/a_new", headers=headers, json={})
+        assert response.status in (200, 201), (headers, await response.text())
+    response = await client.put("/v1/queues/private$/a_new", json={},
+                                headers={"X-Test-Remote": "::ffff:203.0.113.9"})
+    assert response.status == 403

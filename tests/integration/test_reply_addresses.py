@@ -268,3 +268,37 @@ def test_outbound_allow_is_validated() -> None:
 
     with pytest.raises(ConfigError, match=r"outbound\.allow"):
         parse_settings({"outbound": {"allow": ["ftp://x/"]}})
+
+
+@pytest.mark.parametrize("value", [
+    "DIRECT=OS:.\\private$\\acme_in,DIRECT=OS:.\\private$\\entrepot_dedup$",
+    "DIRECT=OS:.\\private$\\acme_in,DIRECT=OS:.\\system$;deadletter",
+    "DIRECT=OS:.\\private$\\acme_in,DIRECT=OS:.\\private$\\other_in",
+    "private$/acme_in,private$/other_in",
+    "FORMATNAME:DIRECT=OS:.\\private$\\other_in",
+    "http://localhost/msmq/private$/other_in",
+    "DIRECT=HTTPS://10.0.0.5/msmq/x",
+    "PUBLIC=00000000-0000-0000-0000-000000000001",
+    "private$/acme_in private$/other_in",
+])
+async def test_every_form_of_a_response_queue_is_checked(aiohttp_client: Any, tmp_path: Path,
+                                                          value: str) -> None:
+    """A partner cannot hide a queue it may not use in a list, a prefix or a form the
+    gateway does not parse: every element is checked, and what cannot be is refused."""
+    client = await ready_client(aiohttp_client, _settings(tmp_path))
+    before = await _counts(client)
+    for path, extra in (("/v1/queues/private$/acme_in/messages", {}),
+                        ("/v1/messages", {"Mq-Destination": "DIRECT=OS:.\\private$\\acme_in"})):
+        response = await client.post(path, data=b"x", headers={
+            **ACME, **extra, "Mq-Response-Queue": value})
+        assert response.status in (400, 403), (value, path, await response.text())
+    batch = {"messages": [{"queue": "private$/acme_in", "body_base64": "eA==",
+                           "properties": {"response_queue": value}}]}
+    response = await client.post("/v1/batch", json=batch, headers=ACME)
+    assert response.status in (400, 403), (value, await response.text())
+    assert await _counts(client) == before
+    # A list of queues the partner may use is fine.
+    response = await client.post("/v1/queues/private$/acme_in/messages", data=b"x", headers={
+        **ACME, "Mq-Response-Queue": "DIRECT=OS:.\\private$\\acme_in,"
+                                     "DIRECT=OS:.\\private$\\acme_acks"})
+    assert response.status == 201, await response.text()

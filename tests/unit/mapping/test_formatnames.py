@@ -95,3 +95,15 @@ def test_bad_format_names_say_what_is_wrong(text: str, fragment: str) -> None:
 def test_any_text_parses_or_raises_format_name_error(text: str) -> None:
     with contextlib.suppress(FormatNameError):  # the one error it may raise; anything else fails
         parse_format_name(text)
+
+
+def test_host_names_dns_cannot_carry_are_refused() -> None:
+    """A link to such a name could never connect (the IDNA codec refuses it): refused when
+    the format name is read, not retried for ever."""
+    from mapping.errors import FormatNameError
+    from mapping.formatnames import parse_format_name
+
+    for host in ("a" * 64 + ".example", ".".join(["abcdefghi"] * 26), "a..example"):
+        with pytest.raises(FormatNameError, match="not a host name"):
+            parse_format_name(f"DIRECT=HTTP://{host}/msmq/q")
+    assert parse_format_name("DIRECT=HTTP://" + "a" * 63 + ".example/msmq/q")
