@@ -6,8 +6,9 @@
 - Stream messages are sent in order with up to ``window`` in flight (the receiver waits for
   the ones before a message that overtook them); others a few at a time; on keep-alive
   connections that are closed after ``idle_timeout`` without traffic.
-- Connection errors, time-outs and 5xx: retried with exponential back-off and jitter (state
-  "waiting to connect"), the message keeps its place. 400: the receiver refuses it, so it
+- Connection errors, time-outs and 5xx: retried with exponential back-off and jitter
+  (gateway.backoff; state "waiting to connect", a WARNING when the link starts failing), the
+  message keeps its place. 400: the receiver refuses it, so it
   leaves (dead-letter copy with MQMSG_CLASS_NACK_BAD_DST_Q when its journal level asks).
 - A message whose time-to-reach-queue passed before delivery leaves the same way with
   MQMSG_CLASS_NACK_REACH_QUEUE_TIMEOUT and leaves its stream (the next ``previous`` skips it).
@@ -29,6 +30,7 @@ from dataclasses import dataclass, replace
 
 import aiohttp
 
+from gateway.backoff import Failures
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import encode_payload
@@ -124,7 +126,7 @@ class Link:
         self._inflight: dict[int, asyncio.Task[None]] = {}  # stream number -> its send
         self._plain_inflight: dict[int, asyncio.Task[None]] = {}  # sequence -> its send
         self._last_traffic = 0.0
-        self._failures = 0
+        self._failures = Failures(f"link to {self.destination}", options.retry_max_s)
         self.sent = 0
         self.retries = 0
 
@@ -133,7 +135,7 @@ class Link:
     def summary(self) -> dict[str, object]:
         oldest = min(self._seen_at.values(), default=None)
         # A send in flight when the link was paused may still set state when it ends.
-        return {"destination": self.destination,
+        return {"kind": "messages", "destination": self.destination,
                 "state": "paused" if self.paused else self.state,
                 "backlog": self.qm.store.count(self.queue.queue_id),
                 "unacked": len(self.stream.pending) if self.stream else 0,
@@ -404,17 +406,15 @@ class Link:
             problem = f"{type(exc).__name__} posting to {url}: {exc}"
         self._last_traffic = time.monotonic()
         if 200 <= status < 500:
-            self._failures = 0
+            self._failures.succeeded()
             self.state = "active"
             if status >= 300:
                 self.last_error = problem
             return status, verdict
-        self._failures += 1
         self.retries += 1
         self.last_error = problem
         self.state = "waiting to connect" if status == 0 else "inactive"
-        delay = min(self.options.retry_max_s, 0.1 * 2.0 ** min(self._failures, 30))
-        await asyncio.sleep(delay * (0.5 + random.random() / 2))
+        await asyncio.sleep(self._failures.failed(problem))
         return status, verdict
 
     def _client(self) -> aiohttp.ClientSession:

@@ -395,3 +395,24 @@ async def test_a_paused_link_shows_paused_whatever_a_send_in_flight_reports(
     assert (await client.post(f"/v1/links/{summary['id']}/resume")).status == 200
     [summary] = (await (await client.get("/v1/links")).json())["links"]
     assert summary["state"] != "paused"
+
+
+async def test_a_failing_link_logs_one_warning_while_it_retries(
+        gateway_factory: Callable[..., Any], caplog: pytest.LogCaptureFixture) -> None:
+    """A link whose destination does not answer says so at WARNING once, naming the
+    destination and the back-off, not once per attempt."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="gateway")
+    a, _ = await gateway_factory("a")
+    dead_port = free_port()  # nothing listens there
+    await _send(a, f"DIRECT=HTTP://127.0.0.1:{dead_port}/msmq/private$/q", b"x")
+
+    async def retried() -> bool:
+        return any(x["retries"] >= 4 for x in await _links(a))
+
+    assert await _until(retried), await _links(a)
+    warnings = [r.getMessage() for r in caplog.records
+                if r.levelno >= logging.WARNING and "link to" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert f"127.0.0.1:{dead_port}" in warnings[0] and "back-off" in warnings[0]
