@@ -300,7 +300,12 @@ async def _open_store(app: web.Application) -> None:
     state.consumers = consumers
     state.queue_manager = queue_manager
     srmp = settings.srmp
-    state.receipts = ReceiptSender(app[METRICS_KEY], timeout_s=srmp.receipt_timeout,
+    # Links first: receipts take their routes, back-off and listing (gateway.receipt_lanes).
+    state.links = Links(queue_manager, link_options(settings), app[METRICS_KEY],
+                        lambda: state.mapping.rules if state.mapping is not None else None,
+                        webhooks=load_webhooks(settings), peers=load_peers(settings))
+    state.receipts = ReceiptSender(app[METRICS_KEY], state.links.receipts,
+                                   timeout_s=srmp.receipt_timeout,
                                    attempts=srmp.receipt_attempts,
                                    pending_max=srmp.receipts_pending_max,
                                    gate=ReceiptGate(state.outbound, app[METRICS_KEY],
@@ -315,9 +320,6 @@ async def _open_store(app: web.Application) -> None:
                                       reorder_wait_s=srmp.reorder_wait,
                                       window=srmp.reorder_window)
     outbox = Outbox(queue_manager, state.receipts, ids, app[METRICS_KEY])
-    state.links = Links(queue_manager, link_options(settings), app[METRICS_KEY],
-                        lambda: state.mapping.rules if state.mapping is not None else None,
-                        webhooks=load_webhooks(settings), peers=load_peers(settings))
     state.links.start()
     await state.links.outgoing.drop_stale()
     state.tasks.append(asyncio.create_task(outbox.run(), name="srmp-outbox"))

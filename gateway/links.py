@@ -1,7 +1,8 @@
 """The links: one per outgoing queue, started with the gateway and whenever a message first
 goes to a new destination; where they connect (outbound redirection) and where stream
 receipts are to be sent (stream-receipt mapping) are read from the current mapping rules at
-each use, so a reload applies at once.
+each use, so a reload applies at once. The receipt lanes (gateway.receipt_lanes) route the
+gateway's receipts the same way and are listed with the links.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from gateway.metrics import Metrics
 from gateway.outgoing import Outgoing
 from gateway.peers import Peer, peer_for
 from gateway.queue_manager import Queue, QueueManager
+from gateway.receipt_lanes import LANE_ID_PREFIX, ReceiptLane, ReceiptLanes
 from mapping.engine import receipt_url_for, route_outbound
 from mapping.names import ORDER_QUEUE
 from mapping.rules import Pattern, RuleSet, normalise_address
@@ -41,6 +43,8 @@ class Links:
         # (normalised URL or prefix, partner name, secret), as [[webhooks]] declares them
         self._webhooks = [(Pattern.parse(url), name, secret) for url, name, secret in webhooks]
         self._peers = list(peers)
+        # The receipts this gateway posts: routed by ``route`` too, with the links' back-off
+        self.receipts = ReceiptLanes(self.route, metrics, cap_s=options.retry_max_s)
 
     def start(self) -> None:
         for queue in self.outgoing.queues():
@@ -108,8 +112,12 @@ class Links:
         """The destination URL of every link."""
         return [link.destination for link in self.links.values()]
 
-    def find(self, link_id: str) -> Link:
-        """Raises: KeyError for an unknown id (the outgoing queue's hash)."""
+    def find(self, link_id: str) -> Link | ReceiptLane:
+        """A link by its outgoing queue's hash, or a receipt lane by its id.
+
+        Raises: KeyError for an unknown id."""
+        if link_id.startswith(LANE_ID_PREFIX):
+            return self.receipts.find(link_id)
         return self.links[OUTGOING_PREFIX + link_id]
 
     def summaries(self) -> list[dict[str, object]]:
@@ -122,6 +130,7 @@ class Links:
                 self.qm.store.count(link.queue.queue_id))
             self.metrics.link_unacked.labels(link.destination).set(
                 len(link.stream.pending) if link.stream else 0)
+        out.extend(self.receipts.summaries())
         return out
 
     async def close(self) -> None:

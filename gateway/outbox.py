@@ -4,10 +4,11 @@
 gateway.copies puts each one in an internal queue in the same commit as what caused it, so
 none is lost in a crash; this task posts them and removes each once the receiver answered
 (2xx: delivered; 4xx: refused, which retrying cannot change). Connection errors, timeouts and
-5xx are retried with back-off until the receipt's time-to-reach-queue (4 days, Windows'
-default) has passed; then it is dropped with a warning. At most ``inflight_max`` are being
-posted at once. Receipts need no order, so they do not use the links' durable,
-ordered outgoing queues (gateway.outgoing).
+5xx are retried until the receipt's time-to-reach-queue (4 days, Windows' default) has passed;
+then it is dropped with a warning. Each post goes through its destination's receipt lane
+(gateway.receipt_lanes: outbound redirection, the links' back-off, shown in ``GET /v1/links``).
+At most ``inflight_max`` are being posted at once. Receipts need no order, so they do not use
+the links' durable, ordered outgoing queues (gateway.outgoing).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import decode_payload
 from gateway.queue_manager import Queue, QueueManager
 from gateway.state_records import UNREADABLE, StateQueue, Unreadable, unreadable_reason
-from gateway.receipt_sender import ReceiptSender, backoff_s
+from gateway.receipt_sender import ReceiptSender
 from gateway.srmp.model import (
     NULL_GUID,
     CommitmentReceipt,
@@ -42,7 +43,6 @@ from store.records import StoredRecord
 
 __all__ = ["Outbox"]
 
-_RETRY_MAX_S = 1200.0  # 20 minutes between attempts at most
 # Each record is a message payload: its properties say where and what to post.
 OUTBOX_STATE = StateQueue(OUTBOX_QUEUE, decode_payload)
 _OBJECTID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
@@ -123,18 +123,13 @@ class Outbox:
             envelope = self._envelope(props.message_class, props.label, props.correlation_id,
                                       props.extra, url, await self.ids.next())
             deadline = props.sent_at_ms / 1000 + TTRQ_S
-            attempt, status, problem = 0, 0, ""
-            while True:
-                status, problem = await self.sender.post_once(url, envelope)
-                if status < 0 or 200 <= status < 500 or time.time() > deadline:
-                    break
-                await asyncio.sleep(backoff_s(attempt, _RETRY_MAX_S))
-                attempt += 1
+            status, problem, attempts = await self.sender.deliver(
+                url, envelope, give_up=lambda _: time.time() > deadline)
             result = "sent" if 200 <= status < 300 else "failed"
             self.metrics.srmp_receipts.labels(kind, result).inc()
             if result == "failed":
                 server_log.warning("%s to %s dropped after %d attempt(s): %s", kind, url,
-                                   attempt + 1, problem)
+                                   attempts, problem)
             await self.qm.store.remove([record])
             removed = True
         except StoreError as exc:

@@ -1,16 +1,21 @@
-"""Posting receipts (single-part SRMP) to the URLs senders named: bounded, retried, logged.
+"""Posting receipts (single-part SRMP) to the URLs senders named: bounded, routed, retried,
+logged.
 
-Stream receipts are cumulative and a sender that misses one resends a message, which makes the
-receiver acknowledge again (gateway.srmp.eod), so a receipt that cannot be delivered after
-its attempts is dropped with a warning rather than kept for ever. At most ``pending_max``
-receipts are on their way at once; beyond that new ones are dropped and counted.
+Every post goes through the destination's receipt lane (gateway.receipt_lanes): routed as
+links route messages (outbound redirection), with the lane's back-off, and visible in
+``GET /v1/links``. ``deliver`` posts one receipt until it is answered or its caller gives up;
+the outbox (delivery and commitment receipts, acknowledgements) gives up at the receipt's
+time-to-reach-queue, stream receipts after ``attempts``: they are cumulative and a sender that
+misses one resends a message, which makes the receiver acknowledge again
+(gateway.srmp.eod). At most ``pending_max`` stream receipts are on their way at once;
+beyond that new ones are dropped and counted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
+from collections.abc import Callable
 
 import aiohttp
 from yarl import URL
@@ -18,18 +23,13 @@ from yarl import URL
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.receipt_gate import ReceiptGate
+from gateway.receipt_lanes import ReceiptLane, ReceiptLanes
 from gateway.srmp.build import build_request
 from gateway.srmp.model import Envelope
 
-__all__ = ["ReceiptSender", "backoff_s", "SKIP_AUTO_HEADERS", "USER_AGENT"]
+__all__ = ["ReceiptSender", "SKIP_AUTO_HEADERS", "USER_AGENT"]
 
 _CONCURRENCY = 16
-_BACKOFF_MAX_S = 60.0
-
-
-def backoff_s(attempt: int, cap_s: float = _BACKOFF_MAX_S) -> float:
-    """Exponential back-off with jitter: 0.25 s doubling, at most ``cap_s``."""
-    return min(cap_s, 0.25 * 2.0 ** min(attempt, 30)) * (0.5 + random.random() / 2)
 
 
 def _version() -> str:
@@ -47,9 +47,10 @@ USER_AGENT = f"entrepot/{_version()}"
 
 
 class ReceiptSender:
-    def __init__(self, metrics: Metrics, *, timeout_s: float, attempts: int,
-                 pending_max: int, gate: ReceiptGate | None = None) -> None:
+    def __init__(self, metrics: Metrics, lanes: ReceiptLanes, *, timeout_s: float,
+                 attempts: int, pending_max: int, gate: ReceiptGate | None = None) -> None:
         self.metrics = metrics
+        self.lanes = lanes
         self.gate = gate
         self.timeout_s = timeout_s
         self.attempts = attempts
@@ -82,42 +83,68 @@ class ReceiptSender:
         return self.gate is None or self.gate.permit(url, kind)
 
     async def _deliver(self, url: str, envelope: Envelope, kind: str) -> None:
-        problem = ""
-        for attempt in range(self.attempts):
-            status, problem = await self.post_once(url, envelope)
-            if 200 <= status < 300:
-                self.metrics.srmp_receipts.labels(kind, "sent").inc()
-                return
-            if status < 0 or 400 <= status < 500:
-                break  # not a URL, or the receiver refuses it: retrying would not help
-            await asyncio.sleep(backoff_s(attempt))
+        status, problem, attempts = await self.deliver(
+            url, envelope, give_up=lambda attempts: attempts >= self.attempts)
+        if 200 <= status < 300:
+            self.metrics.srmp_receipts.labels(kind, "sent").inc()
+            return
         self.metrics.srmp_receipts.labels(kind, "failed").inc()
-        server_log.warning("receipt to %s not delivered after %d attempt(s): %s", url,
-                           attempt + 1, problem)
+        if status == 0 or status >= 500:  # the destination fails: its lane warned already
+            server_log.info("%s to %s not delivered after %d attempt(s): %s", kind, url,
+                            attempts, problem)
+        else:
+            server_log.warning("%s to %s not delivered after %d attempt(s): %s", kind, url,
+                               attempts, problem)
 
-    async def post_once(self, url: str, envelope: Envelope) -> tuple[int, str]:
-        """One attempt: (HTTP status, "") or (0, the connection problem); -1 for a URL that
-        is not http(s)."""
+    async def deliver(self, url: str, envelope: Envelope, *,
+                      give_up: Callable[[int], bool]) -> tuple[int, str, int]:
+        """Post ``envelope`` for ``url`` through its lane until it is answered (2xx, 4xx; -1
+        for a URL that is not http(s)) or ``give_up(attempts so far)`` says so; returns
+        (the last status, its description, the attempts made)."""
+        lane = self.lanes.lane_for(url)
+        with lane.carrying():
+            attempts = 0
+            while True:
+                status, problem = await self.attempt(lane, url, envelope)
+                attempts += 1
+                if status < 0 or 200 <= status < 500 or give_up(attempts):
+                    return status, problem, attempts
+
+    async def attempt(self, lane: ReceiptLane, url: str, envelope: Envelope
+                      ) -> tuple[int, str]:
+        """One post in ``lane``'s turn (after its back-off while it fails), routed."""
+        async with lane.turn():
+            target = self.lanes.route(url)
+            lane.through = target
+            status, problem = await self.post_once(target, url, envelope)
+            lane.answered(status, problem)
+            return status, problem
+
+    async def post_once(self, target: str, url: str, envelope: Envelope) -> tuple[int, str]:
+        """One attempt, posted to ``target`` (``url`` itself, or the gateway an outbound
+        redirection goes through): (HTTP status, its description) or (0, the connection
+        problem); -1 for a URL that is not http(s)."""
         try:
-            target = URL(url)
-            host = target.raw_host or ""
+            parsed = URL(target)
+            host = parsed.raw_host or ""
         except ValueError:
             host = ""
-        if not host or target.scheme not in ("http", "https"):
-            return -1, f"{url!r} is not an http(s) URL"
-        authority = host if target.is_default_port() else f"{host}:{target.port}"
-        request = build_request(envelope, None, host=authority, path=target.raw_path_qs)
+        if not host or parsed.scheme not in ("http", "https"):
+            return -1, f"{target!r} is not an http(s) URL"
+        authority = host if parsed.is_default_port() else f"{host}:{parsed.port}"
+        request = build_request(envelope, None, host=authority, path=parsed.raw_path_qs)
         headers = {k: v for k, v in request.headers if k not in ("Host", "Content-Length")}
         headers["User-Agent"] = USER_AGENT
+        via = "" if target == url else f" (through {target})"
         async with self._slots:
             try:
                 session = self._client()
-                async with session.post(target, data=request.body, headers=headers,
+                async with session.post(parsed, data=request.body, headers=headers,
                                         allow_redirects=False) as response:
                     await response.read()
-                    return response.status, f"HTTP {response.status}"
+                    return response.status, f"HTTP {response.status} from {target}"
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                return 0, f"{type(exc).__name__}: {exc}"
+                return 0, f"{type(exc).__name__} posting to {url}{via}: {exc}"
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

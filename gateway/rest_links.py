@@ -1,4 +1,5 @@
-"""``/v1/links``: the outgoing queues and their links (state, backlog, stream), pause/resume."""
+"""``/v1/links``: the outgoing queues and their links (state, backlog, stream), and the
+receipt lanes (gateway.receipt_lanes), with pause/resume for both."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ def _links(request: web.Request) -> Links:
 
 @routes.get("/v1/links")
 async def list_links(request: web.Request) -> web.Response:
-    """``{"links": [{"id", "destination", "state", "backlog", "unacked", "oldest_age_s",
-    "last_error", "stream", "sent", "retries"}]}``."""
+    """``{"links": [{"id", "kind", "destination", "state", "backlog", "unacked",
+    "oldest_age_s", "last_error", "stream", "sent", "retries"}]}``; ``kind`` is "messages"
+    for a link, "receipts" for a receipt lane (which adds ``through``)."""
     require_admin(request)
     return web.json_response({"links": _links(request).summaries()})
 
@@ -36,7 +38,8 @@ async def act(request: web.Request) -> web.Response:
     try:
         link = links.find(request.match_info["id"])
     except KeyError:
-        raise ProblemError(404, f"no link {request.match_info['id']!r} (an outgoing queue)",
+        raise ProblemError(404, f"no link {request.match_info['id']!r} (an outgoing queue "
+                           "or a receipt lane)",
                            type_slug="MQ_ERROR_QUEUE_NOT_FOUND") from None
     action = request.match_info["action"]
     if action == "pause":
