@@ -22,7 +22,7 @@ from aiohttp import web
 from gateway.settings import Settings
 from gateway.srmp.codec import SrmpMessage, parse_request
 from gateway.srmp.model import Kind, Services, Stream
-from tests.helpers import ready_client
+from tests.helpers import free_port, ready_client
 from tests.srmp_client import STREAM_ID, post, user_message
 
 MACHINE1 = "http://machine1"
@@ -31,10 +31,19 @@ ADMIN = f"{MACHINE1}/msmq/private$/receipts"
 ORDERS = "http://gw/msmq/private$/orders"
 
 
-@pytest.fixture
-async def relay(aiohttp_server: Any) -> Any:
+class _Relay:
     """The relay gateway machine1 is reached through: records what it takes; answers 503
-    while ``down``."""
+    while ``state["down"]``."""
+
+    def __init__(self, server: Any, got: list[tuple[str, SrmpMessage]],
+                 state: dict[str, Any]) -> None:
+        self.server, self.got, self.state = server, got, state
+
+    def make_url(self, path: str) -> Any:
+        return self.server.make_url(path)
+
+
+def _relay_app() -> tuple[web.Application, list[tuple[str, SrmpMessage]], dict[str, Any]]:
     got: list[tuple[str, SrmpMessage]] = []
     state = {"down": False, "refused": 0}
 
@@ -48,19 +57,23 @@ async def relay(aiohttp_server: Any) -> Any:
 
     app = web.Application()
     app.router.add_post("/{tail:.*}", take)
-    server = await aiohttp_server(app)
-    server.got, server.state = got, state
-    return server
+    return app, got, state
+
+
+@pytest.fixture
+async def relay(aiohttp_server: Any) -> _Relay:
+    app, got, state = _relay_app()
+    return _Relay(await aiohttp_server(app), got, state)
 
 
 async def _gateway(aiohttp_client: Any, settings_factory: Callable[..., Settings],
-                   relay: Any, tmp_path: Path) -> Any:
+                   relay_url: str, tmp_path: Path) -> Any:
     mapping = tmp_path / "mapping"
     mapping.mkdir()
     (mapping / "out.xml").write_text(
         '<outbound_redirections xmlns="msmq_outbound_mapping.xml"><redirection>'
         f"<destination>{MACHINE1}/*</destination>"
-        f"<through>{relay.make_url('/msmq')}</through></redirection>"
+        f"<through>{relay_url}</through></redirection>"
         "</outbound_redirections>")
     # Many attempts: a stream receipt must outlive the relay's outage in this test (a real
     # sender would resend its message and get a new one).
@@ -104,7 +117,8 @@ async def _lane(client: Any) -> dict[str, Any] | None:
 async def test_receipts_for_a_redirected_sender_go_through_the_relay(
         aiohttp_client: Any, settings_factory: Callable[..., Settings], relay: Any,
         tmp_path: Path) -> None:
-    client = await _gateway(aiohttp_client, settings_factory, relay, tmp_path)
+    client = await _gateway(aiohttp_client, settings_factory,
+                           str(relay.make_url('/msmq')), tmp_path)
     await _send_from_machine1(client)
 
     async def both() -> bool:
@@ -129,7 +143,8 @@ async def test_a_failing_receipt_lane_is_visible_logged_once_and_drains(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="gateway")
     relay.state["down"] = True
-    client = await _gateway(aiohttp_client, settings_factory, relay, tmp_path)
+    client = await _gateway(aiohttp_client, settings_factory,
+                           str(relay.make_url('/msmq')), tmp_path)
     await _send_from_machine1(client)
 
     async def failing() -> dict[str, Any] | None:
@@ -175,7 +190,8 @@ async def test_a_failing_receipt_lane_is_visible_logged_once_and_drains(
 async def test_a_receipt_lane_can_be_paused_and_resumed(
         aiohttp_client: Any, settings_factory: Callable[..., Settings], relay: Any,
         tmp_path: Path) -> None:
-    client = await _gateway(aiohttp_client, settings_factory, relay, tmp_path)
+    client = await _gateway(aiohttp_client, settings_factory,
+                           str(relay.make_url('/msmq')), tmp_path)
     await _send_from_machine1(client)
     assert await _until(lambda: _settled_count(relay, 2))
     lane = await _lane(client)
@@ -201,3 +217,33 @@ async def test_a_receipt_lane_can_be_paused_and_resumed(
 
 async def _settled_count(relay: Any, count: int) -> bool:
     return len(relay.got) >= count
+
+
+async def test_receipts_wait_for_a_relay_that_is_not_listening_yet(
+        aiohttp_client: Any, aiohttp_server: Any, settings_factory: Callable[..., Settings],
+        tmp_path: Path) -> None:
+    """The relay closed (connection refused): the lane waits to connect, then drains once
+    the relay listens."""
+    port = free_port()
+    client = await _gateway(aiohttp_client, settings_factory, f"http://127.0.0.1:{port}/msmq",
+                            tmp_path)
+    await _send_from_machine1(client)
+
+    async def waiting() -> dict[str, Any] | None:
+        lane = await _lane(client)
+        return lane if (lane is not None and lane["backlog"] == 2
+                        and lane["retries"] >= 3) else None
+
+    lane = await _until(waiting)
+    assert lane is not None, await _lane(client)
+    assert lane["state"] == "waiting to connect", lane
+    assert f"127.0.0.1:{port}" in lane["last_error"] and lane["through"].endswith("/msmq")
+    app, got, state = _relay_app()
+    relay = _Relay(await aiohttp_server(app, port=port), got, state)
+
+    async def drained() -> bool:
+        found = await _lane(client)
+        return found is not None and found["backlog"] == 0 and len(_kinds(relay)) == 2
+
+    assert await _until(drained), (await _lane(client), _kinds(relay))
+    assert _kinds(relay)[Kind.DELIVERY_RECEIPT] == ("/msmq", ADMIN)
