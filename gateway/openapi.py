@@ -225,10 +225,12 @@ def document() -> dict[str, Any]:
                                              "type": "string", "pattern": "^/",
                                              "description": "An absolute directory path."}},
                                              required=("dest",), closed=False))},
-        "/v1/links": {"get": _op("Links to remote queue managers: destination, state, "
-                                 "backlog, unacked, oldest_age_s, last_error.")},
-        "/v1/links/{id}/pause": {"post": _op("Pause a link.", params=[_TX])},
-        "/v1/links/{id}/resume": {"post": _op("Resume a link.", params=[_TX])},
+        "/v1/links": {"get": _op("Links to remote queue managers (kind messages) and "
+                                 "receipt lanes (kind receipts): destination, state, backlog, "
+                                 "unacked, oldest_age_s, last_error, sent, retries.")},
+        "/v1/links/{id}/pause": {"post": _op("Pause a link or receipt lane.", params=[_TX])},
+        "/v1/links/{id}/resume": {"post": _op("Resume a link or receipt lane.",
+                                              params=[_TX])},
         "/msmq/{path}": {"post": {
             "summary": "SRMP (MSMQ over HTTP): a multipart/related SOAP envelope and body, or "
                        "a text/xml receipt. The queue comes from the envelope's <to>; the "

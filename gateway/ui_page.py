@@ -21,7 +21,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums} th{background:#f0f0f0}
 <table id="queues"><thead><tr><th>queue</th><th>messages</th><th>bytes</th>
 <th>oldest (s)</th><th>range consumers</th></tr></thead><tbody></tbody></table>
 <h2>Links</h2>
-<table id="links"><thead><tr><th>destination</th><th>state</th><th>backlog</th>
+<table id="links"><thead><tr><th>destination</th><th>kind</th><th>state</th><th>backlog</th>
 <th>unacked</th><th>retries</th><th>last error</th></tr></thead><tbody></tbody></table>
 <h2>Dead letters</h2>
 <table id="dead"><thead><tr><th>queue</th><th>class</th><th>messages</th></tr></thead>
@@ -70,7 +70,7 @@ async function refresh() {
       + " \\u2014 updated " + s.time;
     fill("queues", s.queues, [["path"], ["messages", 1], ["bytes", 1], ["oldest_age_s", 1],
          ["consumers"]], "no queues");
-    fill("links", s.links, [["destination"], ["state"], ["backlog", 1], ["unacked", 1],
+    fill("links", s.links, [["destination"], ["kind"], ["state"], ["backlog", 1], ["unacked", 1],
          ["retries", 1], ["last_error"]], "no outgoing links");
     fill("dead", s.dead_letters, [["queue"], ["class"], ["messages", 1]], "none");
     fill("errors", s.errors, [["time"], ["level"], ["logger"], ["message"]], "none");
