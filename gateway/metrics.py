@@ -63,7 +63,8 @@ class Metrics:
         self._srmp_counts: dict[tuple[str, str], Callable[[], None]] = {}
         self.srmp_receipts = Counter(
             "entrepot_srmp_receipts_sent",
-            "Receipts posted to senders, by kind and result (sent, failed, dropped).",
+            "Receipts posted to senders, by kind and result (sent, failed, dropped, "
+            "superseded, not_allowed, rate_limited).",
             ["kind", "result"],
             registry=self.registry,
         )

@@ -56,6 +56,8 @@ class ReceiptSender:
         self.attempts = attempts
         self.pending_max = pending_max
         self._tasks: set[asyncio.Task[None]] = set()
+        # (URL, stream id) -> its stream receipt on its way: a newer one replaces it
+        self._latest: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._session: aiohttp.ClientSession | None = None
         self._slots = asyncio.Semaphore(_CONCURRENCY)
 
@@ -65,18 +67,34 @@ class ReceiptSender:
 
     def submit(self, url: str, envelope: Envelope, kind: str) -> bool:
         """Queue a receipt for ``url``; False (and counted) when too many are pending or the
-        gate refuses the address."""
+        gate refuses the address. A stream receipt replaces the one of its stream still on
+        its way (cumulative: the newer covers it; counted as ``superseded``)."""
         if not self.permit(url, kind):
             return False
-        if len(self._tasks) >= self.pending_max:
+        key = (url, envelope.stream_receipt.stream_id) if (
+            envelope.stream_receipt is not None and envelope.commitment_receipt is None
+        ) else None
+        older = self._latest.get(key) if key is not None else None
+        replacing = older is not None and not older.done()
+        if len(self._tasks) - replacing >= self.pending_max:
             self.metrics.srmp_receipts.labels(kind, "dropped").inc()
             server_log.warning("receipt to %s dropped: %d receipts already pending", url,
                                len(self._tasks))
             return False
+        if older is not None and replacing:
+            older.cancel()
+            self.metrics.srmp_receipts.labels(kind, "superseded").inc()
         task = asyncio.create_task(self._deliver(url, envelope, kind), name="receipt")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if key is not None:
+            self._latest[key] = task
+            task.add_done_callback(lambda done: self._forget(key, done))
         return True
+
+    def _forget(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+        if self._latest.get(key) is task:
+            del self._latest[key]
 
     def permit(self, url: str, kind: str) -> bool:
         """Whether a ``kind`` receipt may go to ``url`` now (gateway.receipt_gate)."""

@@ -247,3 +247,45 @@ async def test_receipts_wait_for_a_relay_that_is_not_listening_yet(
 
     assert await _until(drained), (await _lane(client), _kinds(relay))
     assert _kinds(relay)[Kind.DELIVERY_RECEIPT] == ("/msmq", ADMIN)
+
+
+async def test_a_newer_stream_receipt_replaces_a_waiting_one(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], relay: Any,
+        tmp_path: Path) -> None:
+    """Stream receipts are cumulative: while the lane waits, a newer receipt for the same
+    stream takes the older one's place, so an outage leaves one per stream, not one per
+    acknowledgement."""
+    relay.state["down"] = True
+    client = await _gateway(aiohttp_client, settings_factory,
+                            str(relay.make_url('/msmq')), tmp_path)
+    await _send_from_machine1(client)
+
+    async def both_waiting() -> bool:
+        lane = await _lane(client)
+        return lane is not None and lane["backlog"] == 2 and lane["retries"] >= 1
+
+    assert await _until(both_waiting), await _lane(client)  # the receipt for 1 is waiting
+    for current in (2, 3):
+        request = user_message(ORDERS, b"more", ordinal=1000 + current,
+                               stream=Stream(STREAM_ID, current, current - 1, None))
+        assert (await post(client, request)).headers["Mq-Stream-Verdict"] == "stored"
+
+    async def superseded() -> bool:
+        metrics = await (await client.get("/metrics")).text()
+        lane = await _lane(client)
+        return (lane is not None and lane["backlog"] == 2 and
+                'entrepot_srmp_receipts_sent_total{kind="stream-receipt",result="superseded"}'
+                in metrics)
+
+    assert await _until(superseded), await _lane(client)
+    relay.state["down"] = False
+
+    async def drained() -> bool:
+        lane = await _lane(client)
+        return lane is not None and lane["backlog"] == 0
+
+    assert await _until(drained), await _lane(client)
+    stream_receipts = [m.envelope.stream_receipt for _, m in relay.got
+                       if m.envelope.kind == Kind.STREAM_RECEIPT]
+    assert [(r.stream_id, r.last_ordinal) for r in stream_receipts if r is not None] == [
+        (STREAM_ID, 3)]
