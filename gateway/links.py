@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 import contextlib
+import ssl
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
@@ -44,7 +45,8 @@ class Links:
         self._webhooks = [(Pattern.parse(url), name, secret) for url, name, secret in webhooks]
         self._peers = list(peers)
         # The receipts this gateway posts: routed by ``route`` too, with the links' back-off
-        self.receipts = ReceiptLanes(self.route, metrics, cap_s=options.retry_max_s)
+        self.receipts = ReceiptLanes(self.route, metrics, cap_s=options.retry_max_s,
+                                     tls=self.tls_for)
 
     def start(self) -> None:
         for queue in self.outgoing.queues():
@@ -84,6 +86,11 @@ class Links:
         host = urlsplit(destination).hostname or ""
         found = route_outbound(rules, destination, local_name="." not in host)
         return found.through if found is not None else destination
+
+    def tls_for(self, destination: str) -> ssl.SSLContext | None:
+        """The TLS context of ``destination``'s ``[[peers]]`` entry, if it has one."""
+        peer = peer_for(self._peers, destination)
+        return peer.ssl_context if peer is not None else None
 
     def receipts_to(self, destination: str) -> str:
         """``sendReceiptsTo`` for a new stream: the stream-receipt mapping's URL, else this

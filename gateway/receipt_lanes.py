@@ -5,7 +5,8 @@ Receipts keep their own envelopes and need no order, so they do not go through o
 queues; but they take the links' path. Per destination (its origin, ``scheme://host[:port]``)
 a lane:
 - routes each post as a link does (``Links.route``: the ``through`` gateway of an outbound
-  redirection gets the request, the envelope's ``<to>`` still names the destination);
+  redirection gets the request, the envelope's ``<to>`` still names the destination), with
+  the TLS of the destination's ``[[peers]]`` entry when it has one;
 - has one back-off (gateway.backoff): while the destination fails, one receipt at a time
   tries, after the back-off, and the others wait their turn instead of each hammering it;
 - shows in ``GET /v1/links`` (``"kind": "receipts"``), the link metrics and the status page
@@ -23,6 +24,7 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -135,8 +137,10 @@ class ReceiptLane:
 
 class ReceiptLanes:
     def __init__(self, route: Callable[[str], str], metrics: Metrics, *, cap_s: float,
+                 tls: Callable[[str], ssl.SSLContext | None] = lambda _: None,
                  lanes_max: int = 1024) -> None:
         self._route = route
+        self._tls = tls
         self.metrics = metrics
         self.cap_s = cap_s
         self.lanes_max = lanes_max
@@ -145,6 +149,10 @@ class ReceiptLanes:
     def route(self, url: str) -> str:
         """The URL to post a receipt for ``url`` to (outbound redirection, as links do)."""
         return self._route(url)
+
+    def tls(self, url: str) -> ssl.SSLContext | None:
+        """The ``[[peers]]`` TLS context for ``url`` (None: the system's verification)."""
+        return self._tls(url)
 
     def lane_for(self, url: str) -> ReceiptLane:
         """The lane of ``url``'s destination (made on first use). A URL that is not

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Callable
 
 import aiohttp
@@ -134,14 +135,17 @@ class ReceiptSender:
         async with lane.turn():
             target = self.lanes.route(url)
             lane.through = target
-            status, problem = await self.post_once(target, url, envelope)
+            status, problem = await self.post_once(target, url, envelope,
+                                                   self.lanes.tls(url))
             lane.answered(status, problem)
             return status, problem
 
-    async def post_once(self, target: str, url: str, envelope: Envelope) -> tuple[int, str]:
+    async def post_once(self, target: str, url: str, envelope: Envelope,
+                        tls: ssl.SSLContext | None = None) -> tuple[int, str]:
         """One attempt, posted to ``target`` (``url`` itself, or the gateway an outbound
-        redirection goes through): (HTTP status, its description) or (0, the connection
-        problem); -1 for a URL that is not http(s)."""
+        redirection goes through) with ``tls`` (a peer's context; None: the system's):
+        (HTTP status, its description) or (0, the connection problem); -1 for a URL that is
+        not http(s)."""
         try:
             parsed = URL(target)
             host = parsed.raw_host or ""
@@ -158,7 +162,8 @@ class ReceiptSender:
             try:
                 session = self._client()
                 async with session.post(parsed, data=request.body, headers=headers,
-                                        allow_redirects=False) as response:
+                                        allow_redirects=False,
+                                        ssl=tls if tls is not None else True) as response:
                     await response.read()
                     return response.status, f"HTTP {response.status} from {target}"
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:

@@ -289,3 +289,41 @@ async def test_a_newer_stream_receipt_replaces_a_waiting_one(
                        if m.envelope.kind == Kind.STREAM_RECEIPT]
     assert [(r.stream_id, r.last_ordinal) for r in stream_receipts if r is not None] == [
         (STREAM_ID, 3)]
+
+
+async def test_receipts_to_a_peer_use_its_tls(
+        aiohttp_client: Any, aiohttp_server: Any, tmp_path: Path) -> None:
+    """A ``[[peers]]`` destination that wants a client certificate and is verified against its
+    own CA gets its receipts as its links get messages: with that TLS."""
+    import ssl
+
+    from gateway.auth.tls import create_self_signed
+    from gateway.settings import parse_settings
+
+    cert, key = create_self_signed(tmp_path / "server", common_name="localhost",
+                                   names=["127.0.0.1"], days=2)
+    client_cert, client_key = create_self_signed(tmp_path / "client", common_name="gw",
+                                                 names=[], days=2)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    server_tls.verify_mode = ssl.CERT_REQUIRED
+    server_tls.load_verify_locations(client_cert)
+    app, got, state = _relay_app()
+    peer = _Relay(await aiohttp_server(app, ssl=server_tls), got, state)
+    admin = str(peer.make_url("/msmq/private$/receipts"))
+    assert admin.startswith("https://")
+    client = await ready_client(aiohttp_client, parse_settings(
+        {"peers": [{"url": str(peer.make_url("/")) + "*", "cafile": str(cert),
+                    "client_cert": str(client_cert), "client_key": str(client_key)}]},
+        {"store.data_dir": str(tmp_path / "data"), "server.names": ["gw"],
+         "links.retry_max": "200ms"}))
+    await client.put("/v1/queues/plain", json={})
+    request = user_message("http://gw/msmq/plain", b"x", ordinal=9,
+                           services=Services(durable=True, delivery_receipt_to=admin))
+    assert (await post(client, request)).status == 200
+
+    async def arrived() -> bool:
+        return Kind.DELIVERY_RECEIPT in _kinds(peer)
+
+    assert await _until(arrived), await (await client.get("/v1/links")).json()
+    assert _kinds(peer)[Kind.DELIVERY_RECEIPT] == ("/msmq/private$/receipts", admin)
