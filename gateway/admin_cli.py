@@ -342,8 +342,8 @@ def _link_list(client: AdminClient, args: argparse.Namespace) -> int:
     if args.json:
         print_json(links)
     else:
-        print_table(links, [("id", "ID"), ("destination", "DESTINATION"), ("state", "STATE"),
-                            ("backlog", "BACKLOG"), ("unacked", "UNACKED"),
+        print_table(links, [("id", "ID"), ("kind", "KIND"), ("destination", "DESTINATION"),
+                            ("state", "STATE"), ("backlog", "BACKLOG"), ("unacked", "UNACKED"),
                             ("retries", "RETRIES"), ("last_error", "LAST ERROR")],
                     empty="(no links)")
     return 0

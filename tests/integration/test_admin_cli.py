@@ -123,6 +123,7 @@ def test_links_and_transactions(capsys: Any, gw: GatewayProcess) -> None:
     assert code == 0 and "paused" in out
     code, out, _ = run(capsys, gw, "link", "list")
     assert "paused" in out and "127.0.0.1:1" in out
+    assert out.split()[:3] == ["ID", "KIND", "DESTINATION"] and " messages " in out
     code, out, _ = run(capsys, gw, "link", "resume", link["id"])
     assert code == 0 and "active" in out
     run(capsys, gw, "queue", "create", "txq", "--transactional")
