@@ -7,8 +7,11 @@ none is lost in a crash; this task posts them and removes each once the receiver
 5xx are retried until the receipt's time-to-reach-queue (4 days, Windows' default) has passed;
 then it is dropped with a warning. Each post goes through its destination's receipt lane
 (gateway.receipt_lanes: outbound redirection, the links' back-off, shown in ``GET /v1/links``).
-At most ``inflight_max`` are being posted at once. Receipts need no order, so they do not use
-the links' durable, ordered outgoing queues (gateway.outgoing).
+At most ``held_max`` are taken from the outbox at once, each waiting for its lane's turn: a
+failing destination (its lane tries one at a time) holds back the others' receipts only once
+that many of its own wait (the HTTP posts themselves are bounded by the receipt sender).
+Receipts need no order, so they do not use the links' durable, ordered outgoing queues
+(gateway.outgoing).
 """
 
 from __future__ import annotations
@@ -70,23 +73,23 @@ def _original(local_id: str, srmp_id: str) -> tuple[str, str]:
 
 class Outbox:
     def __init__(self, qm: QueueManager, sender: ReceiptSender, ids: WireIds,
-                 metrics: Metrics, *, inflight_max: int = 64) -> None:
+                 metrics: Metrics, *, held_max: int = 4096) -> None:
         self.qm = qm
         self.sender = sender
         self.ids = ids
         self.metrics = metrics
-        self.inflight_max = inflight_max
+        self.held_max = held_max
         self.queue: Queue = qm.internal(OUTBOX_QUEUE)
         self._inflight: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         try:
             while True:
-                if len(self._inflight) >= self.inflight_max:
+                if len(self._inflight) >= self.held_max:
                     await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
                     continue
                 records = await self.qm.wait_and_take(
-                    self.queue, self.inflight_max - len(self._inflight), 30.0)
+                    self.queue, self.held_max - len(self._inflight), 30.0)
                 for record in records:
                     task = asyncio.create_task(self._post(record), name="outbox-receipt")
                     self._inflight.add(task)

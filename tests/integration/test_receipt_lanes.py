@@ -67,7 +67,7 @@ async def relay(aiohttp_server: Any) -> _Relay:
 
 
 async def _gateway(aiohttp_client: Any, settings_factory: Callable[..., Settings],
-                   relay_url: str, tmp_path: Path) -> Any:
+                   relay_url: str, tmp_path: Path, **overrides: Any) -> Any:
     mapping = tmp_path / "mapping"
     mapping.mkdir()
     (mapping / "out.xml").write_text(
@@ -79,7 +79,7 @@ async def _gateway(aiohttp_client: Any, settings_factory: Callable[..., Settings
     # sender would resend its message and get a new one).
     client = await ready_client(aiohttp_client, settings_factory(
         server__names=["gw"], mapping__dir=str(mapping), links__retry_max="200ms",
-        srmp__receipt_attempts=1000))
+        srmp__receipt_attempts=1000, **overrides))
     await client.put("/v1/queues/private$/orders", json={"transactional": True})
     return client
 
@@ -327,3 +327,45 @@ async def test_receipts_to_a_peer_use_its_tls(
 
     assert await _until(arrived), await (await client.get("/v1/links")).json()
     assert _kinds(peer)[Kind.DELIVERY_RECEIPT] == ("/msmq/private$/receipts", admin)
+
+
+async def test_a_failing_destination_does_not_hold_up_receipts_to_others(
+        aiohttp_client: Any, aiohttp_server: Any, settings_factory: Callable[..., Settings],
+        relay: Any, tmp_path: Path) -> None:
+    """Many delivery receipts wait for machine1 (its relay down), all shown in its lane's
+    backlog; a receipt for another sender still goes out at once, as one link does not wait
+    for another."""
+    relay.state["down"] = True
+    app, got, state = _relay_app()
+    other = _Relay(await aiohttp_server(app), got, state)
+    other_admin = str(other.make_url("/msmq/private$/receipts"))
+    client = await _gateway(aiohttp_client, settings_factory, str(relay.make_url("/msmq")),
+                            tmp_path, outbound__allow=[str(other.make_url("/"))])
+    await client.put("/v1/queues/plain", json={})
+    waiting = 100  # many: each holds its place in the outbox while it waits
+    for n in range(waiting):
+        request = user_message("http://gw/msmq/plain", b"x", ordinal=2000 + n,
+                               services=Services(durable=True, delivery_receipt_to=ADMIN))
+        assert (await post(client, request)).status == 200
+
+    async def all_waiting() -> bool:
+        lane = await _lane(client)
+        return lane is not None and lane["backlog"] == waiting and lane["retries"] >= 2
+
+    assert await _until(all_waiting), await _lane(client)
+    request = user_message("http://gw/msmq/plain", b"y", ordinal=3000,
+                           services=Services(durable=True, delivery_receipt_to=other_admin))
+    assert (await post(client, request)).status == 200
+
+    async def arrived() -> bool:
+        return Kind.DELIVERY_RECEIPT in _kinds(other)
+
+    assert await _until(arrived), await (await client.get("/v1/links")).json()
+    relay.state["down"] = False
+
+    async def drained() -> bool:
+        lane = await _lane(client)
+        return lane is not None and lane["backlog"] == 0 and lane["sent"] == waiting
+
+    assert await _until(drained, timeout=60.0), await _lane(client)
+    assert len(relay.got) == waiting
