@@ -41,7 +41,11 @@ from store.errors import MessageTooLarge, StoreError
 from store.message_store import MessageStore
 from store.records import SendSpec, StoredRecord
 
-__all__ = ["DedupWindow", "DEDUP_QUEUE", "KeyedEntry", "srmp_keyed_entry", "destination_key"]
+__all__ = ["DedupWindow", "DEDUP_QUEUE", "KeyedEntry", "srmp_keyed_entry", "destination_key",
+           "SRMP_KEYED_BY_BODY"]
+
+# A message property: its duplicate-window key holds its body (``DedupWindow.srmp_entry``).
+SRMP_KEYED_BY_BODY = "srmp_keyed_by_body"
 
 # What a KEYED message says of its own entry: (key, digest, answer, arrived at ms), or None.
 KeyedEntry = Callable[[StoredRecord], "tuple[str, str, dict[str, object], int] | None"]
@@ -120,11 +124,19 @@ class DedupWindow:
         return found
 
     @staticmethod
-    def srmp_entry(message_id: str, destination: str) -> tuple[str, str, dict[str, object]]:
+    def srmp_entry(message_id: str, destination: str, body: bytes | None = None
+                   ) -> tuple[str, str, dict[str, object]]:
         """Key, digest and answer of an SRMP message id sent to ``destination`` (a canonical
         queue path): the id and the destination decide, as in MSMQ, where one message for
-        several queues (``DestinationMqf``) arrives once per queue with the same id."""
-        digest = _id_digest(destination)
+        several queues (``DestinationMqf``) arrives once per queue with the same id.
+
+        ``body``: given for a sender nobody vouches for (no certificate, outside
+        ``srmp.allow_networks``, to an anonymous queue). An id is a queue manager's GUID and
+        a counter, easy to learn: with the body in its key, such a sender that writes
+        another's id first cannot make the other's message a duplicate (a resend carries the
+        same body). ``SRMP_KEYED_BY_BODY`` in the message's properties says so at a start."""
+        digest = _id_digest(destination) if body is None else DedupWindow.digest(body,
+                                                                                   destination)
         return destination_key(f"srmp:{message_id}", digest), digest, {"id": message_id}
 
     @staticmethod
@@ -325,12 +337,14 @@ def srmp_keyed_entry(store: MessageStore, destination: Callable[[int], str | Non
         if path is None:
             return None
         try:
-            props = decode_payload(store.read(record)).properties
+            decoded = decode_payload(store.read(record))
         except (MessageFormatError, StoreError):
             return None
+        props = decoded.properties
         if not props.message_id:
             return None
-        return (*DedupWindow.srmp_entry(props.message_id, path), props.arrived_at_ms)
+        body = decoded.body if props.extra.get(SRMP_KEYED_BY_BODY) else None
+        return (*DedupWindow.srmp_entry(props.message_id, path, body), props.arrived_at_ms)
     return entry
 
 

@@ -67,16 +67,18 @@ class Expiry:
 
     def _due(self, now_ms: int) -> dict[int, list[StoredRecord]]:
         due: dict[int, list[StoredRecord]] = {}
+        taken: set[tuple[int, int]] = set()
         store = self._qm.store
         while self._deadlines and self._deadlines[0][0] <= now_ms:
             _, queue_id, seq = heapq.heappop(self._deadlines)
             queue = self._qm.queue_by_id_or_none(queue_id)
             record = store.record(queue_id, seq)
-            if queue is None or record is None:
-                continue  # received, deleted or purged meanwhile
+            if queue is None or record is None or (queue_id, seq) in taken:
+                continue  # received, deleted or purged meanwhile; or a second entry
             if seq in queue.reserved:  # a receive holds it: look again shortly
                 heapq.heappush(self._deadlines, (now_ms + _RETRY_BUSY_MS, queue_id, seq))
                 continue
+            taken.add((queue_id, seq))
             due.setdefault(queue_id, []).append(record)
         return due
 

@@ -20,6 +20,7 @@ import time
 
 from gateway.acks import wants_ack
 from gateway.copies import ack_specs, dead_letter_spec
+from gateway.dedup import SRMP_KEYED_BY_BODY
 from gateway.errors import ProblemError
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
@@ -44,21 +45,26 @@ class Outcome(enum.Enum):
 
 async def deliver(qm: QueueManager, sequencer: StreamSequencer, queue: Queue,
                   props: MessageProperties, body: bytes, *, stream: Stream | None,
-                  queue_url: str) -> Outcome:
+                  queue_url: str, vouched: bool = True) -> Outcome:
     """``props``: made for this message alone (completed in place when it is stored).
+    ``vouched``: False for a sender with no certificate from outside ``srmp.allow_networks``
+    (its duplicates are told by id, destination and body: ``DedupWindow.srmp_entry``).
 
     Raises: ProblemError (400 transactional mismatch, 503/507 store full or stopped)."""
     queue = qm.check_send(queue.path.display, transactional=stream is not None)
     if stream is None:
-        return await _deliver_single(qm, queue, props, body)
+        return await _deliver_single(qm, queue, props, body, vouched)
     return Outcome(await sequencer.deliver(queue, props, body, stream, queue_url))
 
 
 async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperties,
-                          body: bytes) -> Outcome:
+                          body: bytes, vouched: bool) -> Outcome:
     dedup = qm.dedup
     assert dedup is not None
-    entry, digest, answer = dedup.srmp_entry(props.message_id, queue.path.canonical)
+    if not vouched:
+        props.extra[SRMP_KEYED_BY_BODY] = "1"
+    entry, digest, answer = dedup.srmp_entry(props.message_id, queue.path.canonical,
+                                             None if vouched else body)
     key = entry if props.message_id else None
     if key is not None:
         if await dedup.seen(key, digest):

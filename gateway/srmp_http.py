@@ -123,7 +123,8 @@ async def _srmp_post(request: web.Request) -> web.Response:
             props = replace(props, extra={**props.extra, "authenticated": "xmldsig"})
         stream = parsed.stream if kind == Kind.USER else None
         outcome = await deliver(qm, sequencer, queue, props, parsed.body, stream=stream,
-                                queue_url=parsed.to)
+                                queue_url=parsed.to,
+                                vouched=principal_of(request) is not NOBODY or _trusted(request))
     except (SrmpError, ProblemError) as exc:
         metrics.srmp_message(kind, "rejected")
         raise _as_srmp(exc) from exc

@@ -230,7 +230,13 @@ class IncomingStreams:
                 await asyncio.wait_for(self._checkpoint_due.wait(), self.checkpoint_interval_s)
             self._checkpoint_due.clear()
             if self._dirty or self._stale:
-                await self.checkpoint()
+                try:
+                    await self.checkpoint()
+                except StoreError as exc:
+                    # A full disk (or a stopped store): the position records stay where they
+                    # are, so nothing is lost; the next interval tries again.
+                    self._dirty = True
+                    server_log.warning("incoming streams not checkpointed: %s", exc)
 
     async def checkpoint(self) -> None:
         """Save the table to MQInSeqs, then drop the position records it covers; a large

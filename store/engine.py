@@ -336,7 +336,12 @@ class Engine:
             if bad:
                 job.error = UnknownRecord(f"no live record at {bad[0]}")
                 continue
+            before = len(taken)
             taken.update(job.removes)
+            if len(taken) - before != len(job.removes):
+                # One record named twice: this job is refused, the store goes on.
+                job.error = UnknownRecord("a record is named twice in one removal")
+                taken.difference_update(job.removes)
 
     def _is_live(self, ref: Ref) -> bool:
         state = self.segments.get(ref.segment)

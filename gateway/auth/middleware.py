@@ -34,8 +34,8 @@ from gateway.errors import ProblemError
 from gateway.settings import Settings
 from mapping.names import QueueNameError, parse_queue_path
 
-__all__ = ["Gate", "make_auth_gate", "principal_of", "require", "require_admin", "PRINCIPAL", "scoped_key", "is_local_client",
-           "is_loopback"]
+__all__ = ["Gate", "make_auth_gate", "principal_of", "require", "require_admin",
+           "PRINCIPAL", "scoped_key", "is_local_client", "is_loopback"]
 
 Gate = Callable[[web.Request], Awaitable[None]]
 

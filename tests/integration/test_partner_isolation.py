@@ -127,3 +127,30 @@ async def test_deleting_a_queue_a_prepared_transaction_receives_from_is_409(
     shown = await (await client.get("/v1/queues/private$/a_tx", headers=admin)).json()
     assert shown["messages"] == 1
     assert (await client.delete("/v1/queues/private$/a_tx", headers=admin)).status == 204
+
+
+async def test_a_sender_cannot_pre_claim_another_senders_message_id(aiohttp_client: Any,
+                                                                    tmp_path: Path) -> None:
+    """MSMQ ids are a queue manager's GUID and a counter, both easy to guess: a message an
+    anonymous sender (no certificate, outside srmp.allow_networks) posts first under a
+    victim's id with another body must not make the victim's real message a duplicate. A
+    resend (same id, same body) still is one, also after a restart."""
+    from tests.srmp_client import post, user_message
+
+    settings = parse_settings({"store": {"data_dir": str(tmp_path / "data")},
+                               "srmp": {"allow_networks": ["10.0.0.0/8"]},
+                               "queues": [{"path": "anonq", "anonymous": True}]})
+    client = await ready_client(aiohttp_client, settings)
+    to = "http://localhost/msmq/anonq"
+    forged = user_message(to, b"FORGED", ordinal=777)
+    real = user_message(to, b"REAL", ordinal=777)
+    assert (await post(client, forged)).status == 200
+    assert (await post(client, real)).status == 200
+    assert (await post(client, real)).status == 200  # the real sender's resend
+    await client.close()
+    again = await ready_client(aiohttp_client, settings)
+    assert (await post(again, real)).status == 200  # and after a restart
+    page = await (await again.get("/v1/queues/anonq/messages")).json()
+    import base64
+    bodies = sorted(base64.b64decode(m["body_base64"]) for m in page["messages"])
+    assert bodies == [b"FORGED", b"REAL"]

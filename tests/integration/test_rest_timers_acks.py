@@ -170,3 +170,25 @@ async def test_dead_letters_are_requeued_by_id_and_by_filter(
     assert refused.status == 400
     bad = await client.post("/v1/queues/system$;deadletter/requeue", json={"after": "yesterday"})
     assert bad.status == 400
+
+
+async def test_a_deadline_tracked_twice_expires_its_message_once(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    """A message placed twice in the delivery order (a late commit seen again) has two
+    deadline entries: they expire it once, and the batch does not fail on the second."""
+    client = await _client(aiohttp_client, settings_factory())
+    await client.put("/v1/queues/plain", json={})
+    qm = client.server.app[STATE_KEY].queue_manager
+    queue = qm.queue("plain")
+    sent = await (await client.post("/v1/queues/plain/messages", data=b"p", headers={
+        "Mq-Time-To-Be-Received": "1", "Mq-Journal": "deadletter"})).json()
+    record = qm.store.record(queue.queue_id, sent["seq"])
+    qm.expiry.track(queue, record.seq, record.expires_ms)  # the second entry
+    [dead] = await _wait_for(client, "system$;deadletter", 1)
+    assert dead["id"] == sent["id"]
+    assert await _messages(client, "plain") == []
+    for _ in range(100):  # nothing left to retry
+        if not len(qm.expiry):
+            break
+        await asyncio.sleep(0.05)
+    assert len(qm.expiry) == 0

@@ -369,3 +369,31 @@ async def test_a_batch_over_the_quota_sends_back_what_gathered_on_it(
         assert (await post(client, stream_message(ORDERS, body, n, receipts_to=to))
                 ).headers["Mq-Stream-Verdict"] == "stored"
     assert await _bodies(client) == [b"2" * 5000, b"3", b"4"]
+
+
+async def test_a_checkpoint_refused_for_a_full_disk_is_tried_again(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], receipts: Any) -> None:
+    """The checkpoint task outlives a refused checkpoint (DiskFull): the next interval saves
+    the positions."""
+    from gateway.appkeys import STATE_KEY
+    from store.errors import DiskFull
+
+    client = await _gateway(aiohttp_client, settings_factory)
+    streams = client.server.app[STATE_KEY].streams
+    store = streams.store
+    real = store.save_stream_state
+    refused: list[bytes] = []
+    saved = asyncio.Event()
+
+    async def full_once(payload: bytes) -> None:
+        if not refused:
+            refused.append(payload)
+            raise DiskFull("no space left on device (test)")
+        await real(payload)
+        saved.set()
+
+    store.save_stream_state = full_once
+    to = str(receipts.make_url("/msmq/private$/order_queue$"))
+    assert (await post(client, stream_message(ORDERS, b"m1", 1, receipts_to=to))).status == 200
+    await asyncio.wait_for(saved.wait(), 60)
+    assert refused and await _bodies(client) == [b"m1"]

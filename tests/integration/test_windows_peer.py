@@ -295,13 +295,20 @@ async def test_spec_vectors_in_order_out_of_order_and_duplicated(
     assert sorted(m["class"] for m in receipts) == ["MQMSG_CLASS_ACK_REACH_QUEUE",
                                                     "MQMSG_CLASS_ACK_RECEIVE"]
 
+    last: list[dict[str, Any]] = []
+
     async def settled() -> list[dict[str, Any]] | None:
         # V01, V02 (4x each, no id: never duplicates) and V03 expired on arrival (2007): they
         # leave; what stays is V02/D3 and D3+receipt, once each.
         found = await _messages(client, "private$/simpleq")
+        last[:] = found
         return found if len(found) == 2 else None
 
-    kept = await _until(settled)
+    try:
+        kept = await _until(settled)
+    except AssertionError as exc:
+        held = [(m["id"], m.get("label"), m.get("expires_at")) for m in last]
+        raise AssertionError(f"{exc}; private$/simpleq holds {held}") from None
     assert sorted(m["id"] for m in kept) == [
         "{caf195ea-615c-4264-ae08-11a4e60194c0}\\20503",
         "{caf195ea-615c-4264-ae08-11a4e60194c0}\\20504"]

@@ -80,6 +80,22 @@ async def test_removing_an_unknown_record_changes_nothing(tmp_path: Path) -> Non
     await close_store(store)
 
 
+async def test_a_record_named_twice_in_one_removal_is_refused_not_fatal(tmp_path: Path
+                                                                        ) -> None:
+    store = await open_store(tmp_path)
+    record = await store.append(SendSpec(1, b"a"))
+    with pytest.raises(UnknownRecord, match="named twice"):
+        await store.remove([record, record])
+    with pytest.raises(UnknownRecord, match="named twice"):
+        await store.commit([SendSpec(1, b"c")], removes=[record, record])
+    assert store.failed is None
+    assert _bodies(store, 1) == [b"a"]
+    await store.remove([record])  # the store goes on
+    await store.append(SendSpec(1, b"b"))
+    assert _bodies(store, 1) == [b"b"]
+    await close_store(store)
+
+
 async def test_commit_is_atomic_and_ordered(tmp_path: Path) -> None:
     store = await open_store(tmp_path)
     old = await store.append(SendSpec(1, b"to-receive"))
