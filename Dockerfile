@@ -37,7 +37,14 @@ USER entrepot
 ENTRYPOINT ["/opt/venv/bin/entrepot"]
 CMD ["spark-ingest", "--help"]
 
-# The gateway (the default: the last stage).
+# The gateway (the default: the last stage). It listens on 0.0.0.0 inside the container.
+# Without credentials anyone who reaches it may send and receive, and management (queues,
+# links, /ui, /v1/admin, /metrics) answers only inside the container. Give it an admin key
+# (and partners) in a config file of your own, mounted over the shipped one:
+#   docker run --rm entrepot auth hash-key 'a long random key'    # prints its SHA-256
+#   # [auth] admin_key_sha256 = "<that SHA-256>" in ./entrepot.toml, then:
+#   docker run -p 8080:8080 -v entrepot-data:/var/lib/entrepot \
+#       -v "$PWD/entrepot.toml:/etc/entrepot/entrepot.toml:ro" entrepot
 FROM base AS gateway
 COPY --from=build /opt/venv /opt/venv
 USER entrepot
