@@ -155,7 +155,7 @@ class Outbox:
                 send_to=url, queue_url=queue_url, qm_guid=self.qm.qm_guid,
                 ordinal=ordinal, now_s=now_s,
                 final=CommitmentReceipt(format_srmp_time(now_s), decision, srmp_id),
-                final_class=message_class)
+                final_class=message_class, correlation=correlation)
         if message_class == MessageClass.ACK_REACH_QUEUE:
             received = int(extra.get("received_at_ms") or now_s * 1000) // 1000
             return delivery_receipt(original_id=srmp_id, label=label, send_to=url,

@@ -40,8 +40,8 @@ from store.lqs import QueueInfo, QueueRegistry
 from store.options import StoreOptions
 from store.pingpong import PingPong
 from store.placing import NATIVE
-from store.quota import Charge, QuotaBook
-from store.records import Job, Placed, PreparedTx, SendSpec, StoredRecord
+from store.quota import Charge, QuotaBook, charges_by_queue
+from store.records import Job, PreparedTx, SendSpec, StoredRecord
 from store.startup import (RecoveryReport, collector_paused, load_stream_state, log_recovery,
                            open_engine)
 from store.stats import Histogram
@@ -82,8 +82,8 @@ class MessageStore:
                                 machine_journal_quota=engine.options.machine_journal_quota)
         for info in registry.all():
             self.quotas.set_limit(info.queue_id, info.quota)
-        self.quotas.charge(_charges_by_queue(live))
-        self.quotas.charge(_charges_by_queue([r for p in prepared.values() for r in p.records]))
+        self.quotas.charge(charges_by_queue(live))
+        self.quotas.charge(charges_by_queue([r for p in prepared.values() for r in p.records]))
         self._payload_max = max_payload(engine.options.segment_size)
         self._numbering = Numbering(engine.next_seq, engine.next_tx)
         engine.seq_floor = self._numbering.snapshot
@@ -281,12 +281,17 @@ class MessageStore:
         """Store ``sends`` and remove ``removes`` atomically: all become durable, or none."""
         if removes:
             await self._before_removing(removes)
+        # Express messages held in memory are no part of the durable commit: they leave
+        # memory once it is durable (they were never promised to survive a crash).
+        in_ram = [r for r in removes if not r.segment]
+        on_disk = [r for r in removes if r.segment] if in_ram else removes
         # Ids come from one counter, here: when the engine numbered the commits that came
         # without one, they met ids reserved for explicit transactions (two commits, one id).
         job = await self._submit_sends(Job("commit", sends=sends,
-                                           removes=[r.ref for r in removes],
-                                           removed_keys=_keys(removes),
+                                           removes=[r.ref for r in on_disk],
+                                           removed_keys=_keys(on_disk),
                                            tx_id=tx_id or self.reserve_tx_id()))
+        self._drop_in_ram(in_ram)
         return job.records
 
     async def prepare(self, sends: Sequence[SendSpec], removes: Sequence[StoredRecord] = (),
@@ -327,18 +332,21 @@ class MessageStore:
         for record in records:  # one pass, flags as plain ints (enum & is ~9x slower)
             (durable if record.segment and not int(record.flags) & _EXPRESS
              else spilled if record.segment else in_ram).append(record)
-        for record in in_ram:
-            if self._ram.pop(record.offset, None) is None:
-                raise UnknownRecord(f"express message {record.queue_id}:{record.seq} is gone")
-            self._ram_bytes -= record.payload_len
-            self._index.pop_packed(record.queue_id, record.seq)
-            self.quotas.release([_charge(record)])
+        self._drop_in_ram(in_ram)
         if spilled:
             await self._submit(Job("remove_express", removes=[r.ref for r in spilled],
                                    removed_keys=_keys(spilled)))
         if durable:
             await self._submit(Job("remove", removes=[r.ref for r in durable],
                                    removed_keys=_keys(durable)))
+
+    def _drop_in_ram(self, records: Sequence[StoredRecord]) -> None:
+        for record in records:
+            if self._ram.pop(record.offset, None) is None:
+                raise UnknownRecord(f"express message {record.queue_id}:{record.seq} is gone")
+            self._ram_bytes -= record.payload_len
+            self._index.pop_packed(record.queue_id, record.seq)
+            self.quotas.release([_charge(record)])
 
     async def _before_removing(self, records: Sequence[StoredRecord]) -> None:
         if self.removal_hooks:
@@ -585,16 +593,3 @@ def _keys(records: Sequence[StoredRecord]) -> list[tuple[int, int]]:
 
 def _charge(record: StoredRecord) -> Charge:
     return Charge(record.queue_id, record.size, bool(record.flags & RecordFlags.JOURNAL))
-
-
-def _charges_by_queue(records: Sequence[Placed]) -> list[Charge]:
-    """One charge per queue and class: recovery charges a million records at once."""
-    by_flags: dict[tuple[int, int], int] = {}
-    for record in records:  # flag values are few: the enum arithmetic runs once per value
-        key = (record.queue_id, record.flags)
-        by_flags[key] = by_flags.get(key, 0) + record.size
-    totals: dict[tuple[int, bool], int] = {}
-    for (queue_id, flags), size in by_flags.items():
-        journal = (queue_id, bool(flags & RecordFlags.JOURNAL))
-        totals[journal] = totals.get(journal, 0) + size
-    return [Charge(queue_id, size, journal) for (queue_id, journal), size in totals.items()]

@@ -12,9 +12,11 @@ request is checked whole (all its messages) and charged only if every check pass
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from store.framing import RecordFlags
+from store.records import Placed
 from store.errors import (
     MachineJournalQuotaExceeded,
     MachineQuotaExceeded,
@@ -22,7 +24,7 @@ from store.errors import (
     QueueQuotaExceeded,
 )
 
-__all__ = ["Charge", "QuotaBook"]
+__all__ = ["Charge", "QuotaBook", "charges_by_queue"]
 
 
 class Charge(NamedTuple):  # one per stored message: a tuple is the cheapest to build
@@ -112,3 +114,16 @@ class QuotaBook:
             self.queue_used[charge.queue_id] -= charge.size
             assert self.machine_used >= 0
             assert self.queue_used[charge.queue_id] >= 0
+
+
+def charges_by_queue(records: Sequence[Placed]) -> list[Charge]:
+    """One charge per queue and class: recovery charges a million records at once."""
+    by_flags: dict[tuple[int, int], int] = {}
+    for record in records:  # flag values are few: the enum arithmetic runs once per value
+        key = (record.queue_id, record.flags)
+        by_flags[key] = by_flags.get(key, 0) + record.size
+    totals: dict[tuple[int, bool], int] = {}
+    for (queue_id, flags), size in by_flags.items():
+        journal = (queue_id, bool(flags & RecordFlags.JOURNAL))
+        totals[journal] = totals.get(journal, 0) + size
+    return [Charge(queue_id, size, journal) for (queue_id, journal), size in totals.items()]

@@ -25,6 +25,13 @@ ORDER_ACK_ACTION = "MSMQ:QM Ordering Ack"
 TTRQ_S = 4 * 86400  # Windows' default time-to-reach-queue (LongLiveTime)
 
 
+def _lower_scheme(url: str) -> str:
+    """``HTTP://host/...`` as Windows writes it, ``http://host/...`` (V05, V07): a sender may
+    name its receipt address in any case, the scheme is case-insensitive (RFC 3986)."""
+    scheme, sep, rest = url.partition("://")
+    return scheme.lower() + sep + rest if sep else url
+
+
 def _msmq(qm_guid: str, message_class: int, priority: int, now_s: int,
           correlation: str | None = None) -> MsmqHeader:
     # Correlation and App are written even when zero, as Windows does in every receipt of
@@ -38,16 +45,19 @@ def _msmq(qm_guid: str, message_class: int, priority: int, now_s: int,
 
 def stream_receipt(*, stream_id: str, last_ordinal: int, send_to: str, queue_url: str,
                    qm_guid: str, ordinal: int, now_s: int,
-                   final: CommitmentReceipt | None = None, final_class: int = 0) -> Envelope:
+                   final: CommitmentReceipt | None = None, final_class: int = 0,
+                   correlation: str | None = None) -> Envelope:
     """An order acknowledgement (class 255), or with ``final`` a final stream receipt, whose
     class says how the message left (ACK_RECEIVE, NACK_Q_PURGED, ...; srmp.md §1.9)."""
     return Envelope(
-        path=Path(action=ORDER_ACK_ACTION, to=send_to, id=format_message_id(ordinal, qm_guid),
+        path=Path(action=ORDER_ACK_ACTION, to=_lower_scheme(send_to),
+                  id=format_message_id(ordinal, qm_guid),
                   rev_via=queue_url),
         expires_at=INFINITE_TEXT, sent_at=format_srmp_time(now_s),
         commitment_receipt=final,
         stream_receipt=StreamReceipt(stream_id, last_ordinal),
-        msmq=_msmq(qm_guid, final_class if final is not None else 255, 0, now_s))
+        msmq=_msmq(qm_guid, final_class if final is not None else 255, 0, now_s,
+                   correlation if final is not None else None))
 
 
 def delivery_receipt(*, original_id: str, label: str, send_to: str, queue_url: str,
@@ -55,7 +65,8 @@ def delivery_receipt(*, original_id: str, label: str, send_to: str, queue_url: s
                      correlation: str) -> Envelope:
     """MQMSG_CLASS_ACK_REACH_QUEUE (2) for ``original_id`` (V05)."""
     return Envelope(
-        path=Path(action="MSMQ:" + label, to=send_to, id=format_message_id(ordinal, qm_guid),
+        path=Path(action="MSMQ:" + label, to=_lower_scheme(send_to),
+                  id=format_message_id(ordinal, qm_guid),
                   rev_via=queue_url),
         expires_at=INFINITE_TEXT, sent_at=format_srmp_time(now_s),
         delivery_receipt=DeliveryReceipt(format_srmp_time(received_at_s), original_id),
@@ -68,7 +79,8 @@ def commitment_receipt(*, original_id: str, label: str, send_to: str, queue_url:
     """ACK_RECEIVE (positive) or one of the negative receive classes (V07)."""
     decision = "negative" if message_class & 0x8000 else "positive"
     return Envelope(
-        path=Path(action="MSMQ:" + label, to=send_to, id=format_message_id(ordinal, qm_guid),
+        path=Path(action="MSMQ:" + label, to=_lower_scheme(send_to),
+                  id=format_message_id(ordinal, qm_guid),
                   rev_via=queue_url),
         expires_at=INFINITE_TEXT, sent_at=format_srmp_time(now_s),
         commitment_receipt=CommitmentReceipt(format_srmp_time(now_s), decision, original_id),

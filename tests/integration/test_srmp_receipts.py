@@ -121,3 +121,17 @@ async def test_a_stream_message_asking_for_a_delivery_receipt_gets_one(
     assert found, [m.envelope.kind for m in sender_side.got]
     receipt = found[0].envelope.delivery_receipt
     assert receipt is not None and receipt.id == f"uuid:1001@{SENDER_QM}"
+
+
+async def test_a_receipt_address_in_upper_case_is_written_as_windows_writes_it(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], sender_side: Any) -> None:
+    """A sender may write ``HTTP://`` in ``sendTo``: the receipt's ``<to>`` says ``http://``
+    as in the spec's receipts (V05, V07)."""
+    client = await _gateway(aiohttp_client, settings_factory, sender_side)
+    receipts_url = str(sender_side.make_url("/msmq/private$/receipts"))
+    shouted = "HTTP" + receipts_url[len("http"):]
+    req = user_message(TO, b"x", ordinal=78, services=Services(
+        durable=True, delivery_receipt_to=shouted))
+    assert (await post(client, req)).status == 200
+    [receipt] = await _wait_for(sender_side, 1)
+    assert receipt.envelope.path.to == receipts_url

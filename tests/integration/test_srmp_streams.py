@@ -282,6 +282,11 @@ async def test_final_stream_receipt_when_a_dead_letter_message_leaves(
     assert env.commitment_receipt is not None
     assert env.commitment_receipt.decision == "positive"
     assert env.commitment_receipt.id.startswith("uuid:1001@")
+    # Its Correlation is the original's OBJECTID, as on every receipt (srmp.md §1.5).
+    from gateway.srmp.model import objectid_to_base64
+    ordinal, guid = env.commitment_receipt.id[len("uuid:"):].split("@")
+    assert env.msmq is not None
+    assert env.msmq.correlation == objectid_to_base64(guid, int(ordinal))
 
 
 async def test_concurrent_out_of_order_arrivals_are_put_in_order(
