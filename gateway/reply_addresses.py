@@ -17,6 +17,8 @@ rather than refusing the message a Windows sender would then dead-letter.
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -53,10 +55,8 @@ class ReplyTarget:
 def reply_targets(value: str, local: LocalNames) -> list[ReplyTarget] | None:
     """What ``value`` (a queue path or a format name, possibly of several elements) names;
     None when it is neither."""
-    try:
+    with contextlib.suppress(QueueNameError):  # not a path: perhaps a format name
         return [ReplyTarget(queue=parse_queue_path(value).canonical)]
-    except QueueNameError:
-        pass
     try:
         parsed = parse_format_name(value)
     except FormatNameError:

@@ -37,6 +37,19 @@ def http_get(url: str, timeout: float = 5.0, *, cafile: Path | None = None
         return exc.code, dict(exc.headers), exc.read()
 
 
+def http_request(url: str, *, method: str = "POST", body: bytes = b"",
+                 headers: dict[str, str] | None = None, timeout: float = 30.0) -> int:
+    """The status of one request, without raising on 4xx/5xx (the answer's body is read)."""
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            response.read()
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        exc.read()
+        return int(exc.code)
+
+
 class GatewayProcess:
     """``entrepot serve`` in a child process on a loopback port, stopped by PID."""
 

@@ -9,7 +9,6 @@ import asyncio
 import json
 import signal
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from gateway.srmp.model import Services, Stream
 from store.message_store import MessageStore
 from store.options import StoreOptions
 from store.records import SendSpec
-from tests.helpers import GatewayProcess, http_get
+from tests.helpers import GatewayProcess, http_get, http_request
 from tests.srmp_client import user_message
 
 pytestmark = pytest.mark.crash
@@ -41,13 +40,7 @@ transactional = true
 
 def _request(url: str, method: str = "POST", body: bytes = b"x",
              headers: dict[str, str] | None = None) -> int:
-    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        exc.read()
-        return int(exc.code)
+    return http_request(url, method=method, body=body, headers=headers)
 
 
 def _srmp(base: str, port: int, name: str, ordinal: int) -> list[int]:

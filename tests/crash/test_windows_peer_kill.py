@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import GatewayProcess, free_port, http_get
+from tests.helpers import GatewayProcess, free_port, http_get, http_request
 from tests.integration.test_windows_peer import _vectors
 
 pytestmark = pytest.mark.crash
@@ -29,23 +28,13 @@ path = "private$/receipts"
 """
 
 
-def _post(url: str, body: bytes, content_type: str) -> int:
-    request = urllib.request.Request(url, data=body, method="POST",
-                                     headers={"Content-Type": content_type})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        exc.read()
-        return int(exc.code)
-
-
 def _replay(gateway: GatewayProcess, order: list[str]) -> None:
     vectors = dict(_vectors(f"http://127.0.0.1:{free_port()}/"))
     for name in order:
         request = vectors[name]
         path = request.path if request.path.startswith("/") else "/msmq"
-        status = _post(gateway.url + path, request.body, request.headers["Content-Type"])
+        status = http_request(gateway.url + path, body=request.body,
+                              headers={"Content-Type": request.headers["Content-Type"]})
         assert status == (400 if name == "D1" else 200), (name, status)
 
 

@@ -4,6 +4,7 @@ router that no row reaches fails the test (a new route needs its row)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from pathlib import Path
@@ -90,6 +91,14 @@ CALLERS: dict[str, tuple[bool, dict[str, str], bool]] = {
 }
 
 
+async def _until_ready(app: web.Application) -> None:
+    for _ in range(6000):  # waits for the store's open, not a deadline of the machine's speed
+        if app[STATE_KEY].ready:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not ready: {app[STATE_KEY].not_ready_reason()}")
+
+
 @pytest.mark.parametrize("column", COLUMNS)
 async def test_authorization_matrix(aiohttp_client: Any, tmp_path: Path, column: str) -> None:
     keyed, credential, remote = CALLERS[column]
@@ -106,12 +115,7 @@ async def test_authorization_matrix(aiohttp_client: Any, tmp_path: Path, column:
     app.middlewares.insert(0, _remote_from_header)
     app.middlewares.insert(0, note_route)
     client = await aiohttp_client(app)
-    for _ in range(1000):
-        if app[STATE_KEY].ready:
-            break
-        import asyncio
-        await asyncio.sleep(0.01)
-    assert app[STATE_KEY].ready
+    await _until_ready(app)
     headers = {**credential, **({"X-Test-Remote": REMOTE} if remote else {})}
     opener = {"Authorization": "Bearer a-key"} if column == "partner B" else headers
     tx = ""
@@ -166,15 +170,10 @@ async def test_open_management_refuses_web_pages_and_rebound_names(aiohttp_clien
                                                                     tmp_path: Path) -> None:
     """A page in a browser on the gateway's machine connects from loopback too: its Origin,
     or the foreign name it rebound to 127.0.0.1 (Host), keeps it out of management."""
-    import asyncio
-
     app = make_app(_settings(tmp_path, keyed=False))
     app.middlewares.insert(0, _remote_from_header)
     client = await aiohttp_client(app)
-    for _ in range(1000):
-        if app[STATE_KEY].ready:
-            break
-        await asyncio.sleep(0.01)
+    await _until_ready(app)
     for headers in ({"Origin": "http://evil.example"}, {"Host": "evil.example"},
                     {"Host": "evil.example:8080", "Origin": "http://evil.example:8080"}):
         for method, path in (("POST", "/v1/queues/private$/a_in/purge"),
