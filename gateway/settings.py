@@ -111,7 +111,7 @@ class ServerSettings:
     request_body_max: int = _size("5MiB", low="1KiB", high="1GiB")
     concurrent_requests_max: int = _int(1024, low=1, high=100_000)
     # Receives parked waiting for a message (``receive?wait=``): their own cap, outside the
-    # in-flight one; a partner may park at most a quarter of them (gateway.long_polls).
+    # in-flight one; a partner may park at most a quarter of them (gateway.web.long_polls).
     long_polls_max: int = _int(1024, low=1, high=100_000)
     keepalive_timeout: float = _duration("75s", low="1s", high="1h")
     # Host names (and addresses) senders use to reach this gateway; with localhost, the
@@ -282,7 +282,7 @@ class PeerDeclaration:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LandingDeclaration:
     """A ``[[landings]]`` table: a queue written out as immutable files (Parquet or JSON
-    Lines) into a directory that Spark's file source reads (``gateway.landing``)."""
+    Lines) into a directory that Spark's file source reads (``gateway.outbound.landing``)."""
 
     queue: str = _str("")
     directory: str = _str("")

@@ -102,8 +102,8 @@ async def ready_client(aiohttp_client: Any, settings: Any) -> Any:
     """An in-process test client of ``make_app(settings)``, once the store is ready."""
     import asyncio
 
-    from gateway.app import make_app
-    from gateway.appkeys import STATE_KEY
+    from gateway.web.app import make_app
+    from gateway.web.appkeys import STATE_KEY
 
     app = make_app(settings)
     client = await aiohttp_client(app)

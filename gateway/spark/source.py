@@ -34,7 +34,7 @@ from gateway.spark.client import ClientOptions, GatewayClient, RangeGone
 __all__ = ["EntrepotDataSource", "RangePartition", "SourceOptions", "SourceOptionError"]
 
 log = logging.getLogger("entrepot.spark")
-_RANGE_WIDTH_MAX = 100_000  # what one range read may span (gateway.rest_range)
+_RANGE_WIDTH_MAX = 100_000  # what one range read may span (gateway.web.rest_range)
 
 
 class SourceOptionError(ValueError):

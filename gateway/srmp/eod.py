@@ -212,7 +212,7 @@ class StreamTable:
 
     def snapshot(self, *, lsn_mark: int = 0) -> bytes:
         """The whole table; ``lsn_mark``: where the messages that may hold newer positions
-        start in the store (``gateway.srmp_held``), kept for the start."""
+        start in the store (``gateway.inbound.held``), kept for the start."""
         return b"".join(part for part, _ in self.snapshot_parts(lsn_mark=lsn_mark))
 
     def snapshot_parts(self, *, lsn_mark: int = 0, streams_per_part: int = SNAPSHOT_PART_STREAMS

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.internal_queues import INTERNAL_QUEUES, OUTGOING_PREFIX, STREAMS_QUEUE
+from gateway.queues.internal import INTERNAL_QUEUES, OUTGOING_PREFIX, STREAMS_QUEUE
 from gateway.srmp.model import Services, Stream
 from store.message_store import MessageStore
 from store.options import StoreOptions

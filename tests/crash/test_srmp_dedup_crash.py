@@ -1,7 +1,7 @@
 """kill -9 of the real gateway right after SRMP messages were stored, some of them already
 received: every resend is answered 200 and none is stored again (a received one does not come
 back; a queued one is there once). The window's entries are then on disk either in the
-messages themselves or written before their removal (gateway.dedup)."""
+messages themselves or written before their removal (gateway.queues.dedup)."""
 
 from __future__ import annotations
 

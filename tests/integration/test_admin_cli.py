@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway.cli import main
+from gateway.cli.main import main
 from tests.helpers import GatewayProcess
 
 KEY = "admin-cli-key"

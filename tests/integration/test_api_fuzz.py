@@ -1,7 +1,7 @@
 """Requests generated from the OpenAPI document, sent to a real gateway on loopback: none gets
 a 5xx, and every answer's status code and content type is one the document names for it.
 
-Schemathesis builds the requests (valid and invalid) from ``gateway.openapi.document()``, so
+Schemathesis builds the requests (valid and invalid) from ``gateway.web.openapi.document()``, so
 a route whose documented limits drift from what the server enforces shows up here too. Not
 sent: SRMP (its parsers have their own property tests over any bytes) and the backup route
 (it writes a copy of the store wherever ``dest`` points).
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, status_code_conformance
 
-from gateway.openapi import document
+from gateway.web.openapi import document
 from tests.helpers import GatewayProcess
 
 schema = schemathesis.openapi.from_dict(document()).exclude(path_regex="^/(msmq|v1/admin)")

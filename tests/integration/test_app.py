@@ -9,8 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.app import make_app
-from gateway.appkeys import STATE_KEY
+from gateway.web.app import make_app
+from gateway.web.appkeys import STATE_KEY
 from gateway.settings import Settings
 
 

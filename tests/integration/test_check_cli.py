@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway.internal_queues import DEDUP_QUEUE, LINKS_QUEUE, STREAMS_QUEUE
+from gateway.queues.internal import DEDUP_QUEUE, LINKS_QUEUE, STREAMS_QUEUE
 from store.framing import RECORD_HEADER_SIZE
 from store.options import StoreOptions
 from store.records import SendSpec

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from gateway.msmq.message import LABEL_CHARS_MAX
-from gateway.rest_body import JSON_DEPTH_MAX
+from gateway.web.rest_body import JSON_DEPTH_MAX
 from tests.helpers import GatewayProcess
 
 Q = "/v1/queues/private$/hostile"

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from gateway.app import make_app
-from gateway.appkeys import STATE_KEY
+from gateway.web.app import make_app
+from gateway.web.appkeys import STATE_KEY
 from gateway.settings import Settings, parse_settings
 from tests.helpers import free_port
 

@@ -77,7 +77,7 @@ async def test_the_gateway_reloads_mapping_on_change(aiohttp_client: object,
                                                      tmp_path: Path) -> None:
     import asyncio
 
-    from gateway.appkeys import STATE_KEY
+    from gateway.web.appkeys import STATE_KEY
     from tests.helpers import ready_client
 
     directory = tmp_path / "mapping"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway.appkeys import STATE_KEY
+from gateway.web.appkeys import STATE_KEY
 from gateway.settings import Settings
 from mapping.loader import MappingLoader
 from tests.helpers import REPO_ROOT, ready_client

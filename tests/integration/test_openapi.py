@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from gateway.app import make_app
-from gateway.appkeys import STATE_KEY
-from gateway.openapi import document
+from gateway.web.app import make_app
+from gateway.web.appkeys import STATE_KEY
+from gateway.web.openapi import document
 from gateway.settings import Settings
 
 _VALUES = {"{path}": "system$;deadletter", "{id}": "%7Bnone%7D%5C1", "{name}": "spark"}

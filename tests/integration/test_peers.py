@@ -16,8 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.app import make_app
-from gateway.appkeys import STATE_KEY
+from gateway.web.app import make_app
+from gateway.web.appkeys import STATE_KEY
 from gateway.errors import ConfigError
 from gateway.settings import parse_settings
 from tests.helpers import GatewayProcess, free_port, tls_server_config

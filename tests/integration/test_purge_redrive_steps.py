@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from gateway.appkeys import STATE_KEY
-from gateway.batch import send_batch
+from gateway.web.appkeys import STATE_KEY
+from gateway.queues.batch import send_batch
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties
-from gateway.purge import STEP
-from gateway.queue_manager import QueueManager
+from gateway.queues.purge import STEP
+from gateway.queues.manager import QueueManager
 from gateway.errors import ProblemError
-from gateway.redrive import SCAN_STEP, Redrive, RedriveFilter
-from gateway.seen_ids import SCAN_STEP as ID_SCAN_STEP
-from gateway.seen_ids import SeenIds
+from gateway.queues.redrive import SCAN_STEP, Redrive, RedriveFilter
+from gateway.queues.seen_ids import SCAN_STEP as ID_SCAN_STEP
+from gateway.queues.seen_ids import SeenIds
 from gateway.settings import Settings
 from tests.helpers import ready_client
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.appkeys import STATE_KEY
-from gateway.internal_queues import INTERNAL_QUEUES, OUTGOING_PREFIX
+from gateway.web.appkeys import STATE_KEY
+from gateway.queues.internal import INTERNAL_QUEUES, OUTGOING_PREFIX
 from gateway.settings import parse_settings
 from gateway.srmp.model import Services
 from tests.helpers import ready_client

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-import gateway.link
-import gateway.redrive
-from gateway.appkeys import STATE_KEY
-from gateway.batch import send_batch
+import gateway.outbound.link
+import gateway.queues.redrive
+from gateway.web.appkeys import STATE_KEY
+from gateway.queues.batch import send_batch
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties
 from gateway.settings import Settings
@@ -55,8 +55,8 @@ async def test_bulk_requeue_moves_at_most_500_a_second(
         clock[0] += seconds
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(gateway.redrive, "time", SimpleNamespace(monotonic=lambda: clock[0]))
-    monkeypatch.setattr(gateway.redrive, "asyncio", SimpleNamespace(sleep=sleep))
+    monkeypatch.setattr(gateway.queues.redrive, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(gateway.queues.redrive, "asyncio", SimpleNamespace(sleep=sleep))
     moves: list[tuple[float, int]] = []  # (clock, messages moved so far)
     move = state.redrive._move
 
@@ -93,7 +93,7 @@ async def test_a_link_without_receipts_resends_only_a_window_after_the_wait(
     peer = await aiohttp_client(receiver)
     # The link's clock stands still unless the test moves it.
     clock = [5000.0]
-    monkeypatch.setattr(gateway.link, "time",
+    monkeypatch.setattr(gateway.outbound.link, "time",
                         SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
     decisions: list[tuple[float, int]] = []  # every resend_due the link asked: (now, how many)
     resend_due = SenderStream.resend_due

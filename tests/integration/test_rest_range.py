@@ -213,8 +213,8 @@ async def test_a_record_removed_while_the_answer_is_written_cuts_it(
     import aiohttp
     from aiohttp import web
 
-    from gateway import rest_range
-    from gateway.appkeys import STATE_KEY
+    from gateway.web import rest_range
+    from gateway.web.appkeys import STATE_KEY
     from gateway.range_wire import END_OF_RANGE
 
     await _send(client, 6)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway.appkeys import STATE_KEY
+from gateway.web.appkeys import STATE_KEY
 from gateway.settings import Settings
 from tests.helpers import ready_client
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.sdnotify import Notifier
+from gateway.cli.sdnotify import Notifier
 from tests.helpers import REPO_ROOT, GatewayProcess, http_get
 
 

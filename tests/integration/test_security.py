@@ -310,8 +310,8 @@ def test_online_backup_with_the_admin_key(secure: tuple[GatewayProcess, Path]) -
 def _operations() -> list[tuple[str, str]]:
     """Every (method, path) the router serves or the OpenAPI document lists, placeholders
     filled: the routes an unauthenticated caller could try."""
-    from gateway.app import make_app
-    from gateway.openapi import document
+    from gateway.web.app import make_app
+    from gateway.web.openapi import document
     from gateway.settings import Settings
 
     values = {"{path}": "private$/in_a", "{id}": "0123abcd", "{name}": "spark",

@@ -1,4 +1,4 @@
-"""SRMP requests parsed in worker processes (gateway.srmp_parse_pool): the same result as
+"""SRMP requests parsed in worker processes (gateway.inbound.parse_pool): the same result as
 parsing on the loop, the same errors, and a worker that dies is replaced."""
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import srmp_parse_pool
-from gateway.appkeys import PARSE_POOL_KEY
+from gateway.inbound import parse_pool as srmp_parse_pool
+from gateway.web.appkeys import PARSE_POOL_KEY
 from gateway.settings import Settings
 from gateway.srmp.codec import parse_request
-from gateway.srmp_http import PARSE_INLINE_BYTES_MAX
+from gateway.web.srmp_routes import PARSE_INLINE_BYTES_MAX
 from gateway.srmp.errors import EnvelopeError, SrmpError
 from gateway.srmp.parsed import ParsedRequest
-from gateway.srmp_parse_pool import ParsePool, WorkerLost, encode_request, request_reader
+from gateway.inbound.parse_pool import ParsePool, WorkerLost, encode_request, request_reader
 from tests.helpers import ready_client
 from gateway.srmp.model import Stream
 from tests.srmp_client import SENDER_QM, user_message

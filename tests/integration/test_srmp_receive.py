@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gateway.appkeys import STATE_KEY
-from gateway.seen_ids import SeenIds
+from gateway.web.appkeys import STATE_KEY
+from gateway.queues.seen_ids import SeenIds
 from gateway.settings import Settings
 from gateway.srmp.model import Services
 from tests.helpers import ready_client

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.appkeys import STATE_KEY
-from gateway.internal_queues import STREAMS_QUEUE
+from gateway.web.appkeys import STATE_KEY
+from gateway.queues.internal import STREAMS_QUEUE
 from gateway.srmp.eod import SNAPSHOT_PART_STREAMS
 from gateway.settings import Settings
 from gateway.srmp.codec import parse_request
@@ -380,7 +380,7 @@ async def test_a_checkpoint_refused_for_a_full_disk_is_tried_again(
         aiohttp_client: Any, settings_factory: Callable[..., Settings], receipts: Any) -> None:
     """The checkpoint task outlives a refused checkpoint (DiskFull): the next interval saves
     the positions."""
-    from gateway.appkeys import STATE_KEY
+    from gateway.web.appkeys import STATE_KEY
     from store.errors import DiskFull
 
     client = await _gateway(aiohttp_client, settings_factory)

@@ -12,8 +12,8 @@ import pytest
 from gateway.auth.principal import OPEN
 from gateway.errors import ProblemError
 from gateway.msmq.message import MessageProperties
-from gateway.queue_manager import QueueManager, QueueSettings
-from gateway.transactions import Transactions
+from gateway.queues.manager import QueueManager, QueueSettings
+from gateway.queues.transactions import Transactions
 from store.message_store import MessageStore
 from store.options import StoreOptions
 

@@ -24,8 +24,8 @@ import pytest
 from aiohttp import web
 from lxml import etree
 
-from gateway.app import make_app
-from gateway.appkeys import STATE_KEY
+from gateway.web.app import make_app
+from gateway.web.appkeys import STATE_KEY
 from gateway.settings import parse_settings
 from gateway.srmp.build import build_request
 from gateway.srmp.codec import parse_request

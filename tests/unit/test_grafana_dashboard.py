@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from gateway.appkeys import METRICS_KEY
+from gateway.web.appkeys import METRICS_KEY
 from tests.helpers import REPO_ROOT, ready_client
 
 # The series a metric family of each type is scraped as.

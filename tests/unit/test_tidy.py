@@ -21,7 +21,7 @@ PURE_MODULES = [
     "mapping/errors.py",
     "gateway/msmq/classes.py",
     "gateway/msmq/message.py",
-    "gateway/rest_codec.py",
+    "gateway/web/rest_codec.py",
     "gateway/range_wire.py",
     "store/inflight.py",
     "gateway/srmp/errors.py",

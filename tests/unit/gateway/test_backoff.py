@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from gateway.backoff import BASE_S, Failures, backoff_s
+from gateway.outbound.backoff import BASE_S, Failures, backoff_s
 
 
 def test_backoff_doubles_with_jitter_and_stops_at_the_cap() -> None:

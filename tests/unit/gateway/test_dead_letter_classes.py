@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from gateway.msmq.classes import MessageClass
-from gateway.status import DeadLetterClasses
+from gateway.web.status import DeadLetterClasses
 
 
 class _Queue:

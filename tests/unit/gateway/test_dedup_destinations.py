@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from gateway.dedup import DedupWindow
+from gateway.queues.dedup import DedupWindow
 from store.records import SendSpec
 from tests.store.conftest import close_store, open_store
 

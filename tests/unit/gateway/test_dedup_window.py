@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.dedup import DedupWindow, KeyedEntry
+from gateway.queues.dedup import DedupWindow, KeyedEntry
 from store.errors import QueueQuotaExceeded
 from store.framing import RecordFlags
 from store.message_store import MessageStore

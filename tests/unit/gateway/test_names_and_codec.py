@@ -16,7 +16,7 @@ from gateway.msmq.message import (
     parse_id,
 )
 from mapping.names import QueueNameError, journal_of, parse_queue_path
-from gateway.rest_codec import HeaderError, parse_send_headers
+from gateway.web.rest_codec import HeaderError, parse_send_headers
 
 GUID = "12345678-1234-1234-1234-123456789abc"
 
@@ -101,7 +101,7 @@ def test_sent_time_header() -> None:
     ("9007199254740994.0", 9007199254740994.0),  # past 2**53 a double is not exact: stays float
 ])
 def test_json_numbers_with_a_fraction_or_exponent(text: str, value: float) -> None:
-    from gateway.rest_body import json_number
+    from gateway.web.rest_body import json_number
 
     result = json_number(text)
     assert result == value and type(result) is type(value)

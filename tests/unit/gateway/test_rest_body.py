@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gateway.errors import ProblemError
-from gateway.rest_body import JSON_DEPTH_MAX, parse_json
+from gateway.web.rest_body import JSON_DEPTH_MAX, parse_json
 
 
 def _refused(raw: bytes) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.seen_ids import SeenIds
+from gateway.queues.seen_ids import SeenIds
 
 
 def test_the_oldest_id_goes_first_when_the_limit_is_reached() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.srmp_held import HeldPositions
+from gateway.inbound.held import HeldPositions
 from store.records import StoredRecord
 
 A = ("uid:a\\1", "private$/orders")

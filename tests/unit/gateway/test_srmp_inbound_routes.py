@@ -1,9 +1,9 @@
-"""The front door's cache of inbound redirections (gateway.srmp_http._InboundRoutes): the
+"""The front door's cache of inbound redirections (gateway.web.srmp_routes._InboundRoutes): the
 same format name as asking the rules each time, per rule set, and bounded."""
 
 from __future__ import annotations
 
-from gateway.srmp_http import _InboundRoutes
+from gateway.web.srmp_routes import _InboundRoutes
 from mapping.engine import combine
 from mapping.parse import parse_mapping
 

@@ -1,4 +1,4 @@
-"""The table ``entrepot check`` reads internal queues with (gateway.state_queues): a reader
+"""The table ``entrepot check`` reads internal queues with (gateway.cli.state_queues): a reader
 for every internal queue, refusing what a start would set aside and reading what the gateway
 writes."""
 
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from gateway.internal_queues import INTERNAL_QUEUES, WIRE_IDS_QUEUE
-from gateway.state_queues import STATE_QUEUES
-from gateway.state_records import why_unreadable
+from gateway.queues.internal import INTERNAL_QUEUES, WIRE_IDS_QUEUE
+from gateway.cli.state_queues import STATE_QUEUES
+from gateway.queues.state_records import why_unreadable
 
 
 @pytest.mark.parametrize("queue", INTERNAL_QUEUES)

@@ -12,8 +12,8 @@ from aiohttp import web
 
 from gateway.auth.hmac_sig import SignatureError, parse_authorization, verify
 from gateway.msmq.message import MessageProperties
-from gateway.queue_manager import ReceivedMessage
-from gateway.webhook_headers import safe_content_type, webhook_headers
+from gateway.queues.manager import ReceivedMessage
+from gateway.outbound.webhook_headers import safe_content_type, webhook_headers
 
 _HOSTILE = "a\r\nX-Injected: 1\r\n\r\nGET /evil HTTP/1.1\x00\x7f é"
 

@@ -1,4 +1,4 @@
-"""The per-QM counter of SRMP message ids (gateway.wire_ids), on a real store: 32-bit
+"""The per-QM counter of SRMP message ids (gateway.queues.wire_ids), on a real store: 32-bit
 ordinals, never reused across restarts and crashes, and the wrap after 4294967295."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gateway.wire_ids import FIRST_COUNT, ORDINAL_MAX, WireIds
+from gateway.queues.wire_ids import FIRST_COUNT, ORDINAL_MAX, WireIds
 from store.records import SendSpec
 from tests.store.conftest import abandon_store, close_store, open_store
 

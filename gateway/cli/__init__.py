@@ -1,0 +1,1 @@
+"""The `entrepot` command line: serve, admin, mapping, security and offline commands."""

@@ -1,0 +1,373 @@
+"""Admin commands against a running gateway: ``queue``, ``message``, ``dlq``, ``link``, ``tx``.
+
+``--url`` (default ``$ENTREPOT_URL``, else the config's ``server.listen``), ``--token`` (default
+``$ENTREPOT_TOKEN``; or ``--token-file``), ``--json`` for scripts. Exit codes: 0 done, 1 the
+gateway refused (its reason on stderr), 2 bad usage, 3 the gateway cannot be reached, 4 not
+found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import sys
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from gateway.cli.admin_client import AdminClient, AdminError
+from gateway.cli.output import Progress, print_json, print_table
+
+__all__ = ["add_commands"]
+
+DEAD_LETTER = "system$;deadletter"
+_QUEUE_COLUMNS = [("path", "QUEUE"), ("messages", "MESSAGES"), ("bytes", "BYTES"),
+                  ("transactional", "TX"), ("quota", "QUOTA")]
+_MESSAGE_COLUMNS = [("seq", "SEQ"), ("id", "ID"), ("label", "LABEL"), ("class", "CLASS"),
+                    ("arrived_at", "ARRIVED"), ("size", "BYTES")]
+
+
+def add_commands(commands: Any, default_config: Path) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", help="the gateway (default $ENTREPOT_URL, else server.listen "
+                        "of the config)")
+    common.add_argument("--token", help="API key (default $ENTREPOT_TOKEN)")
+    common.add_argument("--token-file", type=Path, help="file holding the API key")
+    common.add_argument("--config", type=Path, help=f"config for the defaults "
+                        f"(default $ENTREPOT_CONFIG, then {default_config})")
+    common.add_argument("--cafile", default="", help="CA bundle for an https gateway")
+    common.add_argument("--json", action="store_true", help="JSON output for scripts")
+    common.set_defaults(default_config=default_config)
+
+    queue = _group(commands, "queue", "list, create, show, purge and delete queues")
+    _cmd(queue, "list", common, _queue_list, "every queue with its depth")
+    create = _cmd(queue, "create", common, _queue_create, "create (or update) a queue")
+    create.add_argument("path")
+    create.add_argument("--transactional", action="store_true")
+    create.add_argument("--quota", help="e.g. 1GiB (0: none)")
+    create.add_argument("--journal", action="store_true")
+    create.add_argument("--label")
+    _cmd(queue, "show", common, _queue_show, "one queue").add_argument("path")
+    for name, handler in (("purge", _queue_purge), ("delete", _queue_delete)):
+        sub = _cmd(queue, name, common, handler, f"{name} a queue (asks for --yes)")
+        sub.add_argument("path")
+        sub.add_argument("--yes", action="store_true", help="really do it")
+
+    message = _group(commands, "message", "send, peek at and receive messages")
+    send = _cmd(message, "send", common, _message_send, "send one message")
+    send.add_argument("path")
+    what = send.add_mutually_exclusive_group()
+    what.add_argument("--body", help="the body as text (default: read stdin)")
+    what.add_argument("--file", type=Path, help="the body from a file")
+    send.add_argument("--label")
+    send.add_argument("--priority", type=int, choices=range(8), metavar="0-7")
+    send.add_argument("--express", action="store_true")
+    send.add_argument("--correlation-id")
+    send.add_argument("--transaction", help="an open transaction's id")
+    peek = _cmd(message, "peek", common, _message_peek, "look without taking")
+    peek.add_argument("path")
+    peek.add_argument("--limit", type=int, default=20)
+    receive = _cmd(message, "receive", common, _message_receive, "take messages")
+    receive.add_argument("path")
+    receive.add_argument("--max", type=int, default=1)
+    receive.add_argument("--wait", type=float, default=0.0, help="seconds to wait")
+
+    dlq = _group(commands, "dlq", "dead-letter queues: list, show, requeue, delete")
+    listing = _cmd(dlq, "list", common, _dlq_list, "dead letters with their class")
+    listing.add_argument("--queue", default=DEAD_LETTER, help=f"default {DEAD_LETTER}")
+    listing.add_argument("--limit", type=int, default=100)
+    for name, handler in (("show", _dlq_show), ("delete", _dlq_delete)):
+        sub = _cmd(dlq, name, common, handler, f"{name} one dead letter by id")
+        sub.add_argument("id")
+        sub.add_argument("--queue", default=DEAD_LETTER)
+    requeue = _cmd(dlq, "requeue", common, _dlq_requeue,
+                   "send dead letters back (one by id, or --all matching the filters)")
+    requeue.add_argument("id", nargs="?")
+    requeue.add_argument("--all", action="store_true")
+    requeue.add_argument("--queue", default=DEAD_LETTER)
+    requeue.add_argument("--to", help="target queue (default: where each came from)")
+    requeue.add_argument("--class", dest="message_class", help="only this MQMSG_CLASS_*")
+    requeue.add_argument("--source-queue", help="only those that died in this queue")
+
+    link = _group(commands, "link", "outgoing links: list, pause, resume")
+    _cmd(link, "list", common, _link_list, "links with state and backlog")
+    for name in ("pause", "resume"):
+        _cmd(link, name, common, _link_action, f"{name} a link").add_argument("id")
+
+    tx = _group(commands, "tx", "transactions: list, commit, abort (prepared ones too)")
+    _cmd(tx, "list", common, _tx_list, "open and prepared transactions")
+    for name in ("commit", "abort"):
+        _cmd(tx, name, common, _tx_action, f"{name} a transaction").add_argument("id")
+
+
+def _group(commands: Any, name: str, text: str) -> Any:
+    parser = commands.add_parser(name, help=text, description=text)
+    return parser.add_subparsers(dest=f"{name}_command", metavar="ACTION", required=True)
+
+
+def _cmd(group: Any, name: str, common: argparse.ArgumentParser, handler: Any,
+         text: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = group.add_parser(name, parents=[common], help=text,
+                                                       description=text)
+    parser.set_defaults(handler=lambda args: _run(handler, args))
+    return parser
+
+
+def _run(handler: Any, args: argparse.Namespace) -> int:
+    try:
+        client = _client(args)
+        code: int = handler(client, args)
+        return code
+    except AdminError as exc:
+        print(f"entrepot: {exc}", file=sys.stderr)
+        return exc.code
+
+
+def _client(args: argparse.Namespace) -> AdminClient:
+    token = args.token or os.environ.get("ENTREPOT_TOKEN", "")
+    if args.token_file is not None:
+        try:
+            token = args.token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise AdminError(f"--token-file {args.token_file}: {exc.strerror}", 2) from None
+    url = args.url or os.environ.get("ENTREPOT_URL", "") or _url_from_config(args)
+    if not url.startswith(("http://", "https://")):
+        raise AdminError(f"--url {url!r}: expected http(s)://host:port", 2)
+    return AdminClient(url, token, args.cafile)
+
+
+def _url_from_config(args: argparse.Namespace) -> str:
+    from gateway.settings import load_settings
+
+    path = args.config or (Path(os.environ["ENTREPOT_CONFIG"])
+                           if os.environ.get("ENTREPOT_CONFIG") else None)
+    if path is None and args.default_config.is_file():
+        path = args.default_config
+    settings = load_settings(path)
+    server = settings.server
+    host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{'https' if server.tls_cert else 'http'}://{host}:{server.port}"
+
+
+def _q(path: str) -> str:
+    return "/v1/queues/" + path
+
+
+# ---- queue -----------------------------------------------------------------------------
+
+def _queue_list(client: AdminClient, args: argparse.Namespace) -> int:
+    queues = client.call("GET", "/v1/queues")["queues"]
+    if args.json:
+        print_json(queues)
+    else:
+        print_table(queues, _QUEUE_COLUMNS, empty="(no queues)")
+    return 0
+
+
+def _queue_create(client: AdminClient, args: argparse.Namespace) -> int:
+    doc: dict[str, Any] = {"transactional": args.transactional}
+    if args.quota is not None:
+        doc["quota"] = args.quota
+    if args.journal:
+        doc["journal"] = True
+    if args.label is not None:
+        doc["label"] = args.label
+    return _show_queue(client.call("PUT", _q(args.path), doc=doc), args)
+
+
+def _queue_show(client: AdminClient, args: argparse.Namespace) -> int:
+    return _show_queue(client.call("GET", _q(args.path)), args)
+
+
+def _show_queue(queue: dict[str, Any], args: argparse.Namespace) -> int:
+    if args.json:
+        print_json(queue)
+    else:
+        width = max(len(k) for k in queue)
+        for key, value in queue.items():
+            print(f"{key.ljust(width)}  {value}")
+    return 0
+
+
+def _confirm(args: argparse.Namespace, what: str) -> None:
+    if not args.yes:
+        raise AdminError(f"{what}: add --yes to confirm", 2)
+
+
+def _queue_purge(client: AdminClient, args: argparse.Namespace) -> int:
+    _confirm(args, f"purge {args.path}")
+    answer = client.call("POST", _q(args.path) + "/purge")
+    print_json(answer) if args.json else print(f"purged {answer['purged']} messages")
+    return 0
+
+
+def _queue_delete(client: AdminClient, args: argparse.Namespace) -> int:
+    _confirm(args, f"delete {args.path}")
+    client.call("DELETE", _q(args.path))
+    print_json({"deleted": args.path}) if args.json else print(f"deleted {args.path}")
+    return 0
+
+
+# ---- message ---------------------------------------------------------------------------
+
+def _message_send(client: AdminClient, args: argparse.Namespace) -> int:
+    if args.body is not None:
+        body = args.body.encode()
+    elif args.file is not None:
+        try:
+            body = args.file.read_bytes()
+        except OSError as exc:
+            raise AdminError(f"--file {args.file}: {exc.strerror}", 2) from None
+    else:
+        body = sys.stdin.buffer.read()
+    headers = {}
+    for flag, header in (("label", "Mq-Label"), ("priority", "Mq-Priority"),
+                         ("correlation_id", "Mq-Correlation-Id"),
+                         ("transaction", "Mq-Transaction")):
+        if getattr(args, flag) is not None:
+            headers[header] = str(getattr(args, flag))
+    if args.express:
+        headers["Mq-Delivery"] = "express"
+    answer = client.call("POST", _q(args.path) + "/messages", body=body, headers=headers)
+    print_json(answer) if args.json else print(f"sent {answer['id']} (seq {answer['seq']})")
+    return 0
+
+
+def _rows(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**m, "size": len(base64.b64decode(m.get("body_base64", "")))} for m in messages]
+
+
+def _message_peek(client: AdminClient, args: argparse.Namespace) -> int:
+    answer = client.call("GET", _q(args.path) + "/messages", query={"limit": args.limit})
+    if args.json:
+        print_json(answer["messages"])
+    else:
+        print_table(_rows(answer["messages"]), _MESSAGE_COLUMNS, empty="(empty)")
+    return 0
+
+
+def _message_receive(client: AdminClient, args: argparse.Namespace) -> int:
+    answer = client.call("POST", _q(args.path) + "/receive",
+                         query={"max": args.max, "wait": args.wait})
+    messages = answer["messages"]
+    if args.json:
+        print_json(messages)
+        return 0
+    for message in messages:
+        body = base64.b64decode(message["body_base64"])
+        print(f"# {message['id']} seq={message['seq']} label={message['label']!r} "
+              f"{len(body)} bytes")
+        sys.stdout.buffer.write(body + b"\n")
+        sys.stdout.flush()
+    if not messages:
+        print("(no message)", file=sys.stderr)
+    return 0
+
+
+# ---- dlq -------------------------------------------------------------------------------
+
+def _dead_rows(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**row, "source": row.get("properties", {}).get("source_queue", "-")}
+            for row in _rows(messages)]
+
+
+def _dlq_list(client: AdminClient, args: argparse.Namespace) -> int:
+    answer = client.call("GET", _q(args.queue) + "/messages", query={"limit": args.limit})
+    if args.json:
+        print_json(answer["messages"])
+    else:
+        print_table(_dead_rows(answer["messages"]),
+                    [("id", "ID"), ("class", "CLASS"), ("source", "FROM"), ("label", "LABEL"),
+                     ("arrived_at", "DEAD SINCE"), ("size", "BYTES")], empty="(no dead letters)")
+    return 0
+
+
+def _message_path(args: argparse.Namespace) -> str:
+    return _q(args.queue) + "/messages/" + urllib.parse.quote(str(args.id), safe="")
+
+
+def _dlq_show(client: AdminClient, args: argparse.Namespace) -> int:
+    message = client.call("GET", _message_path(args))
+    if args.json:
+        print_json(message)
+        return 0
+    body = base64.b64decode(message.pop("body_base64", ""))
+    properties = message.pop("properties", {})
+    width = max(len(k) for k in [*message, *properties])
+    for key, value in [*message.items(), *properties.items()]:
+        print(f"{key.ljust(width)}  {value}")
+    print(f"{'body'.ljust(width)}  {len(body)} bytes")
+    return 0
+
+
+def _dlq_delete(client: AdminClient, args: argparse.Namespace) -> int:
+    client.call("DELETE", _message_path(args))
+    print_json({"deleted": args.id}) if args.json else print(f"deleted {args.id}")
+    return 0
+
+
+def _dlq_requeue(client: AdminClient, args: argparse.Namespace) -> int:
+    if bool(args.id) == bool(args.all):
+        raise AdminError("dlq requeue: give a message id or --all (with filters)", 2)
+    if args.id:
+        doc = {"queue": args.to} if args.to else {}
+        moved = client.call("POST", _message_path(args) + "/requeue", doc=doc)
+        print_json(moved) if args.json else print(f"requeued {args.id} to {moved['queue']}")
+        return 0
+    total = client.call("GET", _q(args.queue))["messages"]
+    progress = Progress(total, "requeued")
+    flt: dict[str, Any] = {"limit": 1000}
+    for key, value in (("queue", args.to), ("class", args.message_class),
+                       ("source_queue", args.source_queue)):
+        if value:
+            flt[key] = value
+    while True:  # bounded batches, so one command can move a large queue with progress
+        moved = int(client.call("POST", _q(args.queue) + "/requeue", doc=flt)["requeued"])
+        progress.advance(moved)
+        if moved < flt["limit"]:
+            break
+    progress.finish()
+    print_json({"requeued": progress.done}) if args.json else print(
+        f"requeued {progress.done} messages")
+    return 0
+
+
+# ---- link, tx --------------------------------------------------------------------------
+
+def _link_list(client: AdminClient, args: argparse.Namespace) -> int:
+    links = client.call("GET", "/v1/links")["links"]
+    if args.json:
+        print_json(links)
+    else:
+        print_table(links, [("id", "ID"), ("kind", "KIND"), ("destination", "DESTINATION"),
+                            ("state", "STATE"), ("backlog", "BACKLOG"), ("unacked", "UNACKED"),
+                            ("retries", "RETRIES"), ("last_error", "LAST ERROR")],
+                    empty="(no links)")
+    return 0
+
+
+def _link_action(client: AdminClient, args: argparse.Namespace) -> int:
+    action = args.link_command
+    summary = client.call("POST", f"/v1/links/{args.id}/{action}")
+    print_json(summary) if args.json else print(f"{summary['destination']}: {summary['state']}")
+    return 0
+
+
+def _tx_list(client: AdminClient, args: argparse.Namespace) -> int:
+    transactions = client.call("GET", "/v1/transactions")["transactions"]
+    if args.json:
+        print_json(transactions)
+    else:
+        print_table(transactions, [("id", "ID"), ("state", "STATE"), ("sends", "SENDS"),
+                                   ("receives", "RECEIVES"), ("expires_at", "EXPIRES")],
+                    empty="(no transactions)")
+    return 0
+
+
+def _tx_action(client: AdminClient, args: argparse.Namespace) -> int:
+    answer = client.call("POST", f"/v1/transactions/{args.id}/{args.tx_command}")
+    print_json(answer) if args.json else print(f"{args.id}: {answer['state']}")
+    return 0

@@ -1,0 +1,141 @@
+"""Commands on a data directory: ``entrepot check``, ``backup`` and ``restore``."""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import sys
+import urllib.error
+import urllib.request
+from functools import partial
+from pathlib import Path
+
+from gateway.errors import StartupError
+from gateway.cli.state_queues import STATE_QUEUES
+from gateway.queues.state_records import why_unreadable
+from store.backup import backup_offline, restore
+from store.check import RecordReader, check_data_dir
+from store.errors import StoreError, StoreLocked
+from store.options import StoreOptions
+
+__all__ = ["run_check", "run_backup", "run_restore"]
+
+
+def _bar(verb: str, done: int, total: int, name: str) -> None:
+    """A one-line progress bar on a terminal (nothing when stderr is not one)."""
+    if sys.stderr.isatty():
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r{verb} [{'#' * filled}{'.' * (width - filled)}] "
+                         f"{done * 100 // max(total, 1):3d}% {name[:30]:<30}")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _progress(done: int, total: int, name: str) -> None:
+    _bar("checking", done, total, name)
+
+
+def run_backup(data_dir: Path, dest: Path) -> int:
+    """Back up ``data_dir`` into ``dest``: directly when no gateway holds it, else through the
+    gateway that does (named in ``<data dir>/gateway.json``).
+
+    Raises:
+        StartupError: not a data directory, target not empty, or the gateway unreachable.
+    """
+    if not (data_dir / "storage").is_dir():
+        raise StartupError(f"{data_dir}: not an entrepot data directory (no storage/)")
+    try:
+        report = backup_offline(data_dir, dest,
+                                lambda d, t, n: _bar("backing up", d, t, n))
+        files, size, seconds = report.files, report.bytes, report.seconds
+    except StoreLocked:
+        files, size, seconds = _backup_online(data_dir, dest)
+    except StoreError as exc:
+        raise StartupError(str(exc)) from exc
+    print(f"backup of {data_dir} written to {dest}: {files} files, {size} bytes, "
+          f"{seconds:.1f}s (manifest: {dest / 'MANIFEST.json'})")
+    return 0
+
+
+def _backup_online(data_dir: Path, dest: Path) -> tuple[int, int, float]:
+    try:
+        url = json.loads((data_dir / "gateway.json").read_text())["url"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise StartupError(f"{data_dir} is in use, but no gateway.json says by which "
+                           "gateway") from exc
+    body = json.dumps({"dest": str(dest.resolve())}).encode()
+    headers = {"Content-Type": "application/json"}
+    if os.environ.get("ENTREPOT_ADMIN_KEY"):  # a gateway with credentials wants the admin's
+        headers["Authorization"] = "Bearer " + os.environ["ENTREPOT_ADMIN_KEY"]
+    cafile = os.environ.get("ENTREPOT_CAFILE")  # a gateway with a self-signed certificate
+    context = ssl.create_default_context(cafile=cafile) if cafile else None
+    request = urllib.request.Request(url + "/v1/admin/backup", data=body, method="POST",
+                                     headers=headers)
+    print(f"{data_dir} is held by the gateway at {url}: asking it for the backup",
+          file=sys.stderr)
+    try:
+        with urllib.request.urlopen(request, timeout=3600, context=context) as response:
+            answer = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        detail = json.loads(exc.read() or b"{}").get("detail", exc.reason)
+        raise StartupError(f"the gateway refused the backup: {detail}") from exc
+    except OSError as exc:
+        raise StartupError(f"cannot reach the gateway at {url}: {exc}") from exc
+    return int(answer["files"]), int(answer["bytes"]), float(answer["seconds"])
+
+
+def run_restore(src: Path, data_dir: Path) -> int:
+    """Restore ``src`` into the empty ``data_dir`` and verify it.
+
+    Raises:
+        StartupError: a bad or damaged backup, or a target that is not empty.
+    """
+    try:
+        report = restore(src, data_dir, StoreOptions(),
+                         lambda d, t, n: _bar("restoring", d, t, n))
+    except StoreError as exc:
+        raise StartupError(str(exc)) from exc
+    print(f"restored {report.files} files ({report.bytes} bytes) into {data_dir}; "
+          f"{report.live_records} messages recovered, {report.damaged} damaged, "
+          f"{report.seconds:.1f}s")
+    return 0 if report.damaged == 0 else 1
+
+
+def run_check(data_dir: Path, *, as_json: bool) -> int:
+    """Verify ``data_dir`` and read its internal queues' records as a start would; print the
+    report; 0 when whole, 1 when anything is damaged or a start would set a record aside.
+
+    Raises:
+        StartupError: the directory does not exist, is in use or cannot be read (exit 2).
+    """
+    if not (data_dir / "storage").is_dir():
+        raise StartupError(f"{data_dir}: not an entrepot data directory (no storage/)")
+    try:
+        readers: dict[str, RecordReader] = {
+            queue: partial(why_unreadable, state) for queue, state in STATE_QUEUES.items()}
+        report = check_data_dir(data_dir, progress=_progress, readers=readers)
+    except StoreError as exc:
+        raise StartupError(f"{data_dir}: {exc}") from exc
+    if as_json:
+        print(json.dumps(report.as_dict(), indent=2))
+        return 0 if report.ok else 1
+    print(f"data dir     {data_dir}")
+    epoch = report.checkpoint_epoch
+    print(f"checkpoint   {epoch if epoch is not None else 'none'}")
+    print(f"segments     {report.segments} ({report.bytes_checked} bytes, "
+          f"{report.full_scans} full scans)")
+    print(f"records      {report.records} verified")
+    for damage in report.damaged:
+        print(f"DAMAGED      {damage.file} offset={damage.offset} length={damage.length}: "
+              f"{damage.reason}")
+    for problem in report.problems:
+        print(f"PROBLEM      {problem}")
+    for refused in report.refused:
+        print(f"QUARANTINE   {refused.queue}:{refused.seq}: {refused.reason}")
+    print("result       " + ("ok" if report.ok else
+                             f"{len(report.damaged)} damaged, {len(report.problems)} problems, "
+                             f"{len(report.refused)} to quarantine"))
+    return 0 if report.ok else 1

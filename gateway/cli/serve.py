@@ -1,0 +1,205 @@
+"""``entrepot serve``: bind, serve, stop gracefully on SIGTERM/SIGINT.
+
+Order of start-up, so that a bad start fails fast with exit 2 and no traceback:
+settings (already parsed) → data directory probe → bind the port → start the app (the store is
+opened and recovered in the background; /readyz says when it is done).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import errno
+import ipaddress
+import json
+import os
+import signal
+import socket
+import ssl
+from pathlib import Path
+
+import uvloop
+from aiohttp import web
+
+from gateway.web.app import make_app
+from gateway.web.appkeys import STATE_KEY
+from gateway.auth.tls import server_context
+from gateway.errors import StartupError
+from gateway.web.http_server import ProblemAppRunner
+from gateway.logs import access_log, server_log
+from gateway.cli.sdnotify import Notifier
+from gateway.settings import Settings
+from gateway.srmp import envelope as srmp_envelope
+from gateway.web.state import GatewayState
+from store.datadir import probe_data_dir
+from store.errors import StoreError
+
+__all__ = ["serve"]
+
+_GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
+
+
+def serve(settings: Settings, *, config_source: str) -> int:
+    """Run the gateway until SIGTERM or SIGINT; return the process exit code.
+
+    Raises:
+        StartupError: the data directory is unusable or the port cannot be bound.
+    """
+    try:
+        probe_data_dir(Path(settings.store.data_dir))
+    except StoreError as exc:
+        raise StartupError(f"data directory {settings.store.data_dir}: {exc}") from exc
+    context = _tls(settings)
+    sock = _bind(settings.server.host, settings.server.port)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_serve(settings, sock, context, config_source=config_source))
+
+
+def _tls(settings: Settings) -> ssl.SSLContext | None:
+    server = settings.server
+    if not server.tls_cert:
+        return None
+    try:
+        return server_context(server.tls_cert, server.tls_key, server.tls_client_ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise StartupError(f"TLS: cannot load server.tls_cert {server.tls_cert} / "
+                           f"server.tls_key {server.tls_key}: {exc}") from exc
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(f"cannot listen on {address}: address already in use") from exc
+        raise StartupError(f"cannot listen on {address}: {exc.strerror or exc}") from exc
+    sock.setblocking(False)
+    return sock
+
+
+async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContext | None, *,
+                 config_source: str) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    app = make_app(settings)
+    loop.add_signal_handler(signal.SIGHUP, app[STATE_KEY].reload_mapping.set)
+    runner = ProblemAppRunner(
+        app,
+        handle_signals=False,
+        access_log=access_log if settings.log.access else None,
+        keepalive_timeout=settings.server.keepalive_timeout,
+        max_headers=settings.server.header_count_max,
+        max_field_size=settings.server.header_bytes_max,
+        max_line_size=settings.server.header_bytes_max,
+    )
+    await runner.setup()
+    site = web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace,
+                        ssl_context=context)
+    await site.start()
+    marker = _write_marker(settings, tls=context is not None)
+    if settings.server.host not in ("127.0.0.1", "::1", "localhost"):
+        _warn_if_open(settings)
+    server_log.info(
+        "entrepot serving listen=%s data_dir=%s config=%s srmp_parser=%s",
+        settings.server.listen,
+        Path(settings.store.data_dir).resolve(),
+        config_source,
+        # mypyc-compiled (setup.py), or the same source interpreted (a slower parse).
+        "interpreted" if str(srmp_envelope.__file__).endswith(".py") else "compiled",
+    )
+    notifier = Notifier()
+    state = app[STATE_KEY]
+    tasks = [asyncio.create_task(_announce_ready(notifier, state, stop)),
+             asyncio.create_task(_tune_collector(state, stop)),
+             asyncio.create_task(notifier.watchdog(
+                 lambda: state.failure is None and (state.store is None
+                                                    or state.store.failed is None)))]
+    await stop.wait()
+    notifier.send("STOPPING=1", "STATUS=stopping")
+    server_log.info("stopping: no new connections, grace=%ss", settings.server.shutdown_grace)
+    for task in tasks:
+        task.cancel()
+    marker.unlink(missing_ok=True)
+    await runner.cleanup()
+    notifier.close()
+    server_log.info("stopped")
+    return 0
+
+
+async def _announce_ready(notifier: Notifier, state: GatewayState, stop: asyncio.Event) -> None:
+    """READY=1 once recovery is done (systemd holds dependants until then); a store that
+    cannot open is reported as the status instead."""
+    if not notifier.enabled:
+        return
+    notifier.send("STATUS=recovering the store")
+    while not stop.is_set():
+        if state.ready:
+            notifier.send("READY=1", "STATUS=serving")
+            return
+        if state.failure is not None:
+            notifier.send(f"STATUS=failed: {state.failure}")
+            return
+        await asyncio.sleep(0.05)
+
+
+async def _tune_collector(state: GatewayState, stop: asyncio.Event) -> None:
+    """Once the gateway is ready, move everything alive (modules, the app, the recovered
+    store) out of the cyclic collector's reach and let young collections come less often.
+
+    Why: every full collection would walk the ~half million startup objects, pausing the
+    loop long enough to set the send latency's p99 under load, and young collections at the
+    default threshold run often enough to take a visible share of the loop's time (see
+    docs/performance.md). Startup objects that later become cyclic
+    garbage are never reclaimed: there are few (a replaced mapping), and none grow.
+    """
+    while not stop.is_set() and not state.ready:
+        if state.failure is not None:
+            return
+        await asyncio.sleep(0.05)
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    server_log.info("startup objects frozen out of the cyclic collector count=%d",
+                    gc.get_freeze_count())
+
+
+def _warn_if_open(settings: Settings) -> None:
+    """An open gateway (no credentials) on an address other hosts reach: say what is open."""
+    if settings.auth.admin_key_sha256 or settings.partners:
+        return
+    try:
+        loopback = ipaddress.ip_address(settings.server.host).is_loopback
+    except ValueError:
+        loopback = settings.server.host.lower() == "localhost"
+    if not loopback:
+        server_log.warning("listening on %s with no credentials configured: anyone who can "
+                           "reach it may send to and receive from every queue (management "
+                           "routes, /ui and /metrics answer loopback clients only); set "
+                           "auth.admin_key_sha256 and [[partners]]", settings.server.listen)
+
+
+def _write_marker(settings: Settings, *, tls: bool) -> Path:
+    """``<data dir>/gateway.json``: how offline commands find the gateway that holds the
+    directory (``entrepot backup`` asks it to take the backup)."""
+    host = settings.server.host
+    shown = f"[{host}]" if ":" in host else host
+    if host in ("0.0.0.0", "::"):
+        shown = "127.0.0.1" if host == "0.0.0.0" else "[::1]"
+    marker = Path(settings.store.data_dir) / "gateway.json"
+    scheme = "https" if tls else "http"
+    try:
+        marker.write_text(json.dumps({"url": f"{scheme}://{shown}:{settings.server.port}",
+                                      "pid": os.getpid()}))
+    except OSError as exc:  # a full disk: serve what the store holds all the same
+        marker.unlink(missing_ok=True)
+        server_log.warning("%s not written (%s): entrepot backup will not find this gateway",
+                           marker, exc.strerror or exc)
+    return marker

@@ -1,0 +1,1 @@
+"""The SRMP receive pipeline: parsing off the loop, delivery, streams, forwarding."""

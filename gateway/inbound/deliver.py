@@ -1,0 +1,147 @@
+"""Storing what arrives over SRMP: the receiver pipeline after parsing (srmp.md §1.10, §2.3).
+
+- Stream (transactional) messages pass the EOD rule; the message and its stream position go
+  in one atomic commit. A duplicate or out-of-order one is not stored (200: the sender must
+  not retry it) and the sender is re-acknowledged.
+- Other messages are checked against the duplicate window by their SRMP id (skipped for the
+  "no id" id {NULL GUID, 1} of messages without ``<Msmq>``); a duplicate is answered 200. A
+  recoverable message's id is written in the message's own commit, so a resend after a crash
+  is still recognised (exactly once in the queue); an express one's is kept in memory.
+- A queue over its quota drops the message (MSMQ enqueue status 1): for a non-stream message
+  with a dead-letter copy and a negative acknowledgement (NACK_Q_EXCEED_QUOTA) as the message
+  asks; a stream message is not accepted, so the sender resends it once there is room. Always
+  counted and logged. The machine quota is 503 with Retry-After (Windows retries any 5xx).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+
+from gateway.queues.acks import wants_ack
+from gateway.queues.copies import ack_specs, dead_letter_spec
+from gateway.queues.dedup import SRMP_KEYED_BY_BODY
+from gateway.errors import ProblemError
+from gateway.logs import server_log
+from gateway.msmq.classes import MessageClass
+from gateway.msmq.message import MessageProperties, compose_id, encode_payload
+from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
+from gateway.srmp.model import Stream
+from gateway.inbound.sequencer import StreamSequencer
+from gateway.queues.store_errors import store_call
+from store.errors import QueueQuotaExceeded
+from store.framing import RecordFlags
+from store.records import SendSpec, StoredRecord
+
+__all__ = ["Outcome", "deliver"]
+
+
+class Outcome(enum.Enum):
+    STORED = "stored"
+    DUPLICATE = "duplicate"
+    OUT_OF_ORDER = "out_of_order"
+    QUOTA_DROPPED = "quota_dropped"
+
+
+async def deliver(qm: QueueManager, sequencer: StreamSequencer, queue: Queue,
+                  props: MessageProperties, body: bytes, *, stream: Stream | None,
+                  queue_url: str, vouched: bool = True) -> Outcome:
+    """``props``: made for this message alone (completed in place when it is stored).
+    ``vouched``: False for a sender with no certificate from outside ``srmp.allow_networks``
+    (its duplicates are told by id, destination and body: ``DedupWindow.srmp_entry``).
+
+    Raises: ProblemError (400 transactional mismatch, 503/507 store full or stopped)."""
+    queue = qm.check_send(queue.path.display, transactional=stream is not None)
+    if stream is None:
+        return await _deliver_single(qm, queue, props, body, vouched)
+    return Outcome(await sequencer.deliver(queue, props, body, stream, queue_url))
+
+
+async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperties,
+                          body: bytes, vouched: bool) -> Outcome:
+    dedup = qm.dedup
+    assert dedup is not None
+    if not vouched:
+        props.extra[SRMP_KEYED_BY_BODY] = "1"
+    entry, digest, answer = dedup.srmp_entry(props.message_id, queue.path.canonical,
+                                             None if vouched else body)
+    key = entry if props.message_id else None
+    if key is not None:
+        if await dedup.seen(key, digest):
+            return Outcome.DUPLICATE
+        dedup.begin(key)
+    # A recoverable message holds its id itself (a KEYED record) until the window flushes
+    # it: a sender that lost the 200 in a crash resends it, and the resend must find the id
+    # (gateway.queues.dedup says how it is found). An express message does not survive a restart,
+    # so its id is kept in memory only.
+    keyed = key is not None and props.recoverable
+    try:
+        made = await _commit(qm, queue, props, body, keyed=keyed)
+        if made is None:
+            await _quota_nack(qm, queue, props, body)
+            return Outcome.QUOTA_DROPPED
+        if key is not None:
+            if keyed:
+                dedup.held(key, digest, answer, made[0])
+            else:
+                dedup.remember(key, digest, answer)
+        return Outcome.STORED
+    finally:
+        if key is not None:
+            dedup.failed(key)  # no-op when it was stored
+
+
+async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body: bytes, *,
+                  keyed: bool) -> list[StoredRecord] | None:
+    """Store the message and the delivery acknowledgement it asks for; None when the queue
+    is over its quota. A lone message takes the cheaper non-transactional append (one fsync,
+    no QMLog)."""
+    now_ms = int(time.time() * 1000)
+    props.arrive(now_ms)
+    seq = qm.store.reserve_seq(queue.queue_id)
+    acks: list[tuple[Queue, SendSpec]] = []
+    try:
+        if wants_ack(props, MessageClass.ACK_REACH_QUEUE):
+            message = ReceivedMessage(props.message_id or compose_id(
+                qm.qm_guid, queue.queue_id, seq), queue.path.display, seq, props, body)
+            acks = ack_specs(qm, queue, message, MessageClass.ACK_REACH_QUEUE, now_ms)
+    except BaseException:
+        qm.store.release_seq(queue.queue_id, seq)
+        raise
+    spec = SendSpec(queue.queue_id, encode_payload(props, body), priority=props.priority,
+                    expires_ms=props.receive_by_ms,
+                    flags=RecordFlags.KEYED if keyed else RecordFlags.NONE,
+                    express=not props.recoverable, seq=seq)
+    try:
+        if acks:
+            made = await store_call(qm.store.commit([spec, *(s for _, s in acks)]))
+        else:
+            made = [await store_call(qm.store.append(spec))]
+    except ProblemError as exc:
+        if isinstance(exc.__cause__, QueueQuotaExceeded):
+            return None
+        raise
+    qm.arrived(queue, made[0])
+    for (target, _), record in zip(acks, made[1:]):
+        qm.arrived(target, record)
+    return made
+
+
+async def _quota_nack(qm: QueueManager, queue: Queue, props: MessageProperties,
+                      body: bytes) -> None:
+    now_ms = int(time.time() * 1000)
+    nack = MessageClass.NACK_Q_EXCEED_QUOTA
+    props.arrive(now_ms)
+    message = ReceivedMessage(props.message_id, queue.path.display, 0, props, body)
+    specs = ack_specs(qm, queue, message, nack, now_ms)
+    acknowledged = bool(specs)
+    if props.journal == "deadletter":
+        specs.append(dead_letter_spec(qm, queue, message, nack, now_ms))
+    if specs:
+        made = await store_call(qm.store.commit([s for _, s in specs]))
+        for (target, _), record in zip(specs, made):
+            qm.arrived(target, record)
+    server_log.warning("queue %s over its quota: message %s dropped (%s; dead-lettered=%s, "
+                       "acknowledged=%s)", queue.path.display, props.message_id or "(no id)",
+                       nack.msmq_name, props.journal == "deadletter",
+                       acknowledged)

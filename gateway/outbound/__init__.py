@@ -1,0 +1,1 @@
+"""What leaves the gateway: links to remote queue managers, landings, receipts."""

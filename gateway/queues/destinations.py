@@ -1,0 +1,227 @@
+"""Sends addressed by format name (``POST /v1/messages`` with ``Mq-Destination``).
+
+A format name is local when it names this gateway (one of its host names) or the local
+machine (``DIRECT=OS:.``). Remote destinations are forwarded by links; with no link for them
+the send is refused (422) and nothing is stored. A multiple-element format name sends a copy to
+each destination, all in one atomic store commit. In a transaction, a destination that is not
+transactional gets no copy: the copy goes to ``system$;deadxact`` with class
+NACK_NOT_TRANSACTIONAL_Q and a negative acknowledgement goes to the admin queue
+(docs/rest-api.md §Sends by format name).
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from gateway.queues.copies import ack_specs, dead_letter_spec
+from gateway.errors import ProblemError
+from gateway.queues.internal import DEDUP_QUEUE
+from gateway.msmq.classes import MessageClass
+from gateway.msmq.message import MessageProperties, compose_id, encode_payload
+from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
+from gateway.queues.store_errors import store_call
+from gateway.queues.wire_ids import local_id
+from mapping.engine import route_inbound
+from mapping.errors import FormatNameError
+from mapping.formatnames import (
+    DirectFormatName,
+    MultipleFormatName,
+    SingleFormatName,
+    parse_format_name,
+)
+from mapping.rules import RuleSet
+from store.records import SendSpec
+
+__all__ = ["LocalNames", "local_host_names", "redirect_inbound", "resolve_local",
+           "split_destinations", "send_to_destinations"]
+
+
+@dataclass(frozen=True, slots=True)
+class LocalNames:
+    """What makes a format name local: one of our host names, and no port or one of ours
+    (the listen port, the HTTP(S) defaults and the documented 8080/8443, as a proxy in front
+    may use them). Another port on a local name is another gateway on this machine."""
+
+    hosts: frozenset[str]
+    ports: frozenset[int]
+
+    def owns(self, element: DirectFormatName) -> bool:
+        return element.host in self.hosts and (element.port is None
+                                                or element.port in self.ports)
+
+
+def local_host_names(configured: Iterable[str], listen_host: str, listen_port: int
+                     ) -> LocalNames:
+    """Reads the machine's names (call once)."""
+    names = {"localhost", "127.0.0.1", "::1", "[::1]", ".", listen_host.lower(),
+             socket.gethostname().lower(), socket.getfqdn().lower(),
+             *(n.lower() for n in configured)}
+    return LocalNames(frozenset(n for n in names if n),
+                      frozenset({80, 443, 8080, 8443, listen_port}))
+
+
+def redirect_inbound(text: str, rules: RuleSet | None) -> str:
+    """Apply the inbound redirections (mapping files) to each element of a format name, before
+    any queue lookup: a logical address becomes the physical one the rules name (a URL, or a
+    local queue path). A name that does not parse, or that no rule touches, is returned as it
+    is (so a caller can tell whether a redirection applied)."""
+    if rules is None or not rules.redirections:
+        return text
+    try:
+        parsed = parse_format_name(text)
+    except FormatNameError:
+        return text
+    elements = parsed.elements if isinstance(parsed, MultipleFormatName) else (parsed,)
+    out = []
+    changed = False
+    for element in elements:
+        found = None
+        if isinstance(element, DirectFormatName) and element.protocol in ("http", "https"):
+            found = route_inbound(rules, element.url())
+        changed = changed or found is not None
+        if found is None:
+            out.append(element.format_name())
+        elif "://" in found.target:
+            out.append("DIRECT=" + found.target)
+        else:
+            out.append("DIRECT=OS:.\\" + found.target.replace("/", "\\"))
+    return ",".join(out) if changed else text
+
+
+def split_destinations(text: str, local: LocalNames) -> tuple[list[str], list[str]]:
+    """(local queue paths, remote queue URLs) of the elements of the format name ``text``;
+    remote ones are reached by links over SRMP, so they must be HTTP(S) direct names.
+
+    Raises:
+        ProblemError: 400 for a bad format name; 422 for a remote element SRMP cannot reach.
+    """
+    paths, urls = _split(text, local)  # senders repeat the same few names: parsed once
+    return list(paths), list(urls)
+
+
+@functools.lru_cache(maxsize=1024)
+def _split(text: str, local: LocalNames) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    try:
+        parsed = parse_format_name(text)
+    except FormatNameError as exc:
+        raise ProblemError(400, str(exc), type_slug=exc.code) from exc
+    elements: tuple[SingleFormatName, ...] = (
+        parsed.elements if isinstance(parsed, MultipleFormatName) else (parsed,))
+    paths: list[str] = []
+    urls: list[str] = []
+    for element in elements:
+        if isinstance(element, DirectFormatName) and local.owns(element):
+            paths.append(element.display_queue or element.queue)
+        elif isinstance(element, DirectFormatName) and element.protocol in ("http", "https"):
+            urls.append(element.url())
+        else:
+            raise ProblemError(422, f"{element.format_name()} is not on this gateway and "
+                               "SRMP links reach only DIRECT=HTTP(S) format names",
+                               type_slug="no-route")
+    return tuple(paths), tuple(urls)
+
+
+def resolve_local(text: str, local: LocalNames) -> list[str]:
+    """The local queue path of each element of the format name ``text``.
+
+    Raises:
+        ProblemError: 400 for a bad format name; 422 when an element is not local.
+    """
+    paths, urls = split_destinations(text, local)
+    if urls:
+        raise ProblemError(422, f"{urls[0]} is not on this gateway", type_slug="no-route")
+    return paths
+
+
+async def send_to_destinations(qm: QueueManager, paths: list[str], body: bytes,
+                               properties: MessageProperties, *, transactional: bool,
+                               remote: Sequence[tuple[Queue, str]] = (),
+                               dedup_key: tuple[str, str] | None = None
+                               ) -> dict[str, object]:
+    """One copy per destination in one atomic commit (a remote one in its outgoing queue,
+    ``remote`` = (outgoing queue, destination URL)); returns the answer: the stored copies
+    and the destinations whose copy was dead-lettered. With ``dedup_key`` (key, digest) the
+    answer is remembered in the duplicate window in the same commit."""
+    specs: list[tuple[Queue, SendSpec]] = []
+    try:
+        return await _send(qm, paths, body, properties, transactional, remote, dedup_key,
+                           specs)
+    except BaseException:
+        qm.store.release_sends([spec for _, spec in specs])
+        raise
+
+
+async def _send(qm: QueueManager, paths: list[str], body: bytes,
+                properties: MessageProperties, transactional: bool,
+                remote: Sequence[tuple[Queue, str]], dedup_key: tuple[str, str] | None,
+                specs: list[tuple[Queue, SendSpec]]) -> dict[str, object]:
+    now_ms = int(time.time() * 1000)
+    stored: list[tuple[Queue, ReceivedMessage]] = []
+    dead: list[dict[str, str]] = []
+    for outgoing, url in remote:
+        assert qm.wire_ids is not None
+        # A copy for a remote queue gets its wire id now (kept with it, so a resend after a
+        # restart carries the same one): one-to-one with the id the answer shows.
+        message_id = properties.message_id or local_id(qm.qm_guid, await qm.wire_ids.next())
+        props = replace(properties, message_id=message_id, transactional=transactional,
+                        arrived_at_ms=now_ms,
+                        sent_at_ms=properties.sent_at_ms or now_ms,
+                        source_qm=properties.source_qm or qm.qm_guid,
+                        priority=0 if transactional else properties.priority,
+                        recoverable=properties.recoverable or transactional,
+                        extra={**properties.extra, "srmp_to": url})
+        seq = qm.store.reserve_seq(outgoing.queue_id)
+        message = ReceivedMessage(props.message_id or compose_id(qm.qm_guid,
+                                                                  outgoing.queue_id, seq),
+                                  url, seq, props, body)
+        specs.append((outgoing, SendSpec(outgoing.queue_id, encode_payload(props, body),
+                                         priority=props.priority,
+                                         expires_ms=props.receive_by_ms, seq=seq)))
+        stored.append((outgoing, message))
+    for path in paths:
+        queue = qm.queue(path)
+        props = replace(properties, transactional=transactional, arrived_at_ms=now_ms,
+                        sent_at_ms=properties.sent_at_ms or now_ms,
+                        source_qm=properties.source_qm or qm.qm_guid,
+                        priority=0 if transactional else properties.priority,
+                        recoverable=True)
+        if transactional and not queue.settings.transactional:
+            nack = MessageClass.NACK_NOT_TRANSACTIONAL_Q
+            message = ReceivedMessage(props.message_id or "", queue.path.display, 0, props, body)
+            specs.append(dead_letter_spec(qm, queue, message, nack, now_ms))
+            specs.extend(ack_specs(qm, queue, message, nack, now_ms))
+            dead.append({"queue": queue.path.display, "class": nack.msmq_name})
+            continue
+        queue = qm.check_send(path, transactional=transactional)
+        seq = qm.store.reserve_seq(queue.queue_id)
+        message = ReceivedMessage(props.message_id or compose_id(qm.qm_guid, queue.queue_id,
+                                                                  seq),
+                                  queue.path.display, seq, props, body)
+        specs.append((queue, SendSpec(queue.queue_id, encode_payload(props, body),
+                                      priority=props.priority,
+                                      expires_ms=props.receive_by_ms, seq=seq)))
+        stored.append((queue, message))
+    if not specs:
+        raise ProblemError(400, "no destination", type_slug="bad-request")
+    answer = answer_of([m for _, m in stored], dead)
+    if dedup_key is not None:  # remembered in the same commit as the messages
+        assert qm.dedup is not None
+        specs.append((qm.internal(DEDUP_QUEUE), qm.dedup.spec(dedup_key[0], dedup_key[1],
+                                                              answer)))
+    made = await store_call(qm.store.commit([spec for _, spec in specs]))
+    for (queue, _), record in zip(specs, made):
+        if queue.path.canonical == DEDUP_QUEUE and dedup_key is not None and qm.dedup:
+            qm.dedup.done(dedup_key[0], dedup_key[1], answer, record)
+        else:
+            qm.arrived(queue, record)
+    return answer
+
+
+def answer_of(stored: list[ReceivedMessage], dead: list[dict[str, str]]
+              ) -> dict[str, object]:
+    return {"messages": [{"id": m.message_id, "queue": m.queue, "seq": m.seq}
+                         for m in stored], "dead_lettered": dead}

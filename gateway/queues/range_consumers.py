@@ -1,0 +1,322 @@
+"""Registered range consumers (Spark): per queue, who reads by sequence and how far each has
+committed, and the retention that follows from it.
+
+The contract (docs/spark.md): a ``[from, to)`` read below the queue's
+stable head returns the same records every time; nothing at or after the lowest committed
+position of the registered consumers is removed; a read below the queue's floor (what
+retention or a purge removed) is refused with 410, never answered short. So while a queue has
+registered consumers it behaves as a log: receives are refused (409), expiry leaves it alone,
+and only a consumer's commit (retention) or an operator's purge removes messages.
+
+State lives in an internal queue, one small JSON record per consumer and one per queue floor,
+each replaced in one atomic store commit with the change it records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from typing import TypeVar
+
+from gateway.errors import ProblemError
+from gateway.queues.internal import CONSUMERS_QUEUE
+from gateway.logs import server_log
+from gateway.queues.manager import Queue, QueueManager
+from gateway.queues.state_records import StateQueue
+from gateway.queues.store_errors import store_call
+from store.records import SendSpec, StoredRecord
+
+__all__ = ["RangeConsumers", "CONSUMER_NAME"]
+
+CONSUMER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+CONSUMERS_PER_QUEUE_MAX = 64
+_TRIM_CHUNK = 5000
+K = TypeVar("K")  # records removed per store commit when retention catches up
+
+
+@dataclass(slots=True)
+class _Entry:
+    value: int  # a consumer's committed position, or a queue's floor
+    record: StoredRecord
+
+
+def _parse_entry(raw: bytes) -> tuple[int, str | None, int]:
+    """(queue id, consumer name or None for a floor, position) of one record.
+
+    Raises:
+        ValueError, KeyError, TypeError: not a record this module wrote.
+    """
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise TypeError("a consumer record is a JSON object")
+    if "floor" in doc:
+        return int(doc["queue_id"]), None, int(doc["floor"])
+    return int(doc["queue_id"]), str(doc["consumer"]), int(doc["position"])
+
+
+CONSUMERS_STATE = StateQueue(CONSUMERS_QUEUE, _parse_entry)
+
+
+class RangeConsumers:
+    """Consumers and floors of every queue; owns ``Queue.pin``."""
+
+    def __init__(self, qm: QueueManager) -> None:
+        self.qm = qm
+        self.store = qm.store
+        self.own = qm.internal(CONSUMERS_QUEUE)
+        self._consumers: dict[int, dict[str, _Entry]] = {}
+        self._floors: dict[int, _Entry] = {}
+        self._stale: list[StoredRecord] = []
+        self._lock = asyncio.Lock()
+        # Retention runs behind the commits (a commit answers once its position is durable;
+        # Spark waits for it in walCommit); one trim at a time, and never during a purge.
+        self._trim_lock = asyncio.Lock()
+        self._trims: set[asyncio.Task[None]] = set()
+        for record, (queue_id, consumer, value) in qm.quarantine.read(
+                CONSUMERS_STATE, self.own.queue_id):
+            if self.qm.queue_by_id_or_none(queue_id) is None:
+                self._stale.append(record)
+            elif consumer is None:
+                self._keep(self._floors, queue_id, value, record)
+            else:
+                self._keep(self._consumers.setdefault(queue_id, {}), consumer, value, record)
+        for queue_id in self._consumers:
+            self._pin(self.qm.queue_by_id(queue_id))
+
+    def _keep(self, table: dict[K, _Entry], key: K, value: int, record: StoredRecord) -> None:
+        older = table.get(key)
+        if older is not None and older.value >= value:
+            self._stale.append(record)
+            return
+        if older is not None:
+            self._stale.append(older.record)
+        table[key] = _Entry(value, record)
+
+    async def start(self) -> None:
+        """Drop stale records and finish any retention a crash interrupted."""
+        if self._stale:
+            stale, self._stale = self._stale, []
+            await store_call(self.store.remove(stale))
+        for queue_id, floor in list(self._floors.items()):
+            queue = self.qm.queue_by_id_or_none(queue_id)
+            if queue is not None and queue.pin is not None:
+                await self._trim(queue, floor.value)
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def positions(self, queue: Queue) -> dict[str, int]:
+        return {name: e.value for name, e in self._consumers.get(queue.queue_id, {}).items()}
+
+    def floor(self, queue: Queue) -> int:
+        """The lowest sequence a range read may start at."""
+        saved = self._floors.get(queue.queue_id)
+        floor = saved.value if saved is not None else 1
+        if queue.pin is None:  # nobody holds retention: what receives left is what there is
+            floor = max(floor, self._lowest_live(queue))
+        return floor
+
+    def _lowest_live(self, queue: Queue) -> int:
+        end = self.store.readable_end(queue.queue_id)
+        lowest = self.store.first_records(queue.queue_id, 0, 1)  # not a walk of the queue
+        return lowest[0].seq if lowest and lowest[0].seq < end else end
+
+    def check_range(self, queue: Queue, start: int) -> int:
+        """The floor, after refusing a range that starts below it (410, naming the range)."""
+        if queue.pin is None and self.store.record(queue.queue_id, start) is not None:
+            return start  # the first record is there: nothing below it matters
+        floor = self.floor(queue)
+        if start < floor:
+            raise ProblemError(
+                410, f"{queue.path.display}: sequences [{start}, {floor}) are gone (trimmed "
+                f"by retention, a purge or receives); the oldest readable is {floor}",
+                type_slug="range-trimmed", extra={"first": floor, "from": start})
+        return floor
+
+    def head(self, queue: Queue) -> dict[str, object]:
+        count = self.store.count(queue.queue_id)
+        return {"queue": queue.path.display, "first": self.floor(queue),
+                "next": self.store.readable_end(queue.queue_id),
+                "consumers": self.positions(queue), "messages": count,
+                "average_bytes": self.store.queue_bytes(queue.queue_id) // count if count else 0}
+
+    # ---- changing ------------------------------------------------------------------------
+
+    async def register(self, queue: Queue, name: str, start: str | int) -> tuple[int, bool]:
+        """(position, created). ``start``: ``earliest``, ``latest`` or a sequence."""
+        self._check_name(name)
+        async with self._lock:
+            known = self._consumers.get(queue.queue_id, {})
+            if name in known:
+                return known[name].value, False
+            if len(known) >= CONSUMERS_PER_QUEUE_MAX:
+                raise ProblemError(409, f"{queue.path.display} already has "
+                                   f"{CONSUMERS_PER_QUEUE_MAX} consumers",
+                                   type_slug="too-many-consumers")
+            floor = self.floor(queue)
+            end = self.store.readable_end(queue.queue_id)
+            if start == "earliest":
+                position = floor
+            elif start == "latest":
+                position = end
+            else:
+                position = int(start)
+                if position < floor:
+                    raise ProblemError(410, f"{queue.path.display}: sequence {position} is "
+                                       f"gone; the oldest readable is {floor}",
+                                       type_slug="range-trimmed", extra={"first": floor})
+                if position > end:
+                    raise ProblemError(400, f"start {position} is beyond the queue's head "
+                                       f"{end}", type_slug="bad-request")
+            await self._save(queue, name, position, max(floor, self._saved_floor(queue)))
+            server_log.info("range consumer %s registered on %s at %d", name,
+                            queue.path.display, position)
+            return position, True
+
+    async def commit(self, queue: Queue, name: str, position: int) -> int:
+        """Advance ``name`` to ``position`` (a lower one changes nothing: commits may arrive
+        late) and trim what every registered consumer has passed; returns the position."""
+        entry = self._entry(queue, name)
+        end = self.store.readable_end(queue.queue_id)
+        if position > end:
+            raise ProblemError(409, f"position {position} is beyond the queue's head {end}",
+                               type_slug="beyond-head", extra={"next": end})
+        async with self._lock:
+            entry = self._entry(queue, name)
+            if position <= entry.value:
+                return entry.value
+            others = [e.value for n, e in self._consumers[queue.queue_id].items() if n != name]
+            previous = self._saved_floor(queue)
+            floor = max(previous, min([position, *others]))
+            await self._save(queue, name, position, floor)
+        if floor > previous:
+            task = asyncio.create_task(self._trim(queue, floor, previous),
+                                       name=f"retention {queue.path.display}")
+            self._trims.add(task)
+            task.add_done_callback(self._trim_done)
+        return position
+
+    def _trim_done(self, task: asyncio.Task[None]) -> None:
+        self._trims.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # The floor is durable: reads below it are 410 already, and the next start
+            # finishes the removal.
+            server_log.error("retention failed: %s", task.exception())
+
+    async def settle(self) -> None:
+        """Wait for the retention work started so far (tests, shutdown)."""
+        while self._trims:
+            await asyncio.gather(*list(self._trims), return_exceptions=True)
+
+    async def unregister(self, queue: Queue, name: str) -> None:
+        entry = self._entry(queue, name)
+        async with self._lock:
+            consumers = self._consumers[queue.queue_id]
+            await store_call(self.store.commit([], removes=[entry.record]))
+            del consumers[name]
+            if not consumers:
+                del self._consumers[queue.queue_id]
+            self._pin(queue)
+        server_log.info("range consumer %s unregistered from %s", name, queue.path.display)
+
+    async def purge(self, queue: Queue) -> int:
+        """Purge the queue (every message, as ``QueueManager.purge``) and raise its floor to
+        what the purge removed, so reads below it are 410; returns how many went."""
+        async with self._lock, self._trim_lock:
+            end = self.store.readable_end(queue.queue_id)
+            removed = await self.qm.purge(queue.path.canonical)
+            if queue.pin is not None or queue.queue_id in self._floors:
+                await self._save(queue, None, 0, end)
+            return removed
+
+    async def drop_queue(self, queue: Queue) -> None:
+        """Forget a deleted queue's consumers and floor."""
+        records = [e.record for e in self._consumers.pop(queue.queue_id, {}).values()]
+        floor = self._floors.pop(queue.queue_id, None)
+        if floor is not None:
+            records.append(floor.record)
+        if records:
+            await store_call(self.store.remove(records))
+        queue.pin = None
+
+    # ---- internals -----------------------------------------------------------------------
+
+    @staticmethod
+    def _check_name(name: str) -> None:
+        if not CONSUMER_NAME.match(name):
+            raise ProblemError(400, f"consumer name {name!r}: use 1-64 letters, digits, "
+                               "'.', '_' or '-'", type_slug="bad-request")
+
+    def _entry(self, queue: Queue, name: str) -> _Entry:
+        self._check_name(name)
+        entry = self._consumers.get(queue.queue_id, {}).get(name)
+        if entry is None:
+            raise ProblemError(404, f"no consumer {name!r} on {queue.path.display}",
+                               type_slug="consumer-not-found")
+        return entry
+
+    def _saved_floor(self, queue: Queue) -> int:
+        saved = self._floors.get(queue.queue_id)
+        return saved.value if saved is not None else 1
+
+    async def _save(self, queue: Queue, name: str | None, position: int, floor: int) -> None:
+        """One atomic commit: the consumer's new record (when ``name``) and the queue's floor
+        (when it rises), each replacing its old record."""
+        sends: list[SendSpec] = []
+        removes: list[StoredRecord] = []
+        base = {"queue_id": queue.queue_id, "queue": queue.path.canonical}
+        consumers = self._consumers.setdefault(queue.queue_id, {})
+        if name is not None:
+            sends.append(self._spec({**base, "consumer": name, "position": position}))
+            if name in consumers:
+                removes.append(consumers[name].record)
+        old_floor = self._floors.get(queue.queue_id)
+        raise_floor = floor > (old_floor.value if old_floor else 1)
+        if raise_floor:
+            sends.append(self._spec({**base, "floor": floor}))
+            if old_floor is not None:
+                removes.append(old_floor.record)
+        if not sends:
+            return
+        try:
+            made = await store_call(self.store.commit(sends, removes=removes))
+        finally:
+            if not consumers:
+                del self._consumers[queue.queue_id]
+        if name is not None:
+            self._consumers.setdefault(queue.queue_id, {})[name] = _Entry(position, made[0])
+        if raise_floor:
+            self._floors[queue.queue_id] = _Entry(floor, made[-1])
+        self._pin(queue)
+
+    def _spec(self, doc: dict[str, object]) -> SendSpec:
+        return SendSpec(self.own.queue_id, json.dumps(doc, separators=(",", ":")).encode())
+
+    def _pin(self, queue: Queue) -> None:
+        positions = self._consumers.get(queue.queue_id)
+        queue.pin = min(e.value for e in positions.values()) if positions else None
+
+    async def _trim(self, queue: Queue, below: int, start: int | None = None) -> None:
+        """Remove the queue's messages below ``below``, looking from ``start`` (the previous
+        floor; everything under it is gone already) or, at start-up, from the lowest live
+        one. The floor record is durable first, so an interrupted trim finishes later."""
+        async with self._trim_lock:
+            if start is None:
+                start = self._lowest_live(queue)
+            chunk: list[StoredRecord] = []
+            for seq in range(start, below):
+                record = self.store.record(queue.queue_id, seq)
+                if record is not None:
+                    chunk.append(record)
+                if len(chunk) >= _TRIM_CHUNK or (seq - start) % _TRIM_CHUNK == _TRIM_CHUNK - 1:
+                    if chunk:
+                        await store_call(self.store.remove(chunk))
+                        chunk = []
+                    else:
+                        await asyncio.sleep(0)  # a long run of gaps: let the loop breathe
+            if chunk:
+                await store_call(self.store.remove(chunk))
+            for lane in queue.order:
+                while lane and lane[0] < below:
+                    lane.popleft()

@@ -1,0 +1,1 @@
+"""The aiohttp application: routes, middlewares, problem answers, health and status."""

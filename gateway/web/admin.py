@@ -1,0 +1,50 @@
+"""Admin routes that act on the whole gateway (``/v1/admin/...``).
+
+They need the admin credential; a gateway without credentials answers them to loopback
+clients only (``require_admin``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from aiohttp import web
+
+from gateway.web.appkeys import STATE_KEY
+from gateway.web.auth_middleware import require_admin
+from gateway.errors import ProblemError
+from gateway.web.rest_body import parse_json
+from store.backup import BackupError
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+
+@routes.post("/v1/admin/backup")
+async def backup(request: web.Request) -> web.Response:
+    """Take a consistent backup of the running store into ``{"dest": DIR}`` (empty or new)."""
+    require_admin(request)
+    body = parse_json(await request.read())
+    dest = body.get("dest") if isinstance(body, dict) else None
+    if not isinstance(dest, str) or not dest:
+        raise ProblemError(400, 'body must be {"dest": "<directory>"}', type_slug="bad-request")
+    if not Path(dest).is_absolute():
+        # Relative to wherever the gateway was started: never what the caller meant.
+        raise ProblemError(400, f"dest {dest!r} must be an absolute directory path",
+                           type_slug="bad-request")
+    state = request.app[STATE_KEY]
+    store = state.store
+    if store is None or not state.ready:
+        raise ProblemError(503, state.not_ready_reason() or "store not open",
+                           type_slug="not-ready", headers={"Retry-After": "1"})
+    loop = asyncio.get_running_loop()
+    try:
+        report = await loop.run_in_executor(None, store.backup, Path(dest))
+    except BackupError as exc:
+        raise ProblemError(409, str(exc), type_slug="backup-target-not-empty") from exc
+    except OSError as exc:
+        raise ProblemError(500, f"backup failed: {exc}", type_slug="backup-failed") from exc
+    return web.json_response({"dest": dest, "files": report.files, "bytes": report.bytes,
+                              "seconds": round(report.seconds, 3)})

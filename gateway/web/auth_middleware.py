@@ -1,0 +1,209 @@
+"""The request gate: body limits and time-out, authentication, rate limits; and the checks
+handlers call for what a principal may touch.
+
+Order: a declared body over the limit is refused (413) before any of it is read; the body is
+read within ``server.body_timeout`` (408 for slow clients) because HMAC signatures cover it;
+then the credential decides the principal (401 when one is required and missing or wrong);
+then the partner's rate limit (429 with Retry-After). Health, metrics and the OpenAPI document
+are public. SRMP routes take their principal from a client certificate only: MSMQ senders
+authenticate by certificate or by source network (gateway.web.srmp_routes).
+
+The gate is a check the one middleware layer (gateway.web.middlewares) awaits before the
+handler, not a middleware of its own: each aiohttp middleware layer costs two more calls on
+every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from aiohttp import web
+
+from gateway.web.appkeys import STATE_KEY
+from gateway.auth.authenticator import Authenticator, AuthError, Credentials, RateLimited
+from gateway.auth.hmac_sig import SCHEME
+from gateway.auth.principal import NOBODY, OPEN, Principal
+from gateway.auth.ratelimit import TokenBucket
+from gateway.auth.tls import PeerSubjects
+from gateway.errors import ProblemError
+from gateway.settings import Settings
+from mapping.names import QueueNameError, parse_queue_path
+
+__all__ = ["Gate", "make_auth_gate", "principal_of", "require", "require_admin",
+           "PRINCIPAL", "scoped_key", "is_local_client", "is_loopback"]
+
+Gate = Callable[[web.Request], Awaitable[None]]
+
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/v1/openapi.json"})
+PRINCIPAL = web.RequestKey("principal", Principal)
+# Basic first: browsers (the status page) read the first challenge; API clients know theirs.
+_CHALLENGE = {"WWW-Authenticate": f'Basic realm="entrepot", Bearer realm="entrepot", '
+              f'{SCHEME} realm="entrepot"'}
+
+
+def make_auth_gate(settings: Settings, authenticator: Authenticator) -> Gate:
+    """The check every request passes before its handler; it raises ProblemError (413, 408,
+    401, 429, 503) or records the request's principal."""
+    body_max = settings.server.request_body_max
+    body_timeout = settings.server.body_timeout
+    subjects = PeerSubjects()
+
+    async def gate(request: web.Request) -> None:
+        if request.path in PUBLIC_PATHS:
+            return
+        length = request.content_length
+        if length is not None and length > body_max:
+            raise ProblemError(413, f"request body of {length} bytes is over the limit of "
+                               f"{body_max} bytes", type_slug="body-too-large")
+        route = request.match_info.route
+        srmp = route.name is not None and route.name.startswith("srmp-")
+        header = "" if srmp else request.headers.get("Authorization", "")
+        signed = header.lstrip().startswith(SCHEME)
+        subject = subjects.of(request.transport)
+        principal: Principal | None = None
+        # Everything but a signature is decided on the headers, before the body is read: a
+        # stranger's slow body cannot hold the in-flight slots partners need.
+        if signed:
+            _check(authenticator.known_signer, header)
+        else:
+            principal = _check(authenticate, Credentials(
+                header, subject, request.method, request.path_qs, b"", ()))
+            if principal is None and authenticator.required and not srmp:
+                raise ProblemError(401, "a credential is required (Authorization: Bearer "
+                                   f"<API key> or {SCHEME}, or a client certificate)",
+                                   type_slug="unauthorized", headers=_CHALLENGE)
+        body = await _read_body(request, body_timeout)
+        if signed:
+            principal = _check(authenticate, Credentials(
+                header, subject, request.method, request.path_qs, body,
+                request.headers.items()))
+        request[PRINCIPAL] = principal or (NOBODY if srmp else OPEN)
+
+    def authenticate(creds: Credentials) -> Principal | None:
+        return authenticator.authenticate(creds, now=time.time(), monotonic=time.monotonic())
+
+    return gate
+
+
+T = TypeVar("T")
+A = TypeVar("A")
+
+
+def _check(step: Callable[[A], T], argument: A) -> T:
+    """One authentication step, its refusals as the answers they are."""
+    try:
+        return step(argument)
+    except AuthError as exc:
+        raise ProblemError(401, str(exc), type_slug="unauthorized",
+                           headers=_CHALLENGE) from exc
+    except RateLimited as exc:
+        raise ProblemError(429, str(exc), type_slug="rate-limited",
+                           headers={"Retry-After": TokenBucket.retry_after(exc.wait_s)}
+                           ) from exc
+    except OverflowError as exc:
+        raise ProblemError(503, str(exc), type_slug="overloaded",
+                           headers={"Retry-After": "5"}) from exc
+
+
+async def _read_body(request: web.Request, timeout_s: float) -> bytes:
+    """The whole body, within ``timeout_s`` (408); a client that hangs up mid-body gets a 400
+    it will not read, and no error is logged: the fault is not the gateway's."""
+    if not request.can_read_body:
+        return b""
+    try:
+        if request.content.is_eof():
+            return await request.read()  # all there already: no timer on this hot path
+        async with asyncio.timeout(timeout_s):  # no task per request, unlike wait_for
+            return await request.read()
+    except TimeoutError:
+        raise ProblemError(408, f"request body not received within {timeout_s} s",
+                           type_slug="body-timeout") from None
+    except ConnectionError as exc:
+        raise ProblemError(400, f"the client closed the connection mid-body ({exc})",
+                           type_slug="body-incomplete") from None
+
+
+def principal_of(request: web.Request) -> Principal:
+    """The authenticated principal; OPEN when no credentials are configured; NOBODY for an
+    SRMP sender without a client certificate."""
+    if PRINCIPAL not in request:
+        return OPEN
+    return request[PRINCIPAL]
+
+
+def scoped_key(request: web.Request, key: str | None) -> str | None:
+    """An ``Idempotency-Key`` in its principal's own space: one partner's keys can neither
+    block nor reveal another's."""
+    if key is None:
+        return None
+    principal = principal_of(request)
+    scope = ("admin" if principal.admin else "open" if principal.open
+             else f"partner:{principal.name}")
+    return f"{scope}\0{key}"
+
+
+def require(request: web.Request, action: str, queue: str) -> None:
+    """Raises: ProblemError 403 when the principal may not ``action`` ("send"/"receive")
+    on ``queue``. An invalid queue name passes here: its handler says what is wrong."""
+    principal = principal_of(request)
+    try:
+        canonical = parse_queue_path(queue).canonical
+    except QueueNameError:
+        return
+    if not principal.may(action, canonical):
+        raise ProblemError(403, f"{principal.name} may not {action} on {queue!r}",
+                           type_slug="MQ_ERROR_ACCESS_DENIED")
+
+
+def require_admin(request: web.Request) -> None:
+    """Raises: ProblemError 403 unless the admin, or a loopback client of an open gateway
+    (no credentials configured: management stays on the machine itself)."""
+    principal = principal_of(request)
+    if principal.admin:
+        return
+    if not principal.open:
+        raise ProblemError(403, "this needs the admin credential",
+                           type_slug="MQ_ERROR_ACCESS_DENIED")
+    if not is_local_client(request):
+        raise ProblemError(403, "management answers only clients on this machine (loopback, "
+                           "a Host naming this gateway, no Origin of another site) while no "
+                           "credentials are configured (set auth.admin_key_sha256)",
+                           type_slug="MQ_ERROR_ACCESS_DENIED")
+
+
+def is_local_client(request: web.Request) -> bool:
+    """A client on this machine that means to talk to this gateway: loopback, a ``Host``
+    that names it, and no ``Origin`` of another site. A web page open in a browser on the
+    machine connects from loopback too: its requests carry its own ``Origin``, and a page
+    reaching us by DNS rebinding its own name sends that name as ``Host``."""
+    if not is_loopback(request):
+        return False
+    hosts = request.app[STATE_KEY].local.hosts
+    if _host_of(request.host) not in hosts:
+        return False
+    origin = request.headers.get("Origin")
+    return origin is None or _host_of(origin.partition("://")[2] or origin) in hosts
+
+
+def _host_of(authority: str) -> str:
+    """The host of ``host[:port]`` (``[v6]`` kept bracketed, lower case)."""
+    authority = authority.strip().rstrip("/").lower()
+    if authority.startswith("["):
+        return authority[:authority.find("]") + 1]
+    return authority.rsplit(":", 1)[0] if authority.count(":") == 1 else authority
+
+
+def is_loopback(request: web.Request) -> bool:
+    """The client connected from this machine (127.0.0.0/8 or ::1)."""
+    try:
+        address = ipaddress.ip_address(request.remote or "")
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback  # an IPv4 client of a dual-stack listener
+    return address.is_loopback

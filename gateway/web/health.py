@@ -1,0 +1,55 @@
+"""Liveness, readiness and metrics endpoints."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from aiohttp import web
+
+from gateway.web.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
+from gateway.web.auth_middleware import is_local_client
+from gateway.metrics import CONTENT_TYPE_LATEST
+from gateway.web.problem import problem_response
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    """200 while the process serves HTTP, whatever the store is doing."""
+    return web.json_response({"status": "alive"})
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    """200 only once the store is open and recovered and nothing has fail-stopped it."""
+    state = request.app[STATE_KEY]
+    reason = state.not_ready_reason()
+    if reason:
+        return problem_response(503, reason, type_slug="not-ready", headers={"Retry-After": "1"})
+    return web.json_response({"status": "ready"})
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition: to loopback clients, or with the admin or metrics key
+    (``Authorization: Bearer``); the text names queues and partners' URLs."""
+    if not is_local_client(request) and not _metrics_key(request):
+        return problem_response(
+            403, "/metrics answers loopback clients, or the admin or metrics key "
+            "(Authorization: Bearer; auth.metrics_key_sha256)", type_slug="MQ_ERROR_ACCESS_DENIED")
+    body = request.app[METRICS_KEY].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _metrics_key(request: web.Request) -> bool:
+    auth = request.app[SETTINGS_KEY].auth
+    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not key:
+        return False
+    digest = hashlib.sha256(key.strip().encode("utf-8", "surrogateescape")).hexdigest()
+    return any(hmac.compare_digest(digest, known)
+               for known in (auth.admin_key_sha256, auth.metrics_key_sha256) if known)

@@ -1,0 +1,73 @@
+"""The HTTP server under the app: what aiohttp answers by itself gets problem+json too.
+
+A request line or header aiohttp's parser refuses (bad bytes, a line over
+``server.header_bytes_max``, more than ``server.header_count_max`` headers, a malformed
+Content-Length or chunk) never reaches a handler or the middleware: aiohttp's connection
+protocol answers it through ``RequestHandler.handle_error``, in text/plain. aiohttp has no
+option for that answer, so the runner's server makes its connections with a subclass of
+``RequestHandler`` whose ``handle_error`` returns an RFC 9457 problem instead (same status,
+connection closed). A refused request is the client's error, not the gateway's: it is
+logged in one line at debug level (the access log, when on, has it too), where aiohttp
+logs a traceback at error level, which anyone could make fill the log and the status
+page's recent errors. A 5xx is still aiohttp's error log with its traceback.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+
+from gateway.logs import server_log
+from gateway.web.problem import problem_response
+
+__all__ = ["ProblemAppRunner"]
+
+_DETAIL_CHARS_MAX = 200
+
+
+class _ProblemRequestHandler(RequestHandler):
+    def handle_error(self, request: BaseRequest, status: int = 500,
+                     exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        detail = _detail(status, exc)
+        if status >= 500:
+            # aiohttp's own: the traceback logged; its text/plain answer is replaced.
+            super().handle_error(request, status, exc, message)
+        else:
+            server_log.debug("refused a malformed request from %s: %s", request.remote, detail)
+            if request.writer.output_size > 0:
+                raise ConnectionError("an answer was already started; the connection is "
+                                      "closed instead")
+        response = problem_response(status, detail, type_slug="bad-http-request"
+                                    if status < 500 else "about:blank")
+        response.force_close()
+        return response
+
+
+def _detail(status: int, exc: BaseException | None) -> str:
+    if status >= 500:
+        return "internal error; see the gateway log"
+    if isinstance(exc, LineTooLong):
+        return "a request line or header is over the size limit (server.header_bytes_max)"
+    # aiohttp's message: a reason line ("Invalid header token:"), then the bytes it refused.
+    lines = str(exc.message).strip().splitlines() if isinstance(exc, HttpProcessingError) else []
+    reason = lines[0].rstrip(":")[:_DETAIL_CHARS_MAX] if lines else "refused by the parser"
+    return f"malformed HTTP request: {reason}"
+
+
+class _ProblemServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _ProblemRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class ProblemAppRunner(web.AppRunner):
+    """``web.AppRunner`` whose connections answer parse errors with problem+json."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        # The app's server as aiohttp builds it (the app started and frozen, its handler
+        # arguments), only making _ProblemRequestHandler connections.
+        server.__class__ = _ProblemServer
+        return server

@@ -1,0 +1,114 @@
+"""Cross-cutting request handling: error → problem+json, metrics, the concurrency cap.
+
+This is the one place that turns exceptions into HTTP answers; handlers only raise.
+Health, readiness and metrics are never refused by the cap (an orchestrator must see a busy
+gateway as alive), and parked long polls do not count against it: they have their own cap
+(gateway.web.long_polls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from gateway.web.auth_middleware import Gate
+from gateway.errors import ProblemError
+from gateway.logs import server_log
+from gateway.web.long_polls import LongPolls
+from gateway.metrics import Metrics
+from gateway.web.problem import problem_response
+
+__all__ = ["make_middlewares", "NEVER_REFUSED"]
+
+NEVER_REFUSED = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+def _route_label(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    if resource is None:
+        return "unmatched"
+    return resource.canonical
+
+
+def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
+                     gate: Gate | None = None,
+                     long_polls: LongPolls | None = None) -> list[Middleware]:
+    """Build the middleware chain, outermost first; ``gate`` (authentication, body limits)
+    is awaited before every handler, inside the error mapping.
+
+    One layer does the cap, the metrics and the error mapping: every layer is two more calls
+    per request in aiohttp, and this runs for every message sent. The cap is a plain count
+    (a request over it is answered 503 at once, never queued, so no semaphore is needed),
+    and requests are counted as plain numbers (gateway.http_stats).
+    """
+    in_flight = 0  # parked long polls included: the gauge shows every request being handled
+    polls = long_polls if long_polls is not None else LongPolls(1)
+    metrics.http_in_flight.set_function(lambda: in_flight)
+    record = metrics.http.record
+
+    @web.middleware
+    async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+        nonlocal in_flight
+        if (in_flight - polls.parked >= concurrent_requests_max
+                and request.path not in NEVER_REFUSED):
+            response: web.StreamResponse = problem_response(
+                503,
+                f"more than {concurrent_requests_max} requests in flight",
+                type_slug="overloaded",
+                headers={"Retry-After": "1"},
+            )
+            _count(request, response.status, 0.0)
+            return response
+        started = time.perf_counter()
+        in_flight += 1
+        status = 500
+        try:
+            response = await _answer(request, handler, gate)
+            status = response.status
+            return response
+        except asyncio.CancelledError:
+            # The client went away and aiohttp cancelled its handler: counted as nginx
+            # counts it (499, client closed request), not as the gateway's error.
+            status = 499
+            raise
+        finally:
+            in_flight -= 1
+            _count(request, status, time.perf_counter() - started)
+
+    def _count(request: web.Request, status: int, seconds: float) -> None:
+        record(_route_label(request), request.method, status, seconds)
+
+    return [observe]
+
+
+async def _answer(request: web.Request, handler: Handler,
+                  gate: Gate | None) -> web.StreamResponse:
+    try:
+        if gate is not None:
+            await gate(request)
+        return await handler(request)
+    except ProblemError as exc:
+        return problem_response(
+            exc.status_hint,
+            exc.detail,
+            type_slug=exc.type_slug,
+            title=exc.title,
+            instance=request.path,
+            headers=exc.headers,
+            extra=exc.extra,
+        )
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+        detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+        return problem_response(exc.status, detail, instance=request.path, headers=headers)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        server_log.exception("unhandled error method=%s path=%s", request.method, request.path)
+        return problem_response(500, "internal error; see the gateway log", instance=request.path)

@@ -1,0 +1,91 @@
+"""``POST /v1/messages``: a send addressed by MSMQ format name (``Mq-Destination``)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from aiohttp import web
+
+from gateway import jsonio
+from gateway.web.appkeys import STATE_KEY
+from gateway.web.auth_middleware import principal_of, require, require_admin, scoped_key
+from gateway.queues.destinations import redirect_inbound, send_to_destinations, split_destinations
+from gateway.errors import ProblemError
+from gateway.web.reply_addresses import check_request_replies
+from gateway.web.rest_codec import HeaderError, header_text, parse_send_headers
+from gateway.queues.wire_ids import local_id
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+
+@routes.post("/v1/messages")
+async def send_by_format_name(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    qm, transactions = state.queue_manager, state.transactions
+    if qm is None or transactions is None or not state.ready:
+        raise state.unavailable()
+    try:
+        destination = header_text(request.headers, "Mq-Destination")
+    except HeaderError as exc:
+        raise ProblemError(400, str(exc), type_slug="MQ_ERROR_ILLEGAL_FORMATNAME") from exc
+    if not destination:
+        raise ProblemError(400, "Mq-Destination: a format name is required",
+                           type_slug="MQ_ERROR_ILLEGAL_FORMATNAME")
+    try:
+        send = parse_send_headers(request.headers, now_ms=int(time.time() * 1000))
+    except HeaderError as exc:
+        raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
+    check_request_replies(request, send.properties)
+    rules = state.mapping.rules if state.mapping is not None else None
+    paths, urls = split_destinations(redirect_inbound(destination, rules), state.local)
+    for path in paths:
+        require(request, "send", path)
+    if urls:
+        require_admin(request)  # partners' allow lists name local queues only
+    queues = [qm.queue(path) for path in paths]  # unknown queues refused before the body
+    body = await request.read()
+    tx = send.transaction
+    if urls and state.links is None:
+        raise ProblemError(422, "remote destinations need the links, which are not running",
+                           type_slug="no-route")
+    principal = principal_of(request)
+    if tx not in (None, "single", "none"):
+        # An unknown (or another principal's) transaction is 404 before anything is created.
+        transactions.get(tx, principal, join=True)
+    remote = [(await state.links.queue_for(url), url) for url in urls] if state.links else []
+    if tx not in (None, "single", "none"):
+        assert qm.wire_ids is not None
+        copies = [(outgoing, url, replace(
+                      send.properties, message_id=send.properties.message_id or local_id(
+                          qm.qm_guid, await qm.wire_ids.next())))
+                  for outgoing, url in remote]
+        _, held = transactions.send_many(tx, principal, paths, copies, body, send.properties)
+        return jsonio.json_response({"transaction": tx, "queues": [q.path.display for q in queues]
+                                  + [url for _, url in remote], "index": held}, status=202)
+    if len(paths) == 1 and not remote:
+        message = await qm.send(paths[0], body, send.properties, transaction=tx,
+                                dedup_key=scoped_key(request, send.idempotency_key),
+                            fresh=True)
+        return jsonio.json_response({"id": message.message_id, "queue": message.queue,
+                                  "seq": message.seq}, status=201)
+    transactional = tx == "single" or (tx is None and any(q.settings.transactional
+                                                          for q in queues))
+    key = scoped_key(request, send.idempotency_key)
+    assert qm.dedup is not None
+    digest = qm.dedup.digest(body, destination)
+    if key is not None:
+        prior = await qm.dedup.seen(key, digest)
+        if prior:
+            return jsonio.json_response(prior, status=201)
+        qm.dedup.begin(key)
+    try:
+        answer = await send_to_destinations(
+            qm, paths, body, send.properties, transactional=transactional, remote=remote,
+            dedup_key=(key, digest) if key is not None else None)
+    finally:
+        if key is not None:
+            qm.dedup.failed(key)  # no-op once stored
+    return jsonio.json_response(answer, status=201)

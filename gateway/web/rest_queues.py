@@ -1,0 +1,349 @@
+"""REST API ``/v1/queues/...``: translate HTTP to queue-manager calls and back (no decisions).
+
+``{path}`` is ``name`` or ``private$/name`` (case-insensitive, ``\\`` allowed for ``/``), so
+one tail route takes everything under ``/v1/queues/`` and splits it: a queue name never
+contains ``/``, and what follows it names the sub-resource.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from gateway import jsonio
+
+from gateway.web import rest_range
+from gateway.web.appkeys import STATE_KEY
+from gateway.web.auth_middleware import principal_of, require, require_admin, scoped_key
+from gateway.errors import ProblemError
+from gateway.web.long_polls import LONG_POLLS_KEY
+from gateway.queues.manager import Park, QueueManager, QueueSettings, ReceivedMessage
+from gateway.web.rest_body import json_body
+from gateway.web.reply_addresses import check_request_replies
+from gateway.web.rest_codec import HeaderError, header_text, message_json, parse_send_headers
+from gateway.queues.redrive import Redrive, RedriveFilter
+from gateway.queues.transactions import Transactions
+from gateway.units import parse_size
+from mapping.names import QueueNameError, parse_queue_path
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+
+def _qm(request: web.Request) -> QueueManager:
+    state = request.app[STATE_KEY]
+    if state.queue_manager is None or not state.ready:
+        raise state.unavailable()
+    return state.queue_manager
+
+
+def _transactions(request: web.Request) -> Transactions:
+    transactions = request.app[STATE_KEY].transactions
+    if transactions is None:
+        raise ProblemError(503, "not ready", type_slug="not-ready", headers={"Retry-After": "1"})
+    return transactions
+
+
+def _split(tail: str) -> tuple[str, list[str]]:
+    segments = tail.split("/")
+    if segments[0].lower() == "private$" and len(segments) > 1:
+        return "/".join(segments[:2]), segments[2:]
+    return segments[0], segments[1:]
+
+
+def _queue_json(qm: QueueManager, name: str) -> dict[str, object]:
+    queue = qm.queue(name)
+    s = queue.settings
+    return {"path": queue.path.display, "transactional": s.transactional, "quota": s.quota,
+            "journal": s.journal, "journal_quota": s.journal_quota, "label": s.label,
+            "anonymous": s.anonymous, "authenticate": s.authenticate,
+            "system": queue.path.system or queue.is_dead_letter
+            or queue.path.canonical == "system$;journal", "messages": qm.store.count(
+                queue.queue_id), "bytes": qm.store.queue_bytes(queue.queue_id)}
+
+
+def _message(m: ReceivedMessage) -> dict[str, object]:
+    return message_json(message_id=m.message_id, queue=m.queue, seq=m.seq,
+                        properties=m.properties, body=m.body)
+
+
+@routes.get("/v1/queues")
+async def list_queues(request: web.Request) -> web.Response:
+    qm = _qm(request)
+    principal = principal_of(request)
+    return jsonio.json_response({"queues": [
+        _queue_json(qm, q.path.canonical) for q in qm.queues()
+        if principal.may("send", q.path.canonical)
+        or principal.may("receive", q.path.canonical)]})
+
+
+@routes.route("*", "/v1/queues/{tail:.+}")
+async def queue_tree(request: web.Request) -> web.StreamResponse:
+    qm = _qm(request)
+    name, rest = _split(request.match_info["tail"])
+    method = request.method
+    _authorize(request, name, rest)
+    if not rest:
+        return await _dispatch(method, {"GET": _show, "PUT": _put, "DELETE": _delete},
+                               request, qm, name)
+    if rest == ["messages"]:
+        return await _dispatch(method, {"GET": _browse, "POST": _send}, request, qm, name)
+    if rest == ["receive"]:
+        return await _dispatch(method, {"POST": _receive}, request, qm, name)
+    if rest == ["purge"]:
+        return await _dispatch(method, {"POST": _purge}, request, qm, name)
+    if rest[0] in ("head", "range", "consumers"):
+        return await rest_range.handle(request, qm, name, rest)
+    if rest == ["requeue"]:
+        return await _dispatch(method, {"POST": _requeue_bulk}, request, qm, name)
+    if len(rest) == 3 and rest[0] == "messages" and rest[2] == "requeue":
+        if method != "POST":
+            raise web.HTTPMethodNotAllowed(method, ["POST"])
+        body = await json_body(request, allow_empty=True)
+        moved = await _redrive(request).one(name, unquote(rest[1]), _target(body))
+        return jsonio.json_response({"id": moved.message_id, "queue": moved.queue})
+    if len(rest) == 2 and rest[0] == "messages":
+        message_id = unquote(rest[1])
+        if method == "GET":
+            return jsonio.json_response(_message(await qm.get(name, message_id)))
+        if method == "DELETE":
+            await qm.delete(name, message_id)
+            return web.Response(status=204)
+        raise web.HTTPMethodNotAllowed(method, ["GET", "DELETE"])
+    raise ProblemError(404, f"no resource {'/'.join(rest)!r} under queue {name!r}",
+                       type_slug="not-found")
+
+
+def _authorize(request: web.Request, name: str, rest: list[str]) -> None:
+    """Partners send and receive on the queues they are allowed; everything that manages a
+    queue (create, delete, purge, requeue) needs the admin."""
+    method = request.method
+    if rest == ["messages"] and method == "POST":
+        require(request, "send", name)
+    elif rest in (["messages"], ["receive"]) or (len(rest) == 2 and rest[0] == "messages"):
+        require(request, "receive", name)
+    elif rest and rest[0] in ("head", "range", "consumers"):
+        require(request, "receive", name)  # a range consumer is a receiver that keeps a log
+    elif not rest and method == "GET":
+        principal = principal_of(request)
+        if not (principal.may("send", _canonical(name))
+                or principal.may("receive", _canonical(name))):
+            require(request, "receive", name)
+    else:
+        require_admin(request)
+
+
+def _canonical(name: str) -> str:
+    try:
+        return parse_queue_path(name).canonical
+    except QueueNameError:
+        return name.lower()
+
+
+async def _dispatch(method: str, table: dict[str, object], request: web.Request,
+                    qm: QueueManager, name: str) -> web.StreamResponse:
+    handler = table.get(method)
+    if handler is None:
+        raise web.HTTPMethodNotAllowed(method, sorted(table))
+    response: web.StreamResponse = await handler(request, qm, name)  # type: ignore[operator]
+    return response
+
+
+async def _show(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    return jsonio.json_response(_queue_json(qm, name))
+
+
+async def _put(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    body = await json_body(request, allow_empty=True)
+    known = {"transactional", "quota", "journal", "journal_quota", "label", "anonymous",
+             "authenticate"}
+    unknown = set(body) - known
+    if unknown:
+        raise ProblemError(400, f"unknown queue properties: {', '.join(sorted(unknown))}",
+                           type_slug="bad-request")
+    settings = QueueSettings(
+        transactional=_bool(body, "transactional"), quota=_size(body, "quota"),
+        journal=_bool(body, "journal"), journal_quota=_size(body, "journal_quota"),
+        label=_label(body), anonymous=_bool(body, "anonymous"),
+        authenticate=_bool(body, "authenticate"))
+    queue, created = await qm.create_queue(name, settings)
+    return jsonio.json_response(_queue_json(qm, queue.path.canonical), status=201 if created
+                             else 200)
+
+
+async def _delete(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    queue = qm.queue(name)
+    await qm.delete_queue(name)
+    await rest_range.consumers_of(request).drop_queue(queue)
+    return web.Response(status=204)
+
+
+async def _purge(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    return jsonio.json_response({"purged": await rest_range.consumers_of(request).purge(
+        qm.queue(name))})
+
+
+async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    try:
+        send = parse_send_headers(request.headers, now_ms=int(time.time() * 1000))
+    except HeaderError as exc:
+        raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
+    check_request_replies(request, send.properties)
+    qm.queue(name)  # an unknown queue is refused before the body is read
+    if send.transaction not in (None, "single", "none"):
+        transactions = _transactions(request)
+        principal = principal_of(request)
+        transactions.get(send.transaction, principal, join=True)
+        body = await request.read()
+        tx, index = transactions.send(send.transaction, principal, name, body,
+                                      send.properties)
+        return jsonio.json_response({"transaction": tx.id, "queue": qm.queue(name).path.display,
+                                  "index": index}, status=202)
+    body = await request.read()
+    message = await qm.send(name, body, send.properties, transaction=send.transaction,
+                            dedup_key=scoped_key(request, send.idempotency_key),
+                            fresh=True)
+    return jsonio.json_response({"id": message.message_id, "queue": message.queue,
+                              "seq": message.seq}, status=201)
+
+
+async def _receive(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    max_messages = _query_int(request, "max", 1, 1, 1000)
+    wait = _query_float(request, "wait", 0.0, 0.0, 60.0)
+    try:
+        tx_id = header_text(request.headers, "Mq-Transaction")
+    except HeaderError as exc:
+        raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
+    park = _long_poll(request) if wait > 0 else None
+    if tx_id is not None and tx_id not in ("none", "single"):
+        messages = await _transactions(request).receive(
+            tx_id, principal_of(request), name, max_messages=max_messages, wait_s=wait,
+            park=park)
+    else:
+        messages = await qm.receive(name, max_messages=max_messages, wait_s=wait, park=park)
+    return jsonio.json_response({"messages": [_message(m) for m in messages]})
+
+
+def _long_poll(request: web.Request) -> Park:
+    """The long-poll slot a waiting receive holds: a partner's counts against its share,
+    the admin's and an open gateway's only against the overall cap."""
+    principal = principal_of(request)
+    partner = None if principal.admin or principal.open else principal.name
+    return functools.partial(request.app[LONG_POLLS_KEY].slot, partner)
+
+
+async def _browse(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    after = _query_int(request, "after", 0, 0, 2**62)
+    limit = _query_int(request, "limit", 100, 1, 1000)
+    messages, last = qm.browse(name, after=after, limit=limit)
+    return jsonio.json_response({"messages": [_message(m) for m in messages], "next": last})
+
+
+def _redrive(request: web.Request) -> Redrive:
+    redrive = request.app[STATE_KEY].redrive
+    if redrive is None:
+        raise ProblemError(503, "not ready", type_slug="not-ready", headers={"Retry-After": "1"})
+    return redrive
+
+
+def _target(body: dict[str, object]) -> str | None:
+    target = body.get("queue")
+    if target is not None and not isinstance(target, str):
+        raise ProblemError(400, "queue: expected a queue path", type_slug="bad-request")
+    return target
+
+
+async def _requeue_bulk(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    """Body: optional ``queue`` (target), ``class``, ``source_queue``, ``after`` and ``before``
+    (ISO 8601 times of dead-lettering), ``limit`` (<= 10000)."""
+    body = await json_body(request, allow_empty=True)
+    unknown = set(body) - {"queue", "class", "source_queue", "after", "before", "limit"}
+    if unknown:
+        raise ProblemError(400, f"unknown filter fields: {', '.join(sorted(unknown))}",
+                           type_slug="bad-request")
+    limit = body.get("limit", 1000)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise ProblemError(400, "limit: expected an integer 1..10000", type_slug="bad-request")
+    cls, source = body.get("class"), body.get("source_queue")
+    if cls is not None and not isinstance(cls, str) or source is not None and not isinstance(
+            source, str):
+        raise ProblemError(400, "class and source_queue must be strings",
+                           type_slug="bad-request")
+    flt = RedriveFilter(message_class=cls, source_queue=source, limit=limit,
+                        after_ms=_time_ms(body, "after"), before_ms=_time_ms(body, "before"))
+    moved = await _redrive(request).bulk(name, flt, _target(body))
+    return jsonio.json_response({"requeued": moved})
+
+
+def _time_ms(body: dict[str, object], key: str) -> int:
+    value = body.get(key)
+    if value is None:
+        return 0
+    try:
+        if not isinstance(value, str):
+            raise ValueError("not a string")
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ProblemError(400, f"{key}: expected an ISO 8601 time ({exc})",
+                           type_slug="bad-request") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _bool(body: dict[str, object], key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise ProblemError(400, f"{key}: expected true or false, got {value!r}",
+                           type_slug="bad-request")
+    return value
+
+
+def _size(body: dict[str, object], key: str) -> int:
+    value = body.get(key, 0)
+    try:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ValueError(f"expected bytes or a size such as '4MiB', got {value!r}")
+        return parse_size(value)
+    except ValueError as exc:
+        raise ProblemError(400, f"{key}: {exc}", type_slug="bad-request") from exc
+
+
+def _label(body: dict[str, object]) -> str:
+    value = body.get("label", "")
+    if not isinstance(value, str) or len(value) > 124:
+        raise ProblemError(400, "label: expected a string of at most 124 characters",
+                           type_slug="bad-request")
+    return value
+
+
+def _query_int(request: web.Request, key: str, default: int, low: int, high: int) -> int:
+    return int(_query_number(request, key, default, low, high, int, "an integer"))
+
+
+def _query_float(request: web.Request, key: str, default: float, low: float,
+                 high: float) -> float:
+    return _query_number(request, key, default, low, high, float, "a number")
+
+
+def _query_number(request: web.Request, key: str, default: float, low: float, high: float,
+                  parse: Callable[[str], float], what: str) -> float:
+    """A query parameter in ``[low, high]``; a bad one is 400 naming it and its value."""
+    raw = request.query.get(key)
+    if raw is None:
+        return default
+    try:
+        value = parse(raw)
+    except ValueError:
+        raise ProblemError(400, f"query {key}={raw!r} is not {what}",
+                           type_slug="bad-request") from None
+    if not low <= value <= high:
+        raise ProblemError(400, f"query {key}={value} is out of range {low}..{high}",
+                           type_slug="bad-request")
+    return value

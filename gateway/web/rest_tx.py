@@ -1,0 +1,125 @@
+"""REST API for transactions (``/v1/transactions``) and atomic batches (``/v1/batch``)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+
+from aiohttp import web
+
+from gateway import jsonio
+from gateway.web.appkeys import STATE_KEY
+from gateway.web.auth_middleware import principal_of, require, require_admin
+from gateway.queues.batch import send_batch
+from gateway.errors import ProblemError
+from gateway.msmq.message import MessageProperties
+from gateway.queues.manager import QueueManager
+from gateway.web.rest_body import parse_json
+from gateway.web.reply_addresses import check_request_replies
+from gateway.web.rest_codec import HeaderError, parse_send_headers
+from gateway.queues.transactions import Transactions
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+BATCH_MESSAGES_MAX = 10_000
+
+
+def _ready(request: web.Request) -> tuple[QueueManager, Transactions]:
+    state = request.app[STATE_KEY]
+    if state.queue_manager is None or state.transactions is None or not state.ready:
+        raise state.unavailable()
+    return state.queue_manager, state.transactions
+
+
+@routes.post("/v1/transactions")
+async def begin(request: web.Request) -> web.Response:
+    _, transactions = _ready(request)
+    tx = transactions.begin(principal_of(request))
+    return jsonio.json_response(tx.summary(), status=201)
+
+
+@routes.get("/v1/transactions")
+async def list_transactions(request: web.Request) -> web.Response:
+    """A partner's own transactions; the admin's list has everyone's. On an open gateway
+    every client is the same anonymous owner: the list is management, for loopback only."""
+    _, transactions = _ready(request)
+    if principal_of(request).open:
+        require_admin(request)
+    return jsonio.json_response({"transactions": [
+        t.summary() for t in transactions.visible(principal_of(request))]})
+
+
+@routes.get("/v1/transactions/{id}")
+async def show(request: web.Request) -> web.Response:
+    _, transactions = _ready(request)
+    return jsonio.json_response(transactions.get(request.match_info["id"],
+                                                 principal_of(request)).summary())
+
+
+@routes.post("/v1/transactions/{id}/{action}")
+async def act(request: web.Request) -> web.Response:
+    _, transactions = _ready(request)
+    tx_id, action = request.match_info["id"], request.match_info["action"]
+    principal = principal_of(request)
+    if action == "prepare":
+        tx = await transactions.prepare(tx_id, principal)
+        return jsonio.json_response(tx.summary())
+    if action == "commit":
+        made = await transactions.commit(tx_id, principal)
+        return jsonio.json_response({"id": tx_id, "state": "committed", "messages": made})
+    if action == "abort":
+        await transactions.abort(tx_id, principal)
+        return jsonio.json_response({"id": tx_id, "state": "aborted"})
+    raise ProblemError(404, f"no action {action!r} (prepare, commit or abort)",
+                       type_slug="not-found")
+
+
+@routes.post("/v1/batch")
+async def batch(request: web.Request) -> web.Response:
+    """``{"messages": [{"queue", "body_base64", "properties"}]}`` stored as one atomic
+    transaction. ``properties`` takes the send headers' names without ``Mq-``
+    (``label``, ``priority``, ``time_to_be_received``, ``correlation_id``, ...)."""
+    qm, _ = _ready(request)
+    doc = parse_json(await request.read())
+    messages = doc.get("messages") if isinstance(doc, dict) else None
+    if not isinstance(messages, list) or not 0 < len(messages) <= BATCH_MESSAGES_MAX:
+        raise ProblemError(400, f"body must be {{\"messages\": [...]}} with 1 to "
+                           f"{BATCH_MESSAGES_MAX} messages", type_slug="bad-request")
+    now_ms = int(time.time() * 1000)
+    items = [_item(index, item, now_ms) for index, item in enumerate(messages)]
+    for index, (queue, _, props) in enumerate(items):
+        require(request, "send", queue)
+        check_request_replies(request, props, where=f"messages[{index}].properties.")
+    made = await send_batch(qm, items)
+    return jsonio.json_response({"ids": [m.message_id for m in made],
+                              "messages": [{"id": m.message_id, "queue": m.queue, "seq": m.seq}
+                                           for m in made]}, status=201)
+
+
+def _item(index: int, item: object, now_ms: int) -> tuple[str, bytes, MessageProperties]:
+    where = f"messages[{index}]"
+    if not isinstance(item, dict) or not isinstance(item.get("queue"), str):
+        raise ProblemError(400, f"{where}: needs a \"queue\" string", type_slug="bad-request")
+    try:
+        body = base64.b64decode(item.get("body_base64", ""), validate=True)
+    except (binascii.Error, TypeError, ValueError) as exc:
+        raise ProblemError(400, f"{where}.body_base64: not base64 ({exc})",
+                           type_slug="bad-request") from exc
+    props = item.get("properties", {})
+    if not isinstance(props, dict):
+        raise ProblemError(400, f"{where}.properties: expected an object",
+                           type_slug="bad-request")
+    headers = {_header(k): str(v) for k, v in props.items()}
+    try:
+        request = parse_send_headers(headers, now_ms=now_ms)
+    except HeaderError as exc:
+        raise ProblemError(400, f"{where}.properties: {exc}", type_slug=exc.type_slug) from exc
+    return item["queue"], body, request.properties
+
+
+def _header(key: str) -> str:
+    if key.lower() in ("content_type", "content-type"):
+        return "Content-Type"
+    return "Mq-" + "-".join(part.capitalize() for part in key.replace("-", "_").split("_"))

@@ -1,0 +1,354 @@
+"""``POST /{virtual dir}/...``: the SRMP front door (srmp.md §1.10). Thin: parse (pure codec),
+resolve the destination, check access, hand over to gateway.inbound.deliver.
+
+The destination comes from the envelope's ``<to>``, never from the Request-URI (which Windows
+may lower-case). Inbound redirection (mapping files) runs first, then the host check: a
+``<to>`` naming another host is refused (400), as MSMQ does unless it is a transparent
+store-and-forward server. Every refusal SRMP knows is 400, so a sender drops the message
+instead of retrying it; the machine quota and a stopped store are 503 with Retry-After
+(Windows retries any 5xx). A stored, duplicate or quota-dropped message is answered 200 with
+an empty body, like IIS (V04).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ipaddress
+import re
+import time
+from dataclasses import replace
+
+from aiohttp import web
+
+from gateway.web.appkeys import (
+    METRICS_KEY,
+    PARSE_POOL_KEY,
+    SETTINGS_KEY,
+    SIGNERS_KEY,
+    STATE_KEY,
+)
+from gateway.web.auth_middleware import principal_of
+from gateway.auth.principal import NOBODY
+from gateway.queues.destinations import LocalNames, resolve_local, split_destinations
+from gateway.errors import ProblemError
+from gateway.logs import server_log
+from gateway.msmq.classes import MessageClass
+from gateway.msmq.message import MessageProperties
+from gateway.queues.manager import Queue
+from gateway.srmp.codec import SrmpMessage, parse_request
+from gateway.srmp.errors import SrmpError
+from gateway.srmp.model import Kind
+from gateway.srmp.parsed import ParsedRequest
+from gateway.srmp.signature import BadSignature, verify_signature
+from gateway.web.reply_addresses import check_reply_addresses
+from mapping.names import ORDER_QUEUE
+from gateway.inbound.deliver import Outcome, deliver
+from gateway.inbound.forward import forward
+from gateway.inbound.parse_pool import ParsePool, WorkerLost
+from mapping.engine import route_inbound
+from mapping.rules import RuleSet
+
+__all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX", "VERDICT_HEADER", "split_query"]
+
+PARSE_INLINE_BYTES_MAX = 64 * 1024  # larger requests are parsed off the event loop
+VERDICT_HEADER = "Mq-Stream-Verdict"  # stored | duplicate | out_of_order | quota_dropped
+_SRMP_STATUSES = (400, 403, 404, 409, 422)  # what SRMP has only one answer for: 400
+
+
+def add_srmp_routes(app: web.Application, virtual_dirs: tuple[str, ...]) -> None:
+    """One route per virtual directory, matched case-insensitively (``/MSMQ/...`` too)."""
+    for vdir in virtual_dirs:
+        pattern = "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c)
+                          for c in vdir)
+        app.router.add_post(f"/{{vdir:{pattern}}}{{tail:(/.*)?}}", srmp_post,
+                            name=f"srmp-{vdir}")
+
+
+async def srmp_post(request: web.Request) -> web.Response:
+    pool = request.app[PARSE_POOL_KEY]
+    if pool is None:
+        return await _srmp_post(request)
+    pool.requests += 1  # the load that decides where requests are parsed
+    try:
+        return await _srmp_post(request)
+    finally:
+        pool.requests -= 1
+
+
+async def _srmp_post(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    metrics = request.app[METRICS_KEY]
+    qm, sequencer = state.queue_manager, state.sequencer
+    if qm is None or sequencer is None or not state.ready:
+        raise state.unavailable(5)
+    raw = await request.read()
+    kind = "unknown"
+    try:
+        parsed = await _parse(request.app[PARSE_POOL_KEY],
+                              request.headers.get("Content-Type", ""), raw)
+        kind = parsed.kind
+        queue = _destination(request, parsed.to)
+        if isinstance(queue, tuple):
+            stored = await _forward(request, parsed, *queue)
+            metrics.srmp_message(kind, "forwarded" if stored else "duplicate")
+            return web.Response(status=200)
+        if kind in (Kind.STREAM_RECEIPT, Kind.FINAL_STREAM_RECEIPT):
+            # A receipt moves one of our outgoing streams on, whatever queue its <to> names:
+            # it is taken only from a sender that may send order acknowledgements.
+            refusal = _access(request, qm.queue(ORDER_QUEUE))
+            if refusal:
+                raise ProblemError(403, f"stream receipt refused: {refusal}",
+                                   type_slug="MQ_ERROR_ACCESS_DENIED")
+            if await _receipt(request, parsed.message):
+                metrics.srmp_message(kind, "stream_advanced")
+                return web.Response(status=200)
+    except (SrmpError, ProblemError) as exc:
+        metrics.srmp_message(kind, "rejected")
+        raise _as_srmp(exc) from exc
+    refusal = _access(request, queue)
+    if refusal:
+        metrics.srmp_message(kind, "rejected")
+        raise ProblemError(403, refusal, type_slug="MQ_ERROR_ACCESS_DENIED")
+    try:
+        authenticated = _authenticate(request, parsed, queue)
+        props = _local_admin(parsed.properties(), state.local)
+        check_reply_addresses(props, local=state.local, outbound=state.outbound,
+                              may_send=lambda canonical: _may_send(request, canonical),
+                              principal=principal_of(request), srmp=True)
+        query = split_query(parsed.to)[1]
+        if query:  # kept with the message: the address it came to is the whole URL
+            props = replace(props, extra={**props.extra, "srmp_query": query})
+        if authenticated:
+            props = replace(props, extra={**props.extra, "authenticated": "xmldsig"})
+        stream = parsed.stream if kind == Kind.USER else None
+        outcome = await deliver(qm, sequencer, queue, props, parsed.body, stream=stream,
+                                queue_url=parsed.to,
+                                vouched=principal_of(request) is not NOBODY or _trusted(request))
+    except (SrmpError, ProblemError) as exc:
+        metrics.srmp_message(kind, "rejected")
+        raise _as_srmp(exc) from exc
+    metrics.srmp_message(kind, outcome.value)
+    if outcome is not Outcome.STORED:
+        server_log.debug("srmp %s %s: %s", kind, parsed.message_id, outcome.value)
+    # An extension Windows ignores: an entrepot sender learns whether a stream message was
+    # taken, so one that overtook a lost predecessor is sent again at once, not a round later.
+    headers = {VERDICT_HEADER: outcome.value} if stream is not None else None
+    return web.Response(status=200, headers=headers)
+
+
+def _as_srmp(exc: SrmpError | ProblemError) -> ProblemError:
+    """SRMP has one answer for every refusal, 400 (the sender drops the message); 5xx and
+    413 stay what they are (the sender retries, or the request was too large)."""
+    if isinstance(exc, SrmpError):
+        return ProblemError(400, exc.reason, type_slug="MQ_ERROR_BAD_XML_FORMAT")
+    if exc.status_hint in _SRMP_STATUSES:
+        exc.status_hint = 400
+    return exc
+
+
+async def _parse(pool: ParsePool | None, content_type: str, raw: bytes) -> ParsedRequest:
+    """In a worker process when there are workers and the loop is busy, or the request is
+    large (see gateway.inbound.parse_pool); else on the loop.
+
+    Raises: SrmpError (400); ProblemError 503 when the worker died before answering."""
+    if pool is not None and (pool.busy() or len(raw) > PARSE_INLINE_BYTES_MAX):
+        try:
+            return await pool.parse(content_type, raw)
+        except (WorkerLost, OSError) as exc:
+            raise ProblemError(503, f"request not parsed: {exc}", type_slug="parse-worker-lost",
+                               headers={"Retry-After": "1"}) from exc
+    if len(raw) <= PARSE_INLINE_BYTES_MAX:
+        message = parse_request(content_type, raw)
+    else:
+        message = await asyncio.get_running_loop().run_in_executor(None, parse_request,
+                                                                   content_type, raw)
+    return ParsedRequest.of(message, raw, now_ms=int(time.time() * 1000))
+
+
+def split_query(url: str) -> tuple[str, str]:
+    """(``url`` without its query, the query) — ("", "") parts when there is none."""
+    head, _, query = url.partition("?")
+    return head, query
+
+
+def _destination(request: web.Request, to: str) -> Queue | tuple[str, bool]:
+    """The local queue ``<to>`` names after inbound redirection, or (the URL of another host
+    to forward the message to, whether a redirection changed it): when a redirection leads
+    there, or with ``srmp.forward`` (a transparent store-and-forward server).
+
+    Raises:
+        ProblemError: multicast, foreign host (not forwarded), unknown queue.
+    """
+    state = request.app[STATE_KEY]
+    if not to.lower().startswith(("http://", "https://")):
+        raise ProblemError(400, f"<to> {to[:200]!r} is not an http(s) queue URL (multicast "
+                           "and other transports are not served here)",
+                           type_slug="MQ_ERROR_ILLEGAL_FORMATNAME")
+    rules = state.mapping.rules if state.mapping is not None else None
+    redirected = _ROUTES.redirected(rules, to)
+    # The queue is the URL's path; a query (V09's receipt URL "...receipts?SenderStream=XRntV")
+    # stays with the message (srmp_query), and goes on with a forwarded one.
+    redirected, query = split_query(redirected)
+    paths, urls = split_destinations(redirected, state.local)
+    if urls:
+        readdressed = redirected != "DIRECT=" + to
+        if not (readdressed or request.app[SETTINGS_KEY].srmp.forward):
+            raise ProblemError(400, f"<to> {to!r} names another host: this gateway forwards "
+                               "only what its inbound redirections send on (or with "
+                               "srmp.forward)", type_slug="no-route")
+        return urls[0] + (f"?{query}" if query else ""), readdressed
+    assert state.queue_manager is not None
+    return state.queue_manager.queue(paths[0])
+
+
+class _InboundRoutes:
+    """``<to>`` -> the format name inbound redirection makes of it, kept per rule set:
+    senders repeat a few addresses, and ``route_inbound`` normalises the address and matches
+    it against every rule, on every SRMP request otherwise."""
+
+    def __init__(self, size_max: int = 4096) -> None:
+        self._rules: RuleSet | None = None
+        self._found: dict[str, str] = {}
+        self._size_max = size_max  # addresses come from the internet: bounded
+
+    def redirected(self, rules: RuleSet | None, to: str) -> str:
+        if rules is not self._rules:
+            self._rules, self._found = rules, {}
+        text = self._found.get(to)
+        if text is None:
+            text = self._redirect(rules, to)
+            if len(self._found) >= self._size_max:
+                self._found.clear()
+            self._found[to] = text
+        return text
+
+    @staticmethod
+    def _redirect(rules: RuleSet | None, to: str) -> str:
+        # The rules see the URL as it came: a logical address need not be a queue URL (V09's
+        # receipt address ends in "receipts?SenderStream=XRntV").
+        found = route_inbound(rules, to) if rules is not None else None
+        if found is None:
+            return "DIRECT=" + to
+        return ("DIRECT=" + found.target if "://" in found.target
+                else "DIRECT=OS:.\\" + found.target.replace("/", "\\"))
+
+
+_ROUTES = _InboundRoutes()
+
+
+async def _forward(request: web.Request, parsed: ParsedRequest, url: str,
+                   readdressed: bool) -> bool:
+    """Store and forward to another host (trusted senders only)."""
+    state = request.app[STATE_KEY]
+    if principal_of(request) is NOBODY and not _trusted(request):
+        raise ProblemError(403, f"{request.remote} may not forward through this gateway",
+                           type_slug="MQ_ERROR_ACCESS_DENIED")
+    assert state.queue_manager is not None and state.links is not None
+    return await forward(state.queue_manager, state.links, url, parsed.properties(), parsed.body,
+                         content_type=request.headers.get("Content-Type", "text/xml"),
+                         readdressed=readdressed)
+
+
+async def _receipt(request: web.Request, message: SrmpMessage) -> bool:
+    """A stream receipt for one of our outgoing streams moves it on (not stored)."""
+    links = request.app[STATE_KEY].links
+    envelope = message.envelope
+    receipt = envelope.stream_receipt
+    if links is None or receipt is None:
+        return False
+    final = None
+    if envelope.commitment_receipt is not None:
+        final = (envelope.commitment_receipt.decision == "positive",
+                 envelope.msmq.message_class if envelope.msmq is not None else 0)
+    return await links.on_stream_receipt(receipt.stream_id, receipt.last_ordinal, final)
+
+
+def _authenticate(request: web.Request, parsed: ParsedRequest, queue: Queue) -> bool:
+    """True when the message carries a signature that verifies with its sender's configured
+    certificate. A signature that fails is refused wherever the message goes (it was
+    tampered with, or signed by someone else); an authenticated queue takes verified
+    messages only (srmp.md §1.8).
+
+    Raises:
+        ProblemError: 400 MQMSG_CLASS_NACK_BAD_SIGNATURE.
+    """
+    if not parsed.signed and not queue.settings.authenticate:
+        return False  # the common case: the whole envelope is not needed
+    message = parsed.message
+    env = message.envelope
+    signers = request.app[SIGNERS_KEY]
+    source = env.msmq.source_qm if env.msmq is not None else ""
+    key = signers.get(source)
+    verified = False
+    try:
+        if env.signature is not None and key is not None:
+            verify_signature(env.signature, body=message.body, extension=message.extension,
+                             key=key)
+            verified = True
+        elif queue.settings.authenticate:
+            raise BadSignature("the queue takes only signed messages from known senders, and "
+                               + ("no certificate is configured for source "
+                                  f"{source or '(none)'}" if env.signature is not None
+                                  else "this message is not signed"))
+    except BadSignature as exc:
+        nack = MessageClass.NACK_BAD_SIGNATURE.msmq_name
+        raise ProblemError(400, exc.reason, type_slug=nack, extra={"class": nack}) from exc
+    return verified
+
+
+def _local_admin(props: MessageProperties, local: LocalNames) -> MessageProperties:
+    """A receipt URL on this gateway names a local queue: acknowledgements go straight in."""
+    if not props.admin_queue.startswith("DIRECT="):
+        return props
+    try:
+        path = resolve_local(props.admin_queue, local)[0]
+    except ProblemError:
+        return props  # a remote admin queue: its acknowledgements travel by link
+    return replace(props, admin_queue=path)
+
+
+def _access(request: web.Request, queue: Queue) -> str:
+    """Why the sender may not send to ``queue`` ("" when it may): a partner known by its
+    client certificate by its allow list; anyone else by source network, or to an anonymous
+    queue (MSMQ lets "Everyone" send over HTTP; here that is the queue's explicit choice)."""
+    principal = principal_of(request)
+    if principal is not NOBODY:
+        if principal.may("send", queue.path.canonical):
+            return ""
+        return f"partner {principal.name!r} may not send to {queue.path.display!r}"
+    if queue.settings.anonymous or _trusted(request):
+        return ""
+    return (f"{request.remote} may not send to {queue.path.display!r}: the sender presented no "
+            "partner certificate, is not in srmp.allow_networks, and the queue is not anonymous")
+
+
+def _may_send(request: web.Request, canonical: str) -> str:
+    """``_access`` for a queue named as an admin or response queue ("" for one that does not
+    exist: nothing is delivered there)."""
+    qm = request.app[STATE_KEY].queue_manager
+    queue = qm.lookup(canonical) if qm is not None else None
+    return "" if queue is None else _access(request, queue)
+
+
+def _trusted(request: web.Request) -> bool:
+    return _in_networks(request.remote or "", request.app[SETTINGS_KEY].srmp.allow_networks)
+
+
+@functools.lru_cache(maxsize=4096)
+def _in_networks(remote: str, texts: tuple[str, ...]) -> bool:
+    """Cached: the peer's address is parsed once, not on every SRMP send (senders are
+    few)."""
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(remote)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # an IPv4 sender on a dual-stack listener
+    return any(address in n for n in _networks(texts))
+
+
+@functools.lru_cache(maxsize=8)
+def _networks(texts: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network,
+                                                ...]:
+    return tuple(ipaddress.ip_network(t) for t in texts)

@@ -1,0 +1,127 @@
+"""One snapshot of what an operator asks first — queues, links, dead letters, quota, recent
+errors — for the status page, the metrics and the admin CLI alike.
+
+Cheap enough to take every second: per queue one decode (its oldest message), per
+dead-letter message one decode the first time it is seen (its class is remembered by
+sequence), the rest from counters the store keeps anyway.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from typing import Any
+
+from gateway.queues.internal import is_internal
+from gateway.msmq.classes import MessageClass
+from gateway.queues.manager import Queue, QueueManager
+from gateway.web.state import GatewayState
+
+__all__ = ["RecentErrors", "DeadLetterClasses", "snapshot"]
+
+_ERRORS_KEPT = 50
+
+
+class RecentErrors(logging.Handler):
+    """The last warnings and errors of the gateway's loggers, for the status page."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: collections.deque[dict[str, str]] = collections.deque(maxlen=_ERRORS_KEPT)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not record.name.startswith(("gateway", "store", "mapping")):
+            return
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            message = str(record.msg)
+        self.records.append({
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
+            "level": record.levelname.lower(), "logger": record.name,
+            "message": message[:500]})
+
+
+class DeadLetterClasses:
+    """Dead letters held now, by queue and class. Each message is decoded once, when first
+    counted; after that a refresh is set arithmetic over the queue's sequence numbers, not
+    a decode of every dead letter (a refresh runs every 2 s while the status page is open
+    and at every metrics scrape)."""
+
+    def __init__(self) -> None:
+        self._classes: dict[int, dict[int, str]] = {}  # queue number -> sequence -> class
+        self._counts: dict[int, collections.Counter[str]] = {}
+
+    def count(self, qm: QueueManager, queue: Queue) -> dict[str, int]:
+        classes = self._classes.setdefault(queue.queue_id, {})
+        counts = self._counts.setdefault(queue.queue_id, collections.Counter())
+        live = qm.store.seqs(queue.queue_id)
+        for seq in classes.keys() - live:
+            counts[classes.pop(seq)] -= 1
+        for seq in live - classes.keys():
+            record = qm.store.record(queue.queue_id, seq)
+            if record is None:
+                continue
+            number = qm.decode(queue, record).properties.message_class
+            try:
+                name = MessageClass(number).msmq_name
+            except ValueError:
+                name = str(number)
+            classes[seq] = name
+            counts[name] += 1
+        return {name: count for name, count in counts.items() if count}
+
+
+def _oldest_age_s(qm: QueueManager, queue: Queue, now_ms: int) -> float:
+    """Age of the oldest message waiting: the lowest live sequence at the head of the
+    delivery lanes (a few stale entries at a lane's head are skipped, not popped)."""
+    oldest = None
+    for lane in queue.order:
+        for index, seq in enumerate(lane):
+            if index >= 64:
+                break
+            record = qm.store.record(queue.queue_id, seq)
+            if record is not None:
+                if oldest is None or record.seq < oldest.seq:
+                    oldest = record
+                break
+    if oldest is None:
+        return 0.0
+    arrived = qm.decode(queue, oldest).properties.arrived_at_ms
+    return round(max(0, now_ms - arrived) / 1000, 3) if arrived else 0.0
+
+
+def snapshot(state: GatewayState, dead: DeadLetterClasses, errors: RecentErrors | None
+             ) -> dict[str, Any]:
+    """The status document (``GET /ui/status.json``)."""
+    qm = state.queue_manager
+    doc: dict[str, Any] = {"ready": state.ready, "reason": state.not_ready_reason(),
+                           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "queues": [], "links": [], "dead_letters": [], "errors": []}
+    if errors is not None:
+        doc["errors"] = list(reversed(errors.records))
+    if qm is None or not state.ready:
+        return doc
+    now_ms = int(time.time() * 1000)
+    consumers = state.consumers
+    for queue in sorted(qm.all_queues(), key=lambda q: q.path.canonical):
+        if is_internal(queue.path.canonical):
+            continue
+        doc["queues"].append({
+            "path": queue.path.display, "messages": qm.store.count(queue.queue_id),
+            "bytes": qm.store.queue_bytes(queue.queue_id),
+            "oldest_age_s": _oldest_age_s(qm, queue, now_ms),
+            "transactional": queue.settings.transactional,
+            "consumers": consumers.positions(queue) if consumers is not None else {}})
+        if queue.is_dead_letter:
+            for name, count in sorted(dead.count(qm, queue).items()):
+                doc["dead_letters"].append({"queue": queue.path.display, "class": name,
+                                            "messages": count})
+    if state.links is not None:
+        doc["links"] = state.links.summaries()
+    quotas = qm.store.quotas
+    doc["store"] = {"used_bytes": quotas.machine_used, "quota_bytes": quotas.machine_quota,
+                    "journal_used_bytes": quotas.machine_journal_used,
+                    "journal_quota_bytes": quotas.machine_journal_quota}
+    return doc
