@@ -1,4 +1,4 @@
-"""Backup and restore of a data directory, with a manifest of SHA-256 checksums.
+"""Backup of a data directory, with a manifest of SHA-256 checksums (restore: store.restore).
 
 A backup is a directory: ``MANIFEST.json`` plus ``storage/`` as it was copied. It can be taken
 offline (the directory is locked for the copy) or online from an open ``MessageStore``. Online,
@@ -7,10 +7,6 @@ files are copied in the order recovery reads them (checkpoint, bitmaps, registra
 segments, QMLog last). The copy then recovers like a crash at the moment the QMLog was read:
 every message acknowledged before the backup started is in it, and no transaction shows in
 part. Express (``r``) segments, ``archive/`` and ``quarantine/`` are not copied.
-
-A restore goes only into an empty (or absent) data directory. It verifies every file against
-the manifest before copying, syncs what it wrote, and opens the store once (recovery) to verify
-the records.
 """
 
 from __future__ import annotations
@@ -22,20 +18,26 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from store.datadir import DataDir, lock_data_dir
+from store.datadir import lock_data_dir
 from store.errors import StoreError
-from store.options import StoreOptions
 from store.segment import parse_segment_name
 
-__all__ = ["BackupReport", "backup_offline", "copy_storage", "restore", "RestoreReport", "Progress",
-           "MANIFEST", "BackupError"]
+__all__ = ["BackupReport", "backup_offline", "copy_storage", "Progress", "MANIFEST", "FORMAT",
+           "BackupError", "copy_file", "empty_target", "fsync_tree", "Counts"]
 
 MANIFEST = "MANIFEST.json"
-_FORMAT = 1
+FORMAT = 1
 _CHUNK = 1 << 20
 
 Progress = Callable[[int, int, str], None]  # bytes done, bytes total, current file
+
+
+class Counts(Protocol):
+    """A report that counts the bytes copied (a backup's or a restore's)."""
+
+    bytes: int
 
 
 class BackupError(StoreError):
@@ -48,15 +50,6 @@ class BackupReport:
     bytes: int = 0
     seconds: float = 0.0
     manifest: dict[str, dict[str, object]] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class RestoreReport:
-    files: int = 0
-    bytes: int = 0
-    live_records: int = 0
-    damaged: int = 0
-    seconds: float = 0.0
 
 
 def _order(storage: Path) -> list[Path]:
@@ -88,7 +81,7 @@ def _wanted(name: str) -> bool:
     return name == "QMLog" or name.startswith(("MQTrans.lg", "MQInSeqs.lg"))
 
 
-def _empty_target(path: Path, what: str) -> None:
+def empty_target(path: Path, what: str) -> None:
     if path.exists() and any(path.iterdir()):
         raise BackupError(f"{what} {path} is not empty")
 
@@ -101,20 +94,20 @@ def copy_storage(storage: Path, dest: Path, progress: Progress | None = None) ->
         OSError: a read or write failed.
     """
     started = time.monotonic()
-    _empty_target(dest, "backup destination")
+    empty_target(dest, "backup destination")
     files = _order(storage)
     total = sum(p.stat().st_size for p in files)
     report = BackupReport()
     (dest / "storage" / "lqs").mkdir(parents=True, exist_ok=True)
     for path in files:
         relative = path.relative_to(storage.parent)
-        digest, size = _copy(path, dest / relative, report, total, progress)
+        digest, size = copy_file(path, dest / relative, report, total, progress)
         report.manifest[str(relative)] = {"size": size, "sha256": digest}
         report.files += 1
-    manifest = {"format": _FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "files": report.manifest}
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    _fsync_tree(dest)
+    fsync_tree(dest)
     report.seconds = time.monotonic() - started
     return report
 
@@ -133,61 +126,7 @@ def backup_offline(root: Path, dest: Path, progress: Progress | None = None) -> 
         lock.release()
 
 
-def restore(src: Path, root: Path, options: StoreOptions,
-            progress: Progress | None = None) -> RestoreReport:
-    """Verify the backup in ``src`` and restore it into the empty data directory ``root``.
-
-    Raises:
-        BackupError: no manifest, a file missing or failing its checksum, or ``root`` not empty.
-    """
-    started = time.monotonic()
-    files = _read_manifest(src)
-    _empty_target(root, "data directory")
-    total = sum(int(str(meta["size"])) for meta in files.values())
-    report = RestoreReport()
-    for relative, meta in sorted(files.items()):
-        source = src / relative
-        if not source.is_file():
-            raise BackupError(f"backup file {relative} is missing")
-        digest, size = _hash(source)
-        if digest != meta["sha256"] or size != meta["size"]:
-            raise BackupError(f"backup file {relative} fails its checksum (damaged backup)")
-    DataDir(root).lqs.mkdir(parents=True, exist_ok=True)
-    for relative in sorted(files):
-        target = root / relative
-        _copy(src / relative, target, report, total, progress)
-        report.files += 1
-    _fsync_tree(root)
-    from store.message_store import MessageStore  # the restored store must open and recover
-
-    store = MessageStore.open(root, options)
-    try:
-        report.live_records = sum(store.count(q) for q in store.queue_ids())
-        report.damaged = len(store.recovery.damaged)
-    finally:
-        store.close()
-    report.seconds = time.monotonic() - started
-    return report
-
-
-def _read_manifest(src: Path) -> dict[str, dict[str, object]]:
-    try:
-        manifest = json.loads((src / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
-        raise BackupError(f"{src}: no readable {MANIFEST} ({exc})") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
-        raise BackupError(f"{src}: unknown backup format")
-    files = manifest.get("files")
-    if not isinstance(files, dict) or not all(isinstance(m, dict) for m in files.values()):
-        raise BackupError(f"{src}: manifest lists no files")
-    for relative in files:
-        parts = Path(relative).parts
-        if Path(relative).is_absolute() or ".." in parts or parts[:1] != ("storage",):
-            raise BackupError(f"{src}: manifest names a file outside storage/: {relative!r}")
-    return files
-
-
-def _copy(source: Path, target: Path, report: BackupReport | RestoreReport, total: int,
+def copy_file(source: Path, target: Path, report: Counts, total: int,
           progress: Progress | None) -> tuple[str, int]:
     digest = hashlib.sha256()
     size = 0
@@ -205,17 +144,7 @@ def _copy(source: Path, target: Path, report: BackupReport | RestoreReport, tota
     return digest.hexdigest(), size
 
 
-def _hash(path: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as reader:
-        while chunk := reader.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
-def _fsync_tree(root: Path) -> None:
+def fsync_tree(root: Path) -> None:
     for directory, _, _ in os.walk(root):
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:

@@ -14,7 +14,7 @@ Python loop places whatever the C loop stops at (and everything, without the ext
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from store.errors import DiskFull, MessageTooLarge
 from store.framing import (
@@ -29,6 +29,7 @@ from store.framing import (
 )
 from store.crc import crc32
 from store.grouped import PENDING_MAX as GROUPED_PENDING_MAX
+from store.allocator import Allocator
 from store.records import Job, StoredRecord
 from store.runs import Parts
 
@@ -44,12 +45,29 @@ else:
     _native_setup(StoredRecord, crc32)
     _place_run = _native_place_run
 
-if TYPE_CHECKING:
-    from store.engine import Engine
-
-__all__ = ["place", "place_appends", "NATIVE"]
+__all__ = ["place", "place_appends", "NATIVE", "Placement"]
 
 NATIVE = _place_run is not None
+
+
+
+class Placement(Protocol):
+    """The engine's numbering and allocation state that placing reads and advances
+    (``store.engine.Engine`` is the one implementation)."""
+
+    nonce: int
+    next_lsn: int
+    next_seq: dict[int, int]
+    payload_max: int
+    allocators: dict[str, Allocator]
+    grouped: list[tuple[int, int, int]]
+
+    def allocate(self, kind: str, size: int) -> tuple[int, int]:
+        """A place of ``size`` bytes in a segment of ``kind``: (segment number, offset)."""
+
+    def occupy_runs(self, runs: Sequence[tuple[int, int, int, int, int]]) -> None:
+        """Mark the places of records written as runs as taken in the bitmaps."""
+
 
 _TRANSACTIONAL = RecordFlags.TRANSACTIONAL.value
 _JOURNAL = RecordFlags.JOURNAL.value
@@ -58,7 +76,7 @@ _SIZE_ROUND = RECORD_HEADER_SIZE + GRANULE - 1
 _SIZE_MASK = ~(GRANULE - 1)
 
 
-def place(engine: Engine, job: Job, writes: dict[int, list[tuple[int, Parts]]],
+def place(engine: Placement, job: Job, writes: dict[int, list[tuple[int, Parts]]],
           placed: list[StoredRecord]) -> None:
     """Allocate, number and encode the job's records into ``writes`` (segment -> (offset,
     parts)) and ``placed``; a job error (too large, disk full) is set on the job. Runs once
@@ -118,7 +136,7 @@ def place(engine: Engine, job: Job, writes: dict[int, list[tuple[int, Parts]]],
         job.records.append(record)
 
 
-def place_appends(engine: Engine, jobs: Sequence[Job],
+def place_appends(engine: Placement, jobs: Sequence[Job],
                   writes: dict[int, list[tuple[int, Parts]]]) -> None:
     """``place`` for a run of one-message appends, the commonest job (see the module
     docstring): the C loop bumps the current ``p`` area for as many as it can, the Python
@@ -157,7 +175,7 @@ def place_appends(engine: Engine, jobs: Sequence[Job],
         engine.occupy_runs(runs)
 
 
-def _place_appends_python(engine: Engine, jobs: Sequence[Job],
+def _place_appends_python(engine: Placement, jobs: Sequence[Job],
                           writes: dict[int, list[tuple[int, Parts]]]) -> None:
     """The whole of ``place_appends`` in Python. The allocator's current ``p`` area is bumped
     in place while it has room: what ``Allocator.allocate`` does first, without the call.

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from store.backup import BackupError, backup_offline, restore
+from store.backup import BackupError, backup_offline
+from store.restore import restore
 from store.errors import StoreLocked
 from store.records import SendSpec
 from tests.store.conftest import SMALL, close_store, open_store
