@@ -58,9 +58,10 @@ def route_inbound(rules: RuleSet, address: str) -> Redirection | None:
 
     Without an explicit redirection, an address that a stream-receipt setup publishes as its
     ``StreamReceiptURL`` (or the ``<default>`` URL) leads to the local order queue: that is
-    where order acknowledgements from beyond the boundary arrive (srmp.md §2.5). The query is
-    not needed to match (a receiver may send to the URL with or without it): the same path
-    with any query, or none, is that address."""
+    where order acknowledgements from beyond the boundary arrive (docs/srmp.md, "Stream
+    receipts and the order queue"; [MC-MQSRM] §3.1.7.2.4). The query is not needed to match
+    (a receiver may send to the URL with or without it): the same path with any query, or
+    none, is that address."""
     normal = normalise_address(address)
     found = _best(rules.redirections, [r.source for r in rules.redirections], normal)
     if found is not None:

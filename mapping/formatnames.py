@@ -1,4 +1,5 @@
-"""MSMQ format names (pure: no I/O). MS-MQMQ §2.1; srmp.md §1.2.
+"""MSMQ format names (pure: no I/O). MS-MQMQ §2.1; docs/srmp.md, "Queue names and
+URLs".
 
 Forms accepted (prefixes case-insensitive)::
 

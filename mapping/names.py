@@ -1,4 +1,5 @@
-"""Queue path names (pure: no I/O). srmp.md §1.2; MS-MQMQ §2.1.1.
+"""Queue path names (pure: no I/O). MS-MQMQ §2.1.1; docs/srmp.md, "Queue names
+and URLs".
 
 A path is ``name`` (public) or ``private$/name``, 1..124 characters of name, case-insensitive,
 ``/`` and ``\\`` equal. System queues use the machine forms ``system$;deadletter``,

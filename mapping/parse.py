@@ -1,4 +1,4 @@
-"""Mapping files -> rules (pure: bytes in, rules out). srmp.md §3; vectors M01-M03.
+"""Mapping files -> rules (pure: bytes in, rules out). docs/mapping.md; vectors M01-M03.
 
 Roots, told apart by their namespace:
 

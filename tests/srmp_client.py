@@ -53,7 +53,8 @@ async def post(client: Any, request: SrmpRequest, path: str | None = None) -> An
 
 def sign_envelope(envelope: Envelope, body: bytes, key: Any, *, digest: str = "sha1",
                   body_id: str = SENDER_QM) -> Envelope:
-    """The envelope with an srmp.md §1.8 signature by DSA ``key`` over the body."""
+    """The envelope with a signature by DSA ``key`` over the body (docs/srmp.md,
+    "Signatures")."""
     import base64
     import hashlib
     from dataclasses import replace

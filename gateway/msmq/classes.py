@@ -1,4 +1,5 @@
-"""Message classes, acknowledgement levels, journal levels (pure). srmp.md §4.1–4.3."""
+"""Message classes, acknowledgement levels, journal levels (pure). docs/srmp.md, "Message
+classes, acknowledgement and journal levels"; [MS-MQMQ] §2.2.18.1.6."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Acknowledgement messages (pure): which ones a message's level asks for, and what they hold.
 
-srmp.md §4.1-4.2. An acknowledgement is a message to the admin queue whose class names what
+docs/srmp.md, "Message classes, acknowledgement and journal levels". An acknowledgement is a
+message to the admin queue whose class names what
 happened and whose correlation id is the original message's id. Negative ones carry the
 original body (so the sender can see what failed); positive ones carry none.
 """

@@ -1,4 +1,5 @@
-"""``Envelope`` -> bytes, and whole SRMP requests (pure). srmp.md §1.3, §1.7.
+"""``Envelope`` -> bytes, and whole SRMP requests (pure). docs/srmp.md, "MIME framing",
+"Framing".
 
 The printer writes what Windows writes: elements concatenated without white space, in the
 order of MC-MQSRM §3.1.7.2.4, the envelope and path namespaces as default namespaces, and MSMQ's

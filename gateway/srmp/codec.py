@@ -1,4 +1,4 @@
-"""A whole SRMP request body -> envelope + message body (pure). srmp.md §1.3.
+"""A whole SRMP request body -> envelope + message body (pure). docs/srmp.md, "MIME framing".
 
 User messages come as ``multipart/related``: the root part (the ``start`` parameter's
 Content-Id, else the first part) is the envelope, the part whose Content-Id is ``body@...`` is

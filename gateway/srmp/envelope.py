@@ -1,4 +1,5 @@
-"""SOAP envelope -> ``Envelope`` (pure). srmp.md §1.4-§1.6, §1.9.
+"""SOAP envelope -> ``Envelope`` (pure). docs/srmp.md, "Envelope and header elements";
+[MC-MQSRM] §2.2.2-2.2.6, §3.1.5.1.5.
 
 lxml parses namespace-aware, so prefixes do not matter (Windows uses a default namespace on
 ``<path>``, the spec's example 4.3 uses ``rp:``). The parser resolves no entities, loads no DTD,

@@ -1,4 +1,5 @@
-"""Exactly-once in-order delivery, receiver side (pure; time is an argument). srmp.md §2.3-§2.8.
+"""Exactly-once in-order delivery, receiver side (pure; time is an argument).
+docs/srmp.md, "Exactly-once in-order delivery: receiver rule"; [MC-MQSRM] §3.1.5.1.6.3.
 
 State is kept per (stream id, destination queue), so several senders and queues coexist and an
 old stream's late retransmissions are still recognised after a new stream started.
@@ -9,8 +10,8 @@ Accept a stream message iff:
   (c) ``current`` is above the last accepted number and ``previous`` is at or below it (the
       sender skipped expired messages).
 Anything else is a duplicate (``current`` at or below the last accepted) or out of order (a
-gap not bridged by ``previous``): ignored, and the sender is told again how far it got (§2.8:
-the SRMP text would leave a sender whose receipt was lost resending for ever).
+gap not bridged by ``previous``): ignored, and the sender is told again how far it got (the
+SRMP text would leave a sender whose receipt was lost resending for ever).
 
 Every accepted message is linked to the previous accepted one, so the run to acknowledge is
 always "everything accepted": a stream receipt names the last accepted number. Receipts are

@@ -1,4 +1,5 @@
-"""Exactly-once in-order delivery, sender side (pure; time is an argument). srmp.md §2.2, §2.8.
+"""Exactly-once in-order delivery, sender side (pure; time is an argument).
+docs/srmp.md, "Exactly-once in-order delivery: sender"; [MC-MQSRM] §3.1.7.2.3.
 
 One stream per outgoing queue. A message's stream number is derived, not stored: ``current``
 is its outgoing-queue sequence minus the stream's first sequence, plus one. Only the stream id

@@ -1,4 +1,5 @@
-"""MIME framing of SRMP requests (pure): ``multipart/related`` split and build. srmp.md §1.3.
+"""MIME framing of SRMP requests (pure): ``multipart/related`` split and build.
+docs/srmp.md, "MIME framing".
 
 Why our own parser: MSMQ writes each part's data straight into the next ``--boundary`` (no CRLF
 before it), which aiohttp's reader and Python's ``email`` package both reject, while RFC 2046

@@ -1,4 +1,5 @@
-"""The SRMP envelope as values (pure). srmp.md §1.5, §1.6.
+"""The SRMP envelope as values (pure). docs/srmp.md, "Envelope and header elements", "Data
+formats (times, ids)".
 
 Optional elements are ``None`` when absent, so that parsing and printing an envelope gives
 back the same bytes: what Windows leaves out (``App`` when zero, ``previous``) is decided by
@@ -181,7 +182,8 @@ class Reference:
 
 @dataclass(frozen=True, slots=True)
 class Signature:
-    """The old XML-DSig profile of srmp.md §1.8; ``signed_info`` is the element's bytes."""
+    """The old XML-DSig profile of [MC-MQSRM] §2.2.7 (docs/srmp.md, "Signatures");
+    ``signed_info`` is the element's bytes."""
 
     signature_method: str
     references: tuple[Reference, ...]
@@ -215,13 +217,13 @@ class Envelope:
 
     @property
     def label(self) -> str | None:
-        """The text after ``MSMQ:`` in ``action``; None without that prefix (srmp.md §1.5)."""
+        """The text after ``MSMQ:`` in ``action``; None without that prefix (MC-MQSRM §2.2.4.1)."""
         action = self.path.action
         return action[5:] if action[:5].upper() == "MSMQ:" else None
 
     @property
     def kind(self) -> str:
-        """User message or which receipt (srmp.md §1.9)."""
+        """User message or which receipt (docs/srmp.md, "Message types and receipts")."""
         stream, commit = self.stream_receipt is not None, self.commitment_receipt is not None
         if stream and commit:
             return Kind.FINAL_STREAM_RECEIPT

@@ -1,4 +1,6 @@
-"""A stored message -> the SRMP envelope a link sends (pure). srmp.md §1.5-§1.7, §4.2.
+"""A stored message -> the SRMP envelope a link sends (pure). docs/srmp.md,
+"Envelope and header elements", "Framing", "Message classes, acknowledgement and journal
+levels".
 
 Windows' choices are followed: ``Correlation``, ``App`` and ``HashAlgorithm`` always (zeros
 and SHA-1 when unset, as in V02), ``previous`` only when it is not

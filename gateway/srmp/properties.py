@@ -1,12 +1,13 @@
-"""SRMP envelope -> the message properties the queue manager keeps (pure). srmp.md §1.5, §4.
+"""SRMP envelope -> the message properties the queue manager keeps (pure). docs/srmp.md,
+"Envelope and header elements", "Message classes, acknowledgement and journal levels".
 
 Time fields: ``expiresAt`` is taken as the time-to-be-received deadline (every example has
 sentAt + TTBR there, 2038 meaning "never") and ``TTrq`` as time-to-reach-queue, which is only
-checked before sending (§1.6, §3.1.5.1.4). The raw envelope and the MIME head and tail around
+checked before sending ([MC-MQSRM] §3.1.5.1.4). The raw envelope and the MIME head and tail around
 the body are kept in the message's extra properties, so a reader can get the whole compound
 message back byte for byte without the body being stored twice.
 
-Acknowledgement levels (§4.2): ``deliveryReceiptRequest`` is POS_ARRIVAL, ``positiveOnly``
+Acknowledgement levels (§3.1.5.1.1): ``deliveryReceiptRequest`` is POS_ARRIVAL, ``positiveOnly``
 POS_RECEIVE, ``negativeOnly`` NEG_RECEIVE together with NEG_ARRIVAL (SRMP has no element of its
 own for negative arrival; every MSMQ level that asks for negative receive asks for it too), so
 a queue-quota drop is acknowledged negatively to whoever asked for negative receipts.

@@ -1,5 +1,6 @@
 """Receipts this gateway sends (pure): stream receipts, delivery and commitment receipts.
-srmp.md §1.9, §2.4, §2.6, §2.7; vectors V05, V07 (the shape Windows sends).
+docs/srmp.md, "Message types and receipts", "Stream receipts and the order queue", "Final
+stream receipts", "Commitment receipts"; vectors V05, V07 (the shape Windows sends).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def stream_receipt(*, stream_id: str, last_ordinal: int, send_to: str, queue_url
                    final: CommitmentReceipt | None = None, final_class: int = 0,
                    correlation: str | None = None) -> Envelope:
     """An order acknowledgement (class 255), or with ``final`` a final stream receipt, whose
-    class says how the message left (ACK_RECEIVE, NACK_Q_PURGED, ...; srmp.md §1.9)."""
+    class says how the message left (ACK_RECEIVE, NACK_Q_PURGED, ...; docs/srmp.md,
+    "Final stream receipts")."""
     return Envelope(
         path=Path(action=ORDER_ACK_ACTION, to=_lower_scheme(send_to),
                   id=format_message_id(ordinal, qm_guid),

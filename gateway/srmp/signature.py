@@ -1,4 +1,5 @@
-"""SRMP message signatures: the old XML-DSig profile of MC-MQSRM §2.2.7 (pure). srmp.md §1.8.
+"""SRMP message signatures: the old XML-DSig profile of MC-MQSRM §2.2.7 (pure).
+docs/srmp.md, "Signatures".
 
 What is checked, and the two readings the spec leaves open:
 - ``SignatureMethod`` must be ``http://www.w3.org/2000/02/xmldsig#dsa``; 1 or 2 ``Reference``

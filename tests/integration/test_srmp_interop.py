@@ -153,8 +153,8 @@ async def test_one_id_sent_to_each_queue_of_a_destination_list_is_stored_in_each
 
 async def test_a_message_expired_on_arrival_is_stored_then_dead_lettered_and_counted(
         make_client: Any, caplog: pytest.LogCaptureFixture) -> None:
-    """Expiry is not checked on receipt (srmp.md §1.6): stored, then it expires in the queue
-    and goes where MSMQ sends expired messages; never silently gone after a 200."""
+    """Expiry is not checked on receipt ([MC-MQSRM] §3.1.5.1.4): stored, then it expires in the
+    queue and goes where MSMQ sends expired messages; never silently gone after a 200."""
     caplog.set_level(logging.INFO, logger="gateway")
     client = await make_client()
     admin = "http://machine1/msmq/private$/admin"

@@ -1,5 +1,6 @@
 """The SRMP front door on a real server on loopback: the spec's examples, every refusal of
-srmp.md §1.10 (each storing nothing), duplicates, quotas, access, redirection."""
+docs/srmp.md, "Receiver pipeline and status codes" (each storing nothing), duplicates, quotas,
+access, redirection."""
 
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ async def test_d3_duplicate_id_is_dropped_but_answered_200(make_client: Any) -> 
 
 
 async def test_d2_without_msmq_element_is_never_a_duplicate(make_client: Any) -> None:
-    """{NULL GUID, 1} means "no id" (srmp.md §1.10): the duplicate check is skipped."""
+    """{NULL GUID, 1} means "no id" ([MC-MQSRM] §2.2.4.3): the duplicate check is skipped."""
     client = await make_client()
     req = split_request(derived("D2"))
     for _ in range(2):

@@ -330,7 +330,7 @@ async def test_spec_vectors_in_order_out_of_order_and_duplicated(
         if original.text.endswith("@caf195ea-615c-4264-ae08-11a4e60194c0"):
             assert original.text == "uuid:20504@caf195ea-615c-4264-ae08-11a4e60194c0"
             assert correlation == objectid(original.text)  # byte for byte
-        else:  # V03 has no <Msmq>: its id is {NULL GUID, 1} (srmp.md §1.5), as V05 says
+        else:  # V03 has no <Msmq>: its id is {NULL GUID, 1} ([MC-MQSRM] §2.2.4.3), as V05 says
             assert correlation == base64.b64decode("AAAAAAAAAAAAAAAAAAAAAAEAAAA=")
 
 

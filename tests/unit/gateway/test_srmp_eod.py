@@ -1,5 +1,6 @@
-"""The EOD receiver rule (srmp.md §2.3) and stream receipts, as a state machine with time as
-an argument: new stream, in order, gap via <previous>, duplicate, out of order, restart."""
+"""The EOD receiver rule (docs/srmp.md, "Exactly-once in-order delivery: receiver rule") and
+stream receipts, as a state machine with time as an argument: new stream, in order, gap via
+<previous>, duplicate, out of order, restart."""
 
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ def test_receipts_coalesce_500ms_and_at_most_10s_after_oldest() -> None:
 
 
 def test_duplicate_re_acknowledges_what_was_accepted() -> None:
-    """A lost receipt must not leave the sender resending for ever (srmp.md §2.8)."""
+    """A lost receipt must not leave the sender resending for ever (docs/srmp.md,
+    "Exactly-once in-order delivery: receiver rule")."""
     table = StreamTable()
     _feed(table, _s(1, start=True), 0.0)
     _feed(table, _s(2), 0.0)

@@ -1,5 +1,5 @@
-"""Signed SRMP messages (srmp.md §1.8): DSA over SignedInfo as written, SHA-1 or MD5 body
-digests; every way a signature can be wrong is named."""
+"""Signed SRMP messages (docs/srmp.md, "Signatures"): DSA over SignedInfo as written, SHA-1 or
+MD5 body digests; every way a signature can be wrong is named."""
 
 from __future__ import annotations
 
