@@ -3,7 +3,11 @@
 #   docker build --target spark -t entrepot-spark .   + Java 17 and PySpark for spark-ingest/report
 # Both run as a non-root user; the gateway keeps its data in the /var/lib/entrepot volume.
 
-FROM python:3.11-slim AS build
+# Both stages start from one pinned base: a patch release of Python on a named Debian release
+# (a rebuild takes that tag's newest Debian security updates, nothing else changes).
+ARG BASE=python:3.11.14-slim-bookworm
+
+FROM ${BASE} AS build
 # gcc builds the store's C placing loop (store/_placing.c) and the SRMP parsing modules mypyc
 # compiles (setup.py); only the build stage has it.
 RUN apt-get update \
@@ -19,10 +23,12 @@ RUN python -m venv /opt/venv && /opt/venv/bin/pip install --no-cache-dir .
 FROM build AS build-spark
 RUN /opt/venv/bin/pip install --no-cache-dir ".[spark]"
 
-FROM python:3.11-slim AS base
+FROM ${BASE} AS base
 RUN useradd --system --uid 10001 --home-dir /var/lib/entrepot entrepot \
     && mkdir -p /var/lib/entrepot /etc/entrepot && chown entrepot /var/lib/entrepot
-COPY config /etc/entrepot
+COPY config/mapping /etc/entrepot/mapping
+# The image's configuration: listen on 0.0.0.0:8080 inside the container, the rest built-in.
+COPY config/container.toml /etc/entrepot/entrepot.toml
 WORKDIR /etc/entrepot
 ENV ENTREPOT_CONFIG=/etc/entrepot/entrepot.toml
 
@@ -37,10 +43,12 @@ USER entrepot
 ENTRYPOINT ["/opt/venv/bin/entrepot"]
 CMD ["spark-ingest", "--help"]
 
-# The gateway (the default: the last stage). It listens on 0.0.0.0 inside the container.
+# The gateway (the default: the last stage). It listens where /etc/entrepot/entrepot.toml
+# says (the image's: plain HTTP on 0.0.0.0:8080) and the health check asks /readyz there.
 # Without credentials anyone who reaches it may send and receive, and management (queues,
 # links, /ui, /v1/admin, /metrics) answers only inside the container. Give it an admin key
-# (and partners) in a config file of your own, mounted over the shipped one:
+# (and partners, and TLS on another port if you like) in a config file of your own, mounted
+# over the image's:
 #   docker run --rm entrepot auth hash-key 'a long random key'    # prints its SHA-256
 #   # [auth] admin_key_sha256 = "<that SHA-256>" in ./entrepot.toml, then:
 #   docker run -p 8080:8080 -v entrepot-data:/var/lib/entrepot \
@@ -49,8 +57,9 @@ FROM base AS gateway
 COPY --from=build /opt/venv /opt/venv
 USER entrepot
 VOLUME ["/var/lib/entrepot"]
-EXPOSE 8080 8443
-HEALTHCHECK --interval=10s --timeout=3s --start-period=30s \
-    CMD ["/opt/venv/bin/python", "-c", "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/readyz', timeout=2).status != 200)"]
+EXPOSE 8080
+# `entrepot health` reads the same configuration as serve: http or https, the configured port.
+HEALTHCHECK --interval=10s --timeout=10s --start-period=30s \
+    CMD ["/opt/venv/bin/entrepot", "health"]
 ENTRYPOINT ["/opt/venv/bin/entrepot"]
-CMD ["serve", "--listen", "0.0.0.0:8080", "--data-dir", "/var/lib/entrepot", "--mapping-dir", "/etc/entrepot/mapping"]
+CMD ["serve", "--data-dir", "/var/lib/entrepot", "--mapping-dir", "/etc/entrepot/mapping"]

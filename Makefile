@@ -2,14 +2,17 @@
 #   make run        create .venv if missing, install entrepot, serve on the embedded defaults
 #   make test       create/update .venv with the dev and spark extras, run every test not
 #                   marked slow and mypy --strict (docs/testing.md)
-#   make test-slow  only the tests marked slow
+#   make test-slow  only the tests marked slow: the long sizes of the store and link crash
+#                   tests and of the Spark cluster test (make test runs their small sizes)
+#   make install    install for systemd: /opt/entrepot/venv, /etc/entrepot, the unit
+#                   (systemd/install.sh; PREFIX, SYSCONFDIR, UNITDIR, VIRTUALENV, DESTDIR)
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 
-.PHONY: run test test-slow typecheck bench torture clean
+.PHONY: run test test-slow typecheck bench torture clean install
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "entrepot needs Python >= 3.11"'
@@ -56,6 +59,11 @@ bench: $(VENV)/.installed-dev
 	    exit 1; \
 	  fi; }
 	$(BIN)/python -m bench --json bench/results/latest.json
+
+# The installed layout of docs/operations.md; the variables systemd/install.sh reads are
+# passed on from the command line (make install PREFIX=/srv/entrepot).
+install:
+	PYTHON=$(PYTHON) sh systemd/install.sh
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .hypothesis

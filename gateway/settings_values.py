@@ -83,6 +83,8 @@ def _convert_kind(spec: Spec, raw: object) -> object:
         raise ValueError(f"expected one of {', '.join(spec.choices)}")
     if spec.kind == "listen":
         parse_listen(raw)
+    if spec.kind == "sha256" and raw.startswith("credential:"):
+        return raw  # a file of $CREDENTIALS_DIRECTORY holds it (gateway.credentials)
     if spec.kind == "sha256" and raw and (len(raw) != 64 or raw.strip(
             "0123456789abcdefABCDEF")):
         raise ValueError("expected 64 hex digits (the SHA-256 of the secret), or nothing")
