@@ -23,21 +23,23 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"}
 
 class HttpStats:
     """``entrepot_http_requests_total{route,method,status}`` and
-    ``entrepot_http_request_duration_seconds{route}`` (a histogram with ``bounds``)."""
+    ``entrepot_http_request_duration_seconds{route,method}`` (a histogram with ``bounds``:
+    a route and method are one operation, e.g. a send and a browse of the same queue)."""
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self._bounds = tuple(bounds)
         self._labels = [*(repr(float(b)) for b in self._bounds), "+Inf"]  # as prometheus' le
         self._requests: dict[tuple[str, str, int], int] = {}
-        # route -> one count a bound and one over the last, then the sum of seconds
-        self._latency: dict[str, list[float]] = {}
+        # (route, method) -> one count a bound and one over the last, then the sum of seconds
+        self._latency: dict[tuple[str, str], list[float]] = {}
 
     def record(self, route: str, method: str, status: int, seconds: float) -> None:
-        key = (route, method if method in METHODS else "other", status)
+        method = method if method in METHODS else "other"
+        key = (route, method, status)
         self._requests[key] = self._requests.get(key, 0) + 1
-        counts = self._latency.get(route)
+        counts = self._latency.get((route, method))
         if counts is None:
-            counts = self._latency[route] = [0.0] * (len(self._bounds) + 2)
+            counts = self._latency[(route, method)] = [0.0] * (len(self._bounds) + 2)
         counts[bisect.bisect_left(self._bounds, seconds)] += 1  # le: the first bound >= it
         counts[-1] += seconds
 
@@ -49,13 +51,13 @@ class HttpStats:
             requests.add_metric([route, method, str(status)], count)
         yield requests
         latency = HistogramMetricFamily("entrepot_http_request_duration_seconds",
-                                        "Time from request start to response, by route.",
-                                        labels=["route"])
-        for route, counts in sorted(self._latency.items()):
+                                        "Time from request start to response, by route and "
+                                        "method.", labels=["route", "method"])
+        for (route, method), counts in sorted(self._latency.items()):
             cumulative = 0.0
             buckets = []
             for bound, taken in zip(self._labels, counts):
                 cumulative += taken
                 buckets.append((bound, cumulative))
-            latency.add_metric([route], buckets, sum_value=counts[-1])
+            latency.add_metric([route, method], buckets, sum_value=counts[-1])
         yield latency

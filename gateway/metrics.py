@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
+    Info,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
     generate_latest,
 )
 
 from gateway.http_stats import HttpStats
 
-__all__ = ["Metrics", "CONTENT_TYPE_LATEST"]
+__all__ = ["Metrics", "CONTENT_TYPE_LATEST", "VERSION", "SnakeCaseLabels"]
+
+
+def _version() -> str:
+    try:
+        return version("entrepot")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+VERSION = _version()
 
 # Latency buckets from 250 µs (a group-committed write on a fast disk) to 10 s (a long poll).
 _LATENCY_BUCKETS_S = (
@@ -24,11 +38,33 @@ _LATENCY_BUCKETS_S = (
 )
 
 
+def _snake(value: str) -> str:
+    """A label value as Prometheus users expect it: SRMP names its kinds in kebab-case
+    (``stream-receipt``), the metrics say ``stream_receipt``."""
+    return value.replace("-", "_")
+
+
+class SnakeCaseLabels:
+    """A labelled counter whose label values are made snake_case, whoever counts."""
+
+    def __init__(self, counter: Counter) -> None:
+        self._counter = counter
+
+    def labels(self, *values: str) -> Counter:
+        return self._counter.labels(*map(_snake, values))
+
+
 class Metrics:
     """The gateway's metric families, registered in a private registry."""
 
     def __init__(self) -> None:
+        # A counter is its ``_total`` sample alone: prometheus_client's ``_created`` gauge
+        # beside each one doubles the series and is not in the Prometheus text format.
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated upstream
         self.registry = CollectorRegistry(auto_describe=True)
+        Info("entrepot_build", "The running gateway's version and Python.",
+             registry=self.registry).info({"version": VERSION,
+                                           "python": platform.python_version()})
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.http = HttpStats(_LATENCY_BUCKETS_S)
@@ -43,16 +79,6 @@ class Metrics:
             "Receives waiting for a message now (server.long_polls_max caps them).",
             registry=self.registry,
         )
-        self.mapping_reloads = Gauge(
-            "entrepot_mapping_reloads",
-            "Times the mapping files were (re)loaded since start.",
-            registry=self.registry,
-        )
-        self.mapping_rejected = Gauge(
-            "entrepot_mapping_rejected_files",
-            "Mapping files rejected (malformed, DTD, unreadable) since start.",
-            registry=self.registry,
-        )
         self.srmp_messages = Counter(
             "entrepot_srmp_messages",
             "SRMP messages received, by kind (user or receipt type) and outcome (stored, "
@@ -61,13 +87,13 @@ class Metrics:
             registry=self.registry,
         )
         self._srmp_counts: dict[tuple[str, str], Callable[[], None]] = {}
-        self.srmp_receipts = Counter(
+        self.srmp_receipts = SnakeCaseLabels(Counter(
             "entrepot_srmp_receipts_sent",
             "Receipts posted to senders, by kind and result (sent, failed, dropped, "
             "superseded, not_allowed, rate_limited).",
             ["kind", "result"],
             registry=self.registry,
-        )
+        ))
         self.srmp_parse_workers_started = Counter(
             "entrepot_srmp_parse_workers_started",
             "SRMP parse worker processes started (more than srmp.parse_workers: some died).",
@@ -78,15 +104,6 @@ class Metrics:
             "Incoming exactly-once streams remembered.",
             registry=self.registry,
         )
-        self.link_backlog = Gauge(
-            "entrepot_link_backlog", "Messages in a link's outgoing queue.", ["destination"],
-            registry=self.registry)
-        self.link_unacked = Gauge(
-            "entrepot_link_unacked", "Stream messages waiting for a stream receipt.",
-            ["destination"], registry=self.registry)
-        self.link_acked = Counter(
-            "entrepot_link_acknowledged", "Stream messages acknowledged by stream receipts.",
-            ["destination"], registry=self.registry)
         self.ready = Gauge(
             "entrepot_ready",
             "1 when the store is open and recovered and the gateway accepts messages.",
@@ -101,7 +118,7 @@ class Metrics:
             if len(self._srmp_counts) >= 256:  # kinds and outcomes are few; bounded anyway
                 self._srmp_counts.clear()
             inc = self._srmp_counts[(kind, outcome)] = self.srmp_messages.labels(
-                kind, outcome).inc
+                _snake(kind), _snake(outcome)).inc
         inc()
 
     def render(self) -> bytes:

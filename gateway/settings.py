@@ -41,6 +41,7 @@ __all__ = [
     "LandingDeclaration",
     "PeerDeclaration",
     "LogSettings",
+    "MetricsSettings",
     "TransactionSettings",
     "QueueDeclaration",
     "parse_settings",
@@ -175,7 +176,8 @@ class SrmpSettings:
     receipt_timeout: float = _duration("20s", low="100ms", high="10m")
     receipt_attempts: int = _int(8, low=1, high=1000)
     receipts_pending_max: int = _int(10_000, low=1, high=1_000_000)
-    # Certificates of signing senders: <source QM GUID>.pem (DSA keys, srmp.md §1.8).
+    # Certificates of signing senders: <source QM GUID>.pem (DSA keys; docs/srmp.md,
+    # "Signatures").
     signers_dir: str = _text()
     # This gateway's base URL as remote queue managers reach it (receipt and admin queue
     # URLs in messages it sends); empty: http://<first of server.names, else listen address>.
@@ -210,6 +212,9 @@ class LinkSettings:
     # Resend rounds without any stream receipt after which the receiver is taken to have
     # lost the stream and the waiting messages move to a new stream.
     restart_stream_after: int = _int(9, low=1, high=1000)
+    # Every link and receipt lane starts paused (`entrepot serve --links-paused`): a restored
+    # copy of a store can be served and inspected without forwarding; resume links by hand.
+    start_paused: bool = _bool(False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -318,6 +323,14 @@ class LogSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MetricsSettings:
+    """``/metrics``: how many label values senders can make (each one is a series to store)."""
+
+    # Queues (and links) counted under their own label; the rest are summed under "_other".
+    queues_max: int = _int(100, low=1, high=10_000)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QueueDeclaration:
     """A ``[[queues]]`` table: a queue created at start when it does not exist yet."""
 
@@ -344,6 +357,7 @@ class Settings:
     outbound: OutboundSettings = field(default_factory=OutboundSettings)
     transactions: TransactionSettings = field(default_factory=TransactionSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
     queues: tuple[QueueDeclaration, ...] = ()
     partners: tuple[PartnerDeclaration, ...] = ()
     webhooks: tuple[WebhookDeclaration, ...] = ()
@@ -434,6 +448,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "outbound": OutboundSettings,
     "transactions": TransactionSettings,
     "log": LogSettings,
+    "metrics": MetricsSettings,
 }
 
 

@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="log lines for people or JSON lines (overrides log.format)")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                        help="overrides log.level")
+    serve.add_argument("--links-paused", action="store_const", const=True,
+                       help="start every link and receipt lane paused, to inspect a restored "
+                       "copy without forwarding (sets links.start_paused)")
     serve.set_defaults(handler=_cmd_serve)
 
     check = commands.add_parser(
@@ -84,8 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.cli import mapping as mapping_cli, security as security_cli
 
     from gateway.cli import admin as admin_cli
+    from gateway.cli import health as health_cli
     from gateway.spark import cli as spark_cli
 
+    health_cli.add_commands(commands, DEFAULT_CONFIG)
     admin_cli.add_commands(commands, DEFAULT_CONFIG)
     mapping_cli.add_commands(commands, DEFAULT_CONFIG)
     security_cli.add_commands(commands)
@@ -109,8 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from gateway.cli.serve import serve
+    from gateway.credentials import resolve_credentials
 
     settings, source = _load(args)
+    settings = resolve_credentials(settings, os.environ.get("CREDENTIALS_DIRECTORY"))
     configure_logging(fmt=settings.log.format, level=settings.log.level)
     return serve(settings, config_source=source)
 
@@ -147,6 +154,7 @@ def _load(args: argparse.Namespace) -> tuple[Settings, str]:
         ("mapping_dir", "mapping.dir"),
         ("log_format", "log.format"),
         ("log_level", "log.level"),
+        ("links_paused", "links.start_paused"),
     ):
         value = getattr(args, flag, None)
         if value is not None:

@@ -1,4 +1,5 @@
-"""Storing what arrives over SRMP: the receiver pipeline after parsing (srmp.md §1.10, §2.3).
+"""Storing what arrives over SRMP: the receiver pipeline after parsing (docs/srmp.md,
+"Receiver pipeline and status codes", "Exactly-once in-order delivery: receiver rule").
 
 - Stream (transactional) messages pass the EOD rule; the message and its stream position go
   in one atomic commit. A duplicate or out-of-order one is not stored (200: the sender must
@@ -18,20 +19,19 @@ from __future__ import annotations
 import enum
 import time
 
+from gateway.queues import sending
 from gateway.queues.acks import wants_ack
 from gateway.queues.copies import ack_specs, dead_letter_spec
 from gateway.queues.dedup import SRMP_KEYED_BY_BODY
-from gateway.errors import ProblemError
+from gateway.queues.errors import QueueFull
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
-from gateway.msmq.message import MessageProperties, compose_id, encode_payload
+from gateway.msmq.message import MessageProperties, compose_id
 from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
 from gateway.srmp.model import Stream
 from gateway.inbound.sequencer import StreamSequencer
-from gateway.queues.store_errors import store_call
-from store.errors import QueueQuotaExceeded
 from store.framing import RecordFlags
-from store.records import SendSpec, StoredRecord
+from store.records import StoredRecord
 
 __all__ = ["Outcome", "deliver"]
 
@@ -50,7 +50,7 @@ async def deliver(qm: QueueManager, sequencer: StreamSequencer, queue: Queue,
     ``vouched``: False for a sender with no certificate from outside ``srmp.allow_networks``
     (its duplicates are told by id, destination and body: ``DedupWindow.srmp_entry``).
 
-    Raises: ProblemError (400 transactional mismatch, 503/507 store full or stopped)."""
+    Raises: QueueError (400 transactional mismatch, 503/507 store full or stopped)."""
     queue = qm.check_send(queue.path.display, transactional=stream is not None)
     if stream is None:
         return await _deliver_single(qm, queue, props, body, vouched)
@@ -98,8 +98,8 @@ async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body
     no QMLog)."""
     now_ms = int(time.time() * 1000)
     props.arrive(now_ms)
-    seq = qm.store.reserve_seq(queue.queue_id)
-    acks: list[tuple[Queue, SendSpec]] = []
+    seq = sending.reserve(qm.store, queue)
+    acks: list[sending.Send] = []
     try:
         if wants_ack(props, MessageClass.ACK_REACH_QUEUE):
             message = ReceivedMessage(props.message_id or compose_id(
@@ -108,23 +108,12 @@ async def _commit(qm: QueueManager, queue: Queue, props: MessageProperties, body
     except BaseException:
         qm.store.release_seq(queue.queue_id, seq)
         raise
-    spec = SendSpec(queue.queue_id, encode_payload(props, body), priority=props.priority,
-                    expires_ms=props.receive_by_ms,
-                    flags=RecordFlags.KEYED if keyed else RecordFlags.NONE,
-                    express=not props.recoverable, seq=seq)
+    sends = [sending.message(queue, props, body, seq=seq,
+                             flags=RecordFlags.KEYED if keyed else RecordFlags.NONE), *acks]
     try:
-        if acks:
-            made = await store_call(qm.store.commit([spec, *(s for _, s in acks)]))
-        else:
-            made = [await store_call(qm.store.append(spec))]
-    except ProblemError as exc:
-        if isinstance(exc.__cause__, QueueQuotaExceeded):
-            return None
-        raise
-    qm.arrived(queue, made[0])
-    for (target, _), record in zip(acks, made[1:]):
-        qm.arrived(target, record)
-    return made
+        return await sending.commit(qm.store, sends, arrived=qm.arrived)
+    except QueueFull:
+        return None
 
 
 async def _quota_nack(qm: QueueManager, queue: Queue, props: MessageProperties,
@@ -138,9 +127,7 @@ async def _quota_nack(qm: QueueManager, queue: Queue, props: MessageProperties,
     if props.journal == "deadletter":
         specs.append(dead_letter_spec(qm, queue, message, nack, now_ms))
     if specs:
-        made = await store_call(qm.store.commit([s for _, s in specs]))
-        for (target, _), record in zip(specs, made):
-            qm.arrived(target, record)
+        await sending.commit(qm.store, specs, atomic=True, arrived=qm.arrived)
     server_log.warning("queue %s over its quota: message %s dropped (%s; dead-lettered=%s, "
                        "acknowledged=%s)", queue.path.display, props.message_id or "(no id)",
                        nack.msmq_name, props.journal == "deadletter",

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gateway.queues import sending
 from gateway.queues.dedup import destination_key
 from gateway.outbound.links import Links
-from gateway.msmq.message import MessageProperties, encode_payload
+from gateway.msmq.message import MessageProperties
 from gateway.queues.manager import QueueManager
-from gateway.queues.store_errors import store_call
-from store.records import SendSpec, StoredRecord
+from store.records import StoredRecord
 
 __all__ = ["forward"]
 
@@ -26,7 +26,7 @@ async def forward(qm: QueueManager, links: Links, url: str, props: MessageProper
                   body: bytes, *, content_type: str, readdressed: bool) -> bool:
     """False when the message is already on its way (a resend of one stored here before).
 
-    Raises: ProblemError when the store refuses (quota, disk: 503/507)."""
+    Raises: QueueError when the store refuses (quota, disk: 503/507)."""
     dedup = qm.dedup
     assert dedup is not None
     digest = dedup.digest(b"", url)
@@ -56,7 +56,7 @@ async def forward(qm: QueueManager, links: Links, url: str, props: MessageProper
 
 async def _store(qm: QueueManager, links: Links, url: str, props: MessageProperties,
                  body: bytes, content_type: str, readdressed: bool,
-                 remembered: SendSpec | None) -> StoredRecord | None:
+                 remembered: sending.Send | None) -> StoredRecord | None:
     """Into the destination's outgoing queue, with the duplicate-window record
     ``remembered`` in the same commit; returns that record."""
     queue = await links.queue_for(url)
@@ -64,12 +64,8 @@ async def _store(qm: QueueManager, links: Links, url: str, props: MessagePropert
     if readdressed:
         extra["forward_readdressed"] = "1"
     props = replace(props, extra=extra)
-    spec = SendSpec(queue.queue_id, encode_payload(props, body), priority=props.priority,
-                    expires_ms=props.receive_by_ms, express=not props.recoverable)
-    if remembered is None:
-        record = await store_call(qm.store.append(spec))
-        qm.arrived(queue, record)
-        return None
-    record, window = await store_call(qm.store.commit([spec, remembered]))
-    qm.arrived(queue, record)
-    return window
+    sends = [sending.message(queue, props, body)]
+    if remembered is not None:
+        sends.append(remembered)
+    made = await sending.commit(qm.store, sends, arrived=qm.arrived)
+    return made[1] if remembered is not None else None

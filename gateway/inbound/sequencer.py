@@ -20,20 +20,18 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
+from gateway.queues import sending
 from gateway.queues.acks import wants_ack
 from gateway.queues.copies import ack_specs
-from gateway.errors import ProblemError
+from gateway.queues.errors import QueueFull
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
-from gateway.msmq.message import MessageProperties, compose_id, encode_payload
+from gateway.msmq.message import MessageProperties, compose_id
 from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
 from gateway.srmp.eod import StreamKey, Verdict
 from gateway.srmp.model import Stream
 from gateway.inbound.streams import IncomingStreams
-from gateway.queues.store_errors import store_call
-from store.errors import QueueQuotaExceeded
 from store.framing import RecordFlags
-from store.records import SendSpec
 
 __all__ = ["StreamSequencer", "Outcome"]
 
@@ -77,7 +75,7 @@ class StreamSequencer:
                       stream: Stream, queue_url: str) -> str:
         """``props``: made for this message alone (they are completed in place).
 
-        Raises: ProblemError when the store refuses the batch (503/507)."""
+        Raises: QueueError when the store refuses the batch (503/507)."""
         key = (stream.stream_id, queue.path.canonical)
         line = self._lines.get(key)
         if line is None:
@@ -181,18 +179,18 @@ class StreamSequencer:
         state = self.streams.table.get(key)
         receipts_to = (state.send_receipts_to if state else
                        batch[0].stream.send_receipts_to or "")
-        specs: list[SendSpec] = []
+        specs: list[sending.Send] = []
         try:
             return await self._store(key, line, batch, receipts_to, specs)
         except BaseException:
-            self.qm.store.release_sends(specs)
+            sending.release(self.qm.store, specs)
             raise
 
     async def _store(self, key: StreamKey, line: _Line, batch: list[_Item], receipts_to: str,
-                     specs: list[SendSpec]) -> bool:
+                     specs: list[sending.Send]) -> bool:
         qm, queue = self.qm, line.queue
         now_ms = int(time.time() * 1000)
-        acks: list[tuple[Queue, SendSpec]] = []
+        acks: list[sending.Send] = []
         for item in batch:
             # The message holds its stream's position (gateway.inbound.held): id and ordinal are
             # in extra already; the receipt URL and the queue URL complete it. The properties
@@ -202,11 +200,10 @@ class StreamSequencer:
             props.arrive(now_ms)
             props.extra["stream_receipts_to"] = receipts_to
             props.extra["stream_via"] = line.queue_url
-            payload = encode_payload(props, item.body)
-            seq = qm.store.reserve_seq(queue.queue_id)
-            specs.append(SendSpec(queue.queue_id, payload, priority=0,
-                                  expires_ms=props.receive_by_ms, flags=RecordFlags.STREAM,
-                                  seq=seq))
+            seq = sending.reserve(qm.store, queue)
+            # In arrival order (priority 0) and durable, as a transactional message is.
+            specs.append(sending.message(queue, props, item.body, seq=seq,
+                                         flags=RecordFlags.STREAM, priority=0, express=False))
             if wants_ack(props, MessageClass.ACK_REACH_QUEUE):  # as QueueManager's sends
                 message = ReceivedMessage(props.message_id or compose_id(
                     qm.qm_guid, queue.queue_id, seq), queue.path.display, seq, props,
@@ -217,24 +214,14 @@ class StreamSequencer:
         async with self.streams.hold(key):
             token = held.begin(qm.store.lsn_floor())
             try:
-                # One message and nothing else is a plain append (the store's leanest path);
-                # more, or acknowledgements with it, one atomic commit.
-                sends = [*specs, *(s for _, s in acks)]
-                made = (await store_call(qm.store.commit(sends)) if len(sends) > 1
-                        else [await store_call(qm.store.append(sends[0]))])
-                for record in made[:len(specs)]:
-                    qm.arrived(queue, record)
-                for (target, _), record in zip(acks, made[len(specs):]):
-                    qm.arrived(target, record)
+                made = await sending.commit(qm.store, [*specs, *acks], arrived=qm.arrived)
                 self.streams.accepted(key, [(item.stream, record) for item, record
                                             in zip(batch, made)], line.queue_url)
-            except ProblemError as exc:
-                if isinstance(exc.__cause__, QueueQuotaExceeded):
-                    server_log.warning("queue %s over its quota: %d stream message(s) of %s "
-                                       "not accepted (the sender resends them)",
-                                       queue.path.display, len(batch), key[0])
-                    return False
-                raise
+            except QueueFull:
+                server_log.warning("queue %s over its quota: %d stream message(s) of %s "
+                                   "not accepted (the sender resends them)",
+                                   queue.path.display, len(batch), key[0])
+                return False
             finally:
                 held.end(token)
         return True

@@ -21,7 +21,8 @@ import contextlib
 import json
 import time
 
-from gateway.errors import ProblemError
+from gateway.queues import sending
+from gateway.queues.errors import QueueError
 from gateway.queues.internal import STREAMS_QUEUE
 from gateway.logs import server_log
 from gateway.metrics import Metrics
@@ -36,7 +37,7 @@ from gateway.queues.state_records import StateQueue
 from gateway.queues.wire_ids import WireIds
 from store.errors import StoreError
 from store.framing import RecordFlags
-from store.records import SendSpec, StoredRecord
+from store.records import StoredRecord
 
 __all__ = ["IncomingStreams", "STALE_MAX"]
 
@@ -186,7 +187,7 @@ class IncomingStreams:
                    if (state := self.table.get(key)) is not None]
         if not written:
             return
-        made = await self.store.commit([SendSpec(self.queue.queue_id, doc)
+        made = await self.store.commit([sending.state(self.queue.queue_id, doc)
                                         for _, _, doc in written])
         for (key, seq, _), record in zip(written, made):
             self.held.written(key, seq)
@@ -213,7 +214,7 @@ class IncomingStreams:
             for due in self.table.due(time.monotonic()):
                 try:
                     ordinal = await self.ids.next()
-                except ProblemError as exc:  # cumulative: the sender's resend brings another
+                except QueueError as exc:  # cumulative: the sender's resend brings another
                     server_log.warning("stream receipt to %s not sent: %s", due.send_to,
                                        exc.detail)
                     continue

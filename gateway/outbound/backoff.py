@@ -42,10 +42,10 @@ class Failures:
         if self._warned_at is None or now - self._warned_at >= REMIND_S:
             first = self._warned_at is None
             self._warned_at = now
-            server_log.warning("%s %s: %s (%d failed attempt(s) in a row); retrying with "
-                               "back-off up to %gs", self.what,
+            server_log.warning("%s %s: %s (%d failed attempt(s) in a row); next attempt "
+                               "in %.1fs, back-off up to %gs", self.what,
                                "failing" if first else "still failing", problem,
-                               self.in_a_row, self.cap_s)
+                               self.in_a_row, delay, self.cap_s)
         return delay
 
     def succeeded(self) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.errors import ProblemError
+from gateway.queues.errors import QueueError
 from gateway.logs import server_log
 from gateway.msmq.message import compose_id, split_payload
 from gateway.queues.manager import Queue, QueueManager
@@ -187,6 +187,6 @@ class Landing:
             self.landed += len(records)
         try:
             return await self.consumers.commit(queue, self.spec.consumer, stop)
-        except ProblemError as exc:
+        except QueueError as exc:
             self.last_error = exc.detail
             raise

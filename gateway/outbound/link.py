@@ -30,11 +30,12 @@ from dataclasses import dataclass, replace
 
 import aiohttp
 
+from gateway.queues import sending
 from gateway.outbound.backoff import Failures
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
-from gateway.msmq.message import encode_payload
 from gateway.outbound.outgoing import Outgoing
+from gateway.queues.events import Tally
 from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
 from gateway.outbound.receipt_sender import SKIP_AUTO_HEADERS, USER_AGENT
 from gateway.srmp.build import build_request, envelope_bytes
@@ -46,7 +47,7 @@ from gateway.queues.store_errors import store_call
 from gateway.outbound.webhook_headers import safe_content_type, webhook_headers
 from gateway.queues.wire_ids import ORDINAL_MAX
 from mapping.names import MACHINE_JOURNAL
-from store.records import SendSpec, StoredRecord
+from store.records import StoredRecord
 
 __all__ = ["Link", "LinkOptions"]
 
@@ -86,7 +87,7 @@ class Link:
                  options: LinkOptions, *, route: Callable[[str], str],
                  receipts_to: Callable[[str], str],
                  webhook: tuple[str, bytes] | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, counts: Tally | None = None) -> None:
         self.qm = qm
         self.outgoing = outgoing
         self.queue = queue
@@ -129,6 +130,10 @@ class Link:
         self._failures = Failures(f"link to {self.destination}", options.retry_max_s)
         self.sent = 0
         self.retries = 0
+        # Retries and acknowledgements since start, by destination, for the metrics; the
+        # destination's own label is taken now if there is room (gateway.queues.events).
+        self._counts = counts if counts is not None else Tally()
+        self._counts.label(self.destination)
 
     # ---- what /v1/links shows ------------------------------------------------------------
 
@@ -412,6 +417,7 @@ class Link:
                 self.last_error = problem
             return status, verdict
         self.retries += 1
+        self._counts.count(self.destination, "retries")
         self.last_error = problem
         self.state = "waiting to connect" if status == 0 else "inactive"
         await asyncio.sleep(self._failures.failed(problem))
@@ -434,20 +440,20 @@ class Link:
         """Delivered (a 200, or a stream receipt): removed, with a machine-journal copy for
         messages that asked for positive source journaling (``Journal/``)."""
         journal = self.qm.internal(MACHINE_JOURNAL)
-        specs: list[SendSpec] = []
+        specs: list[sending.Send] = []
         for record in records:
             message = self.qm.decode(self.queue, record)
             if message.properties.journal == "journal":
                 copy = replace(message.properties, message_id=message.message_id)
-                specs.append(SendSpec(journal.queue_id, encode_payload(copy, message.body)))
+                specs.append(sending.copy(journal, copy, message.body))
             self.qm.hold(self.queue, record)
             self._seen_at.pop(record.seq, None)
             self._assigned.pop(record.seq, None)
         removed = False
         try:
             if specs:
-                for made in await store_call(self.qm.store.commit(specs, removes=records)):
-                    self.qm.arrived(journal, made)
+                await sending.commit(self.qm.store, specs, removes=records,
+                                     arrived=self.qm.arrived)
             else:
                 await store_call(self.qm.store.remove(records))
             removed = True
@@ -514,8 +520,9 @@ class Link:
 
     async def final_receipt(self, stream_id: str, ordinal: int, positive: bool,
                             message_class: int) -> bool:
-        """A final stream receipt (srmp.md §2.6): the kept copy is removed when the message
-        was read, moved to ``system$;deadxact`` with the receipt's class when it was not."""
+        """A final stream receipt (docs/srmp.md, "Final stream receipts"): the kept copy is
+        removed when the message was read, moved to ``system$;deadxact`` with the receipt's
+        class when it was not."""
         record = self._awaiting_final.pop((stream_id, ordinal), None)
         if record is None:
             return False

@@ -14,6 +14,7 @@ import ssl
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
+from gateway.queues.events import Tally
 from gateway.queues.internal import OUTGOING_PREFIX
 from gateway.outbound.link import Link, LinkOptions
 from gateway.logs import server_log
@@ -33,7 +34,9 @@ class Links:
     def __init__(self, qm: QueueManager, options: LinkOptions, metrics: Metrics,
                  rules: Callable[[], RuleSet | None],
                  webhooks: Sequence[tuple[str, str, bytes]] = (),
-                 peers: Sequence[Peer] = ()) -> None:
+                 peers: Sequence[Peer] = (), paused: bool = False) -> None:
+        """``paused``: every link and receipt lane starts paused (links.start_paused) and
+        forwards nothing until it is resumed."""
         self.qm = qm
         self.options = options
         self.metrics = metrics
@@ -44,9 +47,14 @@ class Links:
         # (normalised URL or prefix, partner name, secret), as [[webhooks]] declares them
         self._webhooks = [(Pattern.parse(url), name, secret) for url, name, secret in webhooks]
         self._peers = list(peers)
+        self.paused = paused
+        # Retries and acknowledgements since start by destination, for the metrics
+        # (gateway.web.metrics_state); destinations past metrics.queues_max share "_other".
+        self.counts = Tally()
         # The receipts this gateway posts: routed by ``route`` too, with the links' back-off
         self.receipts = ReceiptLanes(self.route, metrics, cap_s=options.retry_max_s,
-                                     tls=self.tls_for)
+                                     counts=self.counts,
+                                     tls=self.tls_for, paused=paused)
 
     def start(self) -> None:
         for queue in self.outgoing.queues():
@@ -64,7 +72,10 @@ class Links:
                               or options.stream_element, window=peer.window or options.window)
             tls = peer.ssl_context
         link = Link(self.qm, self.outgoing, queue, options, route=self.route,
-                    receipts_to=self.receipts_to, webhook=webhook, tls=tls)
+                    receipts_to=self.receipts_to, webhook=webhook, tls=tls,
+                    counts=self.counts)
+        if self.paused:
+            link.pause()
         self.links[queue.path.canonical] = link
         self._tasks[queue.path.canonical] = asyncio.create_task(
             link.run(), name=f"link {link.destination}")
@@ -111,7 +122,7 @@ class Links:
         for link in self.links.values():
             if link.stream is not None and link.stream.stream_id == stream_id:
                 done = await link.receipt(last_ordinal)
-                self.metrics.link_acked.labels(link.destination).inc(done)
+                self.counts.count(link.destination, "acknowledged", done)
                 return True
         return False
 
@@ -133,10 +144,6 @@ class Links:
             summary = link.summary()
             summary["id"] = canonical[len(OUTGOING_PREFIX):]
             out.append(summary)
-            self.metrics.link_backlog.labels(link.destination).set(
-                self.qm.store.count(link.queue.queue_id))
-            self.metrics.link_unacked.labels(link.destination).set(
-                len(link.stream.pending) if link.stream else 0)
         out.extend(self.receipts.summaries())
         return out
 

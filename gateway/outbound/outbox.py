@@ -1,5 +1,5 @@
 """The outbox: acknowledgements for admin queues on other hosts, posted as SRMP receipts
-(delivery receipts, commitment receipts: srmp.md §1.9, §2.7).
+(delivery receipts, commitment receipts: docs/srmp.md, "Commitment receipts").
 
 gateway.queues.copies puts each one in an internal queue in the same commit as what caused it, so
 none is lost in a crash; this task posts them and removes each once the receiver answered
@@ -22,7 +22,7 @@ import contextlib
 import re
 import time
 
-from gateway.errors import ProblemError
+from gateway.queues.errors import QueueError
 from gateway.queues.internal import OUTBOX_QUEUE
 from gateway.logs import server_log
 from gateway.metrics import Metrics
@@ -138,7 +138,7 @@ class Outbox:
             removed = True
         except StoreError as exc:
             server_log.error("outbox record not removed: %s", exc)
-        except ProblemError as exc:  # no id for the receipt: the store cannot write
+        except QueueError as exc:  # no id for the receipt: the store cannot write
             server_log.error("outbox receipt not sent: %s", exc.detail)
         finally:
             self.qm.release(self.queue, record, removed=removed)

@@ -16,18 +16,17 @@ import asyncio
 import hashlib
 import json
 import time
-from dataclasses import replace
 
+from gateway.queues import sending
 from gateway.queues.internal import LINKS_QUEUE, OUTGOING_PREFIX
 from gateway.logs import server_log
-from gateway.msmq.message import MessageProperties, encode_payload
 from gateway.queues.manager import Queue, QueueManager, QueueSettings
 from gateway.srmp.eod_sender import SenderStream, stream_id_for
 from gateway.queues.state_records import StateQueue
 from gateway.queues.store_errors import store_call
 from mapping.names import parse_queue_path
 from mapping.rules import normalise_address
-from store.records import SendSpec, StoredRecord
+from store.records import StoredRecord
 
 __all__ = ["Outgoing"]
 
@@ -100,13 +99,6 @@ class Outgoing:
         self._creating.pop(path, None)
         return found
 
-    def spec(self, queue: Queue, destination: str, props: MessageProperties, body: bytes,
-             seq: int) -> SendSpec:
-        """A message for ``destination`` in its outgoing queue (``srmp_to`` keeps the URL)."""
-        props = replace(props, extra={**props.extra, "srmp_to": destination})
-        return SendSpec(queue.queue_id, encode_payload(props, body), priority=props.priority,
-                        expires_ms=props.receive_by_ms, seq=seq)
-
     async def new_stream(self, queue: Queue, base_seq: int, receipts_to: str) -> SenderStream:
         """Start a stream at ``base_seq``: its record is durable before this returns."""
         self._ordinal = (self._ordinal + 1) & 0xFFFFFFFF
@@ -117,7 +109,8 @@ class Outgoing:
         old = self.streams.get(queue.path.canonical)
         removes = [old[1]] if old is not None else []
         [record] = await store_call(self.store.commit(
-            [SendSpec(self.links_queue.queue_id, json.dumps(doc).encode())], removes=removes))
+            [sending.state(self.links_queue.queue_id, json.dumps(doc).encode())],
+            removes=removes))
         self.streams[queue.path.canonical] = (stream, record)
         return stream
 

@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from gateway.auth.outbound import url_prefix
 from gateway.outbound.backoff import Failures
 from gateway.metrics import Metrics
+from gateway.queues.events import Tally
 
 __all__ = ["ReceiptLane", "ReceiptLanes", "LANE_ID_PREFIX"]
 
@@ -52,8 +53,12 @@ def origin_of(url: str) -> str | None:
 class ReceiptLane:
     """The receipts on their way to one destination."""
 
-    def __init__(self, destination: str, cap_s: float) -> None:
+    def __init__(self, destination: str, cap_s: float, counts: Tally | None = None) -> None:
         self.destination = destination
+        # Retries since start for the metrics (gateway.queues.events): the destination's
+        # own label is taken now if there is room.
+        self._counts = counts if counts is not None else Tally()
+        self._counts.label(destination)
         self.id = LANE_ID_PREFIX + hashlib.sha256(destination.encode()).hexdigest()[:24]
         self.failures = Failures(f"receipts to {destination}", cap_s)
         self.state = "active"
@@ -112,6 +117,7 @@ class ReceiptLane:
             self.last_error = problem
             return
         self.retries += 1
+        self._counts.count(self.destination, "retries")
         self.last_error = problem
         self.state = "waiting to connect" if status == 0 else "inactive"
         self._retry_at = time.monotonic() + self.failures.failed(problem)
@@ -138,13 +144,16 @@ class ReceiptLane:
 class ReceiptLanes:
     def __init__(self, route: Callable[[str], str], metrics: Metrics, *, cap_s: float,
                  tls: Callable[[str], ssl.SSLContext | None] = lambda _: None,
-                 lanes_max: int = 1024) -> None:
+                 lanes_max: int = 1024, paused: bool = False,
+                 counts: Tally | None = None) -> None:
         self._route = route
+        self.counts = counts if counts is not None else Tally()  # retries, for the metrics
         self._tls = tls
         self.metrics = metrics
         self.cap_s = cap_s
         self.lanes_max = lanes_max
         self._lanes: OrderedDict[str, ReceiptLane] = OrderedDict()
+        self.paused = paused  # new lanes start paused (links.start_paused)
 
     def route(self, url: str) -> str:
         """The URL to post a receipt for ``url`` to (outbound redirection, as links do)."""
@@ -162,14 +171,17 @@ class ReceiptLanes:
         if lane is not None:
             self._lanes.move_to_end(key)
             return lane
-        lane = self._lanes[key] = ReceiptLane(key, self.cap_s)
+        lane = self._lanes[key] = ReceiptLane(key, self.cap_s, self.counts)
+        if self.paused:
+            lane.pause()
         if len(self._lanes) > self.lanes_max:
+            # A lane paused by hand is kept (it would come back active); under
+            # links.start_paused every new lane is paused anyway, so idle ones may go.
             idle = next((k for k, v in self._lanes.items()
-                         if not v.backlog and not v.paused and v is not lane), None)
+                         if not v.backlog and (self.paused or not v.paused)
+                         and v is not lane), None)
             if idle is not None:
                 del self._lanes[idle]
-                with contextlib.suppress(KeyError):  # never scraped since it was made
-                    self.metrics.link_backlog.remove(idle)
         return lane
 
     def find(self, lane_id: str) -> ReceiptLane:
@@ -184,5 +196,4 @@ class ReceiptLanes:
         for key in sorted(self._lanes):
             lane = self._lanes[key]
             out.append(lane.summary())
-            self.metrics.link_backlog.labels(lane.destination).set(lane.backlog)
         return out

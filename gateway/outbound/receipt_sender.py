@@ -41,8 +41,9 @@ def _version() -> str:
         return "0"
 
 
-# SRMP posts carry the headers Windows sends (srmp.md §1.1) and no more: aiohttp's default
-# Accept and Accept-Encoding (gzip) are left out; a User-Agent names the gateway.
+# SRMP posts carry the headers Windows sends (docs/srmp.md, "Transport and HTTP request") and
+# no more: aiohttp's default Accept and Accept-Encoding (gzip) are left out; a User-Agent
+# names the gateway.
 SKIP_AUTO_HEADERS = ("Accept", "Accept-Encoding")
 USER_AGENT = f"entrepot/{_version()}"
 

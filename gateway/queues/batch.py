@@ -6,11 +6,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gateway.errors import ProblemError
-from gateway.msmq.message import MessageProperties, encode_payload
+from gateway.queues import sending
+from gateway.queues.errors import BadRequest
+from gateway.msmq.message import MessageProperties
 from gateway.queues.manager import QueueManager, ReceivedMessage
-from gateway.queues.store_errors import store_call
-from store.records import SendSpec
 
 __all__ = ["send_batch"]
 
@@ -21,7 +20,7 @@ async def send_batch(qm: QueueManager, items: Sequence[tuple[str, bytes, Message
     Messages to transactional queues are transactional; the others are not, but share
     the batch's atomicity."""
     if not items:
-        raise ProblemError(400, "a batch needs at least one message", type_slug="bad-request")
+        raise BadRequest("a batch needs at least one message", type_slug="bad-request")
     now_ms = int(time.time() * 1000)
     specs, targets, stamped = [], [], []
     for name, body, properties in items:
@@ -32,14 +31,12 @@ async def send_batch(qm: QueueManager, items: Sequence[tuple[str, bytes, Message
                         sent_at_ms=properties.sent_at_ms or now_ms,
                         source_qm=properties.source_qm or qm.qm_guid,
                         priority=0 if tx else properties.priority, recoverable=True)
-        specs.append(SendSpec(queue.queue_id, encode_payload(props, body),
-                              priority=props.priority, expires_ms=props.receive_by_ms))
+        specs.append(sending.message(queue, props, body))
         targets.append(queue)
         stamped.append((props, body))
-    records = await store_call(qm.store.commit(specs))
+    records = await sending.commit(qm.store, specs, atomic=True, arrived=qm.arrived)
     made = []
     for queue, record, (props, body) in zip(targets, records, stamped):
-        qm.arrived(queue, record)
         made.append(ReceivedMessage(qm.message_id(queue, record, props),
                                     queue.path.display, record.seq, props, body))
     return made

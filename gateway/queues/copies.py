@@ -1,48 +1,43 @@
 """Copies a message's fate causes: dead-letter copies and acknowledgements
 (docs/architecture.md §Queue semantics).
 
-Both are store specs, committed by the caller in the same atomic commit as whatever caused
-them (a removal, an expiry, a refusal). An acknowledgement for an admin queue on another host
-goes to the outbox (an internal queue), from which gateway.outbound.outbox posts it as an SRMP
-receipt;
-it is thereby as durable as the commit that caused it.
+Both are records composed by gateway.queues.sending, committed by the caller in the same
+atomic commit as whatever caused them (a removal, an expiry, a refusal). An acknowledgement
+for an admin queue on another host goes to the outbox (an internal queue), from which
+gateway.outbound.outbox posts it as an SRMP receipt; it is thereby as durable as the commit
+that caused it.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+from gateway.queues import sending
 from gateway.queues.acks import ack_properties, negative, wants_ack
 from gateway.queues.internal import OUTBOX_QUEUE, is_internal
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
-from gateway.msmq.message import encode_payload
+from gateway.queues.model import Queue, QueueHost, ReceivedMessage
 from mapping.names import DEADLETTER, DEADXACT, MACHINE_JOURNAL, QueueNameError, parse_queue_path
-from store.records import SendSpec
-
-if TYPE_CHECKING:
-    from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
 
 __all__ = ["dead_letter_spec", "ack_specs"]
 
 _NOT_ADMIN = (DEADLETTER, DEADXACT, MACHINE_JOURNAL)
 
 
-def dead_letter_spec(qm: QueueManager, queue: Queue, message: ReceivedMessage,
-                     reason: MessageClass, now_ms: int) -> tuple[Queue, SendSpec]:
+def dead_letter_spec(qm: QueueHost, queue: Queue, message: ReceivedMessage,
+                     reason: MessageClass, now_ms: int) -> sending.Send:
     target = qm.internal(DEADXACT if message.properties.transactional else DEADLETTER)
     props = replace(message.properties, message_class=int(reason),
                     message_id=message.message_id,
                     extra={**message.properties.extra, "dead_letter_class": reason.msmq_name,
                            "source_queue": queue.path.display,
                            "dead_lettered_at_ms": str(now_ms)})
-    return target, SendSpec(target.queue_id, encode_payload(props, message.body),
-                            priority=props.priority)
+    return sending.copy(target, props, message.body, priority=props.priority)
 
 
-def ack_specs(qm: QueueManager, queue: Queue, message: ReceivedMessage,
-              message_class: MessageClass, now_ms: int) -> list[tuple[Queue, SendSpec]]:
+def ack_specs(qm: QueueHost, queue: Queue, message: ReceivedMessage,
+              message_class: MessageClass, now_ms: int) -> list[sending.Send]:
     """The acknowledgement ``message``'s level asks for, if any: into a local admin queue, or
     into the outbox for an admin queue named by an http(s) URL."""
     props = message.properties
@@ -74,7 +69,7 @@ def ack_specs(qm: QueueManager, queue: Queue, message: ReceivedMessage,
             "queue_url": props.extra.get("srmp_to", ""),
             "received_at_ms": str(props.arrived_at_ms or now_ms)})
     body = message.body if negative(message_class) else b""
-    return [*final, (admin, SendSpec(admin.queue_id, encode_payload(ack_props, body)))]
+    return [*final, sending.copy(admin, ack_props, body)]
 
 
 _FINAL_CLASSES = (MessageClass.ACK_RECEIVE, MessageClass.NACK_Q_PURGED,
@@ -82,12 +77,13 @@ _FINAL_CLASSES = (MessageClass.ACK_RECEIVE, MessageClass.NACK_Q_PURGED,
                   MessageClass.NACK_RECEIVE_REJECTED, MessageClass.NACK_PURGED)
 
 
-def _final_stream_receipt(qm: QueueManager, queue: Queue, message: ReceivedMessage,
+def _final_stream_receipt(qm: QueueHost, queue: Queue, message: ReceivedMessage,
                           message_class: MessageClass, now_ms: int
-                          ) -> list[tuple[Queue, SendSpec]]:
+                          ) -> list[sending.Send]:
     """A stream message that asked for negative source journaling (``DeadLetter/``) tells
-    its sender how it left the queue: a final stream receipt (srmp.md §2.6), positive when
-    read, negative when purged, deleted with its queue or timed out; nothing otherwise."""
+    its sender how it left the queue: a final stream receipt, positive when read, negative
+    when purged, deleted with its queue or timed out; nothing otherwise (docs/srmp.md,
+    "Final stream receipts"; [MC-MQSRM] §3.1.7.3.3)."""
     extra = message.properties.extra
     receipts_to = extra.get("stream_receipts_to", "")
     if (message.properties.journal != "deadletter" or not receipts_to
@@ -101,7 +97,7 @@ def _final_stream_receipt(qm: QueueManager, queue: Queue, message: ReceivedMessa
         **props.extra, "receipt_to": receipts_to, "final_stream_id": extra["stream_id"],
         "final_ordinal": extra["stream_current"], "original_srmp_id": extra.get("srmp_id", ""),
         "queue_url": extra.get("srmp_to", "")})
-    return [(outbox, SendSpec(outbox.queue_id, encode_payload(props, b"")))]
+    return [sending.copy(outbox, props, b"")]
 
 
 def _receipt_url(admin_queue: str, extra: dict[str, str], message_class: MessageClass) -> str:

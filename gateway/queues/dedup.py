@@ -32,14 +32,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway import jsonio
-from gateway.errors import ProblemError
+from gateway.queues import sending
+from gateway.queues.errors import Unprocessable
 from gateway.queues.internal import DEDUP_QUEUE
 from gateway.logs import server_log
 from gateway.msmq.message import MessageFormatError, decode_payload
 from gateway.queues.state_records import Quarantine, StateQueue, read_state
 from store.errors import MessageTooLarge, StoreError
 from store.message_store import MessageStore
-from store.records import SendSpec, StoredRecord
+from store.records import StoredRecord
 
 __all__ = ["DedupWindow", "DEDUP_QUEUE", "KeyedEntry", "srmp_keyed_entry", "destination_key",
            "SRMP_KEYED_BY_BODY"]
@@ -149,7 +150,7 @@ class DedupWindow:
         """The first answer for ``key`` when it is a duplicate of the same body, else None.
 
         Raises:
-            ProblemError: 422 when the key was used with another body.
+            QueueError: 422 when the key was used with another body.
         """
         if key in self._pending:
             pending = self._pending[key]
@@ -160,18 +161,19 @@ class DedupWindow:
         if entry is None or entry.at_ms < self._horizon_ms():
             return None
         if entry.digest != digest:
-            raise ProblemError(422, f"Idempotency-Key {key!r} was used for another request "
-                               "within the duplicate-detection window",
-                               type_slug="idempotency-key-reused")
+            raise Unprocessable(f"Idempotency-Key {key!r} was used for another request "
+                                "within the duplicate-detection window",
+                                type_slug="idempotency-key-reused")
         return entry.answer
 
     def begin(self, key: str) -> None:
         self._pending[key] = None
 
-    def spec(self, key: str, digest: str, answer: dict[str, object]) -> SendSpec:
-        """The record that remembers ``key``; commit it together with the message."""
+    def spec(self, key: str, digest: str, answer: dict[str, object]) -> sending.Send:
+        """The record that remembers ``key``; commit it together with the message and give
+        it to ``done``."""
         doc = {"key": key, "digest": digest, "answer": answer, "at_ms": _now_ms()}
-        return SendSpec(self.queue_id, jsonio.dumps(doc))
+        return None, sending.state(self.queue_id, jsonio.dumps(doc))
 
     def done(self, key: str, digest: str, answer: dict[str, object],
              record: StoredRecord | None) -> None:
@@ -238,7 +240,7 @@ class DedupWindow:
                      ) -> None:
         payload = jsonio.dumps({"entries": [doc for _, _, doc in batch]})
         try:
-            record = await self.store.append(SendSpec(self.queue_id, payload))
+            record = await self.store.append(sending.state(self.queue_id, payload))
         except MessageTooLarge:
             # Only an absurd sender id makes one entry larger than a segment: it stays known
             # in memory, but must not keep every later removal waiting for a write that fails.

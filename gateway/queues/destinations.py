@@ -17,13 +17,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from gateway.queues import sending
 from gateway.queues.copies import ack_specs, dead_letter_spec
-from gateway.errors import ProblemError
-from gateway.queues.internal import DEDUP_QUEUE
+from gateway.queues.errors import BadRequest, Unprocessable
 from gateway.msmq.classes import MessageClass
-from gateway.msmq.message import MessageProperties, compose_id, encode_payload
+from gateway.msmq.message import MessageProperties, compose_id
 from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
-from gateway.queues.store_errors import store_call
 from gateway.queues.wire_ids import local_id
 from mapping.engine import route_inbound
 from mapping.errors import FormatNameError
@@ -34,7 +33,6 @@ from mapping.formatnames import (
     parse_format_name,
 )
 from mapping.rules import RuleSet
-from store.records import SendSpec
 
 __all__ = ["LocalNames", "local_host_names", "redirect_inbound", "resolve_local",
            "split_destinations", "send_to_destinations"]
@@ -97,7 +95,7 @@ def split_destinations(text: str, local: LocalNames) -> tuple[list[str], list[st
     remote ones are reached by links over SRMP, so they must be HTTP(S) direct names.
 
     Raises:
-        ProblemError: 400 for a bad format name; 422 for a remote element SRMP cannot reach.
+        QueueError: 400 for a bad format name; 422 for a remote element SRMP cannot reach.
     """
     paths, urls = _split(text, local)  # senders repeat the same few names: parsed once
     return list(paths), list(urls)
@@ -108,7 +106,7 @@ def _split(text: str, local: LocalNames) -> tuple[tuple[str, ...], tuple[str, ..
     try:
         parsed = parse_format_name(text)
     except FormatNameError as exc:
-        raise ProblemError(400, str(exc), type_slug=exc.code) from exc
+        raise BadRequest(str(exc), type_slug=exc.code) from exc
     elements: tuple[SingleFormatName, ...] = (
         parsed.elements if isinstance(parsed, MultipleFormatName) else (parsed,))
     paths: list[str] = []
@@ -119,9 +117,9 @@ def _split(text: str, local: LocalNames) -> tuple[tuple[str, ...], tuple[str, ..
         elif isinstance(element, DirectFormatName) and element.protocol in ("http", "https"):
             urls.append(element.url())
         else:
-            raise ProblemError(422, f"{element.format_name()} is not on this gateway and "
-                               "SRMP links reach only DIRECT=HTTP(S) format names",
-                               type_slug="no-route")
+            raise Unprocessable(f"{element.format_name()} is not on this gateway and "
+                                "SRMP links reach only DIRECT=HTTP(S) format names",
+                                type_slug="no-route")
     return tuple(paths), tuple(urls)
 
 
@@ -129,11 +127,11 @@ def resolve_local(text: str, local: LocalNames) -> list[str]:
     """The local queue path of each element of the format name ``text``.
 
     Raises:
-        ProblemError: 400 for a bad format name; 422 when an element is not local.
+        QueueError: 400 for a bad format name; 422 when an element is not local.
     """
     paths, urls = split_destinations(text, local)
     if urls:
-        raise ProblemError(422, f"{urls[0]} is not on this gateway", type_slug="no-route")
+        raise Unprocessable(f"{urls[0]} is not on this gateway", type_slug="no-route")
     return paths
 
 
@@ -146,19 +144,19 @@ async def send_to_destinations(qm: QueueManager, paths: list[str], body: bytes,
     ``remote`` = (outgoing queue, destination URL)); returns the answer: the stored copies
     and the destinations whose copy was dead-lettered. With ``dedup_key`` (key, digest) the
     answer is remembered in the duplicate window in the same commit."""
-    specs: list[tuple[Queue, SendSpec]] = []
+    specs: list[sending.Send] = []
     try:
         return await _send(qm, paths, body, properties, transactional, remote, dedup_key,
                            specs)
     except BaseException:
-        qm.store.release_sends([spec for _, spec in specs])
+        sending.release(qm.store, specs)
         raise
 
 
 async def _send(qm: QueueManager, paths: list[str], body: bytes,
                 properties: MessageProperties, transactional: bool,
                 remote: Sequence[tuple[Queue, str]], dedup_key: tuple[str, str] | None,
-                specs: list[tuple[Queue, SendSpec]]) -> dict[str, object]:
+                specs: list[sending.Send]) -> dict[str, object]:
     now_ms = int(time.time() * 1000)
     stored: list[tuple[Queue, ReceivedMessage]] = []
     dead: list[dict[str, str]] = []
@@ -174,13 +172,12 @@ async def _send(qm: QueueManager, paths: list[str], body: bytes,
                         priority=0 if transactional else properties.priority,
                         recoverable=properties.recoverable or transactional,
                         extra={**properties.extra, "srmp_to": url})
-        seq = qm.store.reserve_seq(outgoing.queue_id)
+        seq = sending.reserve(qm.store, outgoing)
         message = ReceivedMessage(props.message_id or compose_id(qm.qm_guid,
                                                                   outgoing.queue_id, seq),
                                   url, seq, props, body)
-        specs.append((outgoing, SendSpec(outgoing.queue_id, encode_payload(props, body),
-                                         priority=props.priority,
-                                         expires_ms=props.receive_by_ms, seq=seq)))
+        # Durable in the outgoing queue until its link delivers it, express or not.
+        specs.append(sending.message(outgoing, props, body, seq=seq, express=False))
         stored.append((outgoing, message))
     for path in paths:
         queue = qm.queue(path)
@@ -197,27 +194,21 @@ async def _send(qm: QueueManager, paths: list[str], body: bytes,
             dead.append({"queue": queue.path.display, "class": nack.msmq_name})
             continue
         queue = qm.check_send(path, transactional=transactional)
-        seq = qm.store.reserve_seq(queue.queue_id)
+        seq = sending.reserve(qm.store, queue)
         message = ReceivedMessage(props.message_id or compose_id(qm.qm_guid, queue.queue_id,
                                                                   seq),
                                   queue.path.display, seq, props, body)
-        specs.append((queue, SendSpec(queue.queue_id, encode_payload(props, body),
-                                      priority=props.priority,
-                                      expires_ms=props.receive_by_ms, seq=seq)))
+        specs.append(sending.message(queue, props, body, seq=seq))
         stored.append((queue, message))
     if not specs:
-        raise ProblemError(400, "no destination", type_slug="bad-request")
+        raise BadRequest("no destination", type_slug="bad-request")
     answer = answer_of([m for _, m in stored], dead)
     if dedup_key is not None:  # remembered in the same commit as the messages
         assert qm.dedup is not None
-        specs.append((qm.internal(DEDUP_QUEUE), qm.dedup.spec(dedup_key[0], dedup_key[1],
-                                                              answer)))
-    made = await store_call(qm.store.commit([spec for _, spec in specs]))
-    for (queue, _), record in zip(specs, made):
-        if queue.path.canonical == DEDUP_QUEUE and dedup_key is not None and qm.dedup:
-            qm.dedup.done(dedup_key[0], dedup_key[1], answer, record)
-        else:
-            qm.arrived(queue, record)
+        specs.append(qm.dedup.spec(dedup_key[0], dedup_key[1], answer))
+    made = await sending.commit(qm.store, specs, atomic=True, arrived=qm.arrived)
+    if dedup_key is not None and qm.dedup is not None:
+        qm.dedup.done(dedup_key[0], dedup_key[1], answer, made[-1])
     return answer
 
 

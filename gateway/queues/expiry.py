@@ -6,7 +6,8 @@ dead-letter queue when its journal level is ``deadletter``, with class NACK_RECE
 and with a negative acknowledgement when its level asks (``QueueManager.finish``) — and
 counted and logged with its id. A message whose deadline had passed when it arrived (a
 sender's clock ahead, or old dates) was stored like any other (expiry is not checked on
-receipt, srmp.md §1.6) and leaves the same way at once.
+receipt, [MC-MQSRM] §3.1.5.1.4) and leaves the same way at once (docs/srmp.md, "Messages
+already expired when they arrive").
 
 A message received before its deadline leaves its entry behind (found gone when it falls
 due), so when the heap has grown to twice what it held after its last clean-up it is
@@ -22,15 +23,12 @@ import itertools
 import logging
 import time
 from collections.abc import KeysView
-from typing import TYPE_CHECKING
 
-from gateway.errors import ProblemError
+from gateway.queues.errors import QueueError
 from gateway.logs import server_log
 from gateway.msmq.classes import JournalLevel, MessageClass
+from gateway.queues.model import Queue, QueueHost, ReceivedMessage
 from store.records import StoredRecord
-
-if TYPE_CHECKING:
-    from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
 
 __all__ = ["Expiry"]
 
@@ -45,7 +43,7 @@ _LOGGED_PER_BATCH = 100  # expired messages logged one by one per batch; the res
 class Expiry:
     """The deadlines of one queue manager."""
 
-    def __init__(self, qm: QueueManager) -> None:
+    def __init__(self, qm: QueueHost) -> None:
         self._qm = qm
         self._deadlines: list[tuple[int, int, int]] = []  # (deadline ms, queue, sequence)
         self._changed = asyncio.Event()
@@ -124,6 +122,7 @@ class Expiry:
     def _account(self, queue: Queue, gone: list[ReceivedMessage]) -> None:
         """Every expired message is counted and logged with its id: one that leaves no
         dead-letter copy (it did not ask for one) at WARNING, so none vanishes unseen."""
+        self._qm.events.count(queue.path.display, "expired", len(gone))
         for n, message in enumerate(gone):
             kept = message.properties.journal == JournalLevel.DEADLETTER.value
             outcome = "dead_lettered" if kept else "discarded"
@@ -149,7 +148,7 @@ class Expiry:
             gone = await self._qm.finish(queue, records, ack=MessageClass.NACK_RECEIVE_TIMEOUT,
                                          dead_letter=MessageClass.NACK_RECEIVE_TIMEOUT)
             self._account(queue, gone)
-        except ProblemError as exc:  # store full or stopped: try again later
+        except QueueError as exc:  # store full or stopped: try again later
             server_log.error("expiry of %d messages in %s failed: %s", len(records),
                              queue.path.display, exc.detail)
             for record in records:

@@ -17,12 +17,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from gateway.errors import ProblemError
+from gateway.queues.errors import BadRequest, Conflict, Forbidden, NotFound, StorageFull
+from gateway.queues import sending
 from gateway.queues.acks import wants_ack
 from gateway.queues.copies import ack_specs, dead_letter_spec
 from gateway.queues.dedup import DedupWindow, srmp_keyed_entry
 from gateway.queues.internal import DEDUP_QUEUE, INTERNAL_QUEUES, WIRE_IDS_QUEUE, is_internal
 from gateway.queues.expiry import Expiry
+from gateway.queues.events import QueueEvents
 from gateway.logs import server_log
 from gateway.queues.purge import purge_queue
 from gateway.queues.model import Queue, ReceivedMessage
@@ -37,10 +39,8 @@ from gateway.msmq.message import (
     MessageProperties,
     compose_id,
     decode_payload,
-    encode_payload,
 )
 from mapping.names import (
-    DEADLETTER,
     DEADXACT,
     MACHINE_JOURNAL,
     ORDER_QUEUE,
@@ -53,7 +53,7 @@ from mapping.names import (
 from store.errors import DiskFull, StoreError
 from store.lqs import QueueInfo
 from store.message_store import MessageStore
-from store.records import SendSpec, StoredRecord
+from store.records import StoredRecord
 
 __all__ = ["QueueManager", "Queue", "ReceivedMessage", "QueueSettings"]
 
@@ -80,6 +80,8 @@ class QueueManager:
         # the latest ones seen.
         self.seen_ids = SeenIds()
         self.expiry = Expiry(self)
+        # What happened to each queue's messages since start (the metrics read it).
+        self.events = QueueEvents()
         self.dedup: DedupWindow | None = None
         # Unreadable records of the internal queues, set aside once the gateway is open.
         self.quarantine = Quarantine(store)
@@ -125,9 +127,7 @@ class QueueManager:
             if path.canonical not in self._queues:
                 try:
                     await self.create_queue(name, settings)
-                except ProblemError as exc:
-                    if exc.status_hint != 507:
-                        raise
+                except StorageFull as exc:
                     # A full disk: serve the queues there are; the next start registers it.
                     server_log.error("declared queue %s not created: %s", path.display, exc)
 
@@ -160,7 +160,7 @@ class QueueManager:
         try:  # store_call: a full disk is 507, not a queue that exists
             info = await store_call(self.store.create_queue(path.display, props))
         except StoreError as exc:
-            raise ProblemError(409, str(exc), type_slug="queue-exists") from exc
+            raise Conflict(str(exc), type_slug="queue-exists") from exc
         return self._add(info, path)
 
     # ---- queues --------------------------------------------------------------------------
@@ -172,8 +172,8 @@ class QueueManager:
         try:
             path = parse_queue_path(name)
         except QueueNameError as exc:
-            raise ProblemError(400, str(exc), type_slug="MQ_ERROR_ILLEGAL_QUEUE_PATHNAME"
-                               ) from exc
+            raise BadRequest(str(exc), type_slug="MQ_ERROR_ILLEGAL_QUEUE_PATHNAME"
+                             ) from exc
         if len(self._parsed) >= _PARSED_MAX:  # names come from the internet: bounded
             self._parsed.clear()
         self._parsed[name] = path
@@ -182,12 +182,12 @@ class QueueManager:
     def queue(self, name: str) -> Queue:
         path = self._parse(name)
         if is_internal(path.canonical):
-            raise ProblemError(403, f"{path.display!r} is a queue the gateway keeps for itself",
-                               type_slug="MQ_ERROR_ACCESS_DENIED")
+            raise Forbidden(f"{path.display!r} is a queue the gateway keeps for itself",
+                            type_slug="MQ_ERROR_ACCESS_DENIED")
         queue = self._queues.get(path.canonical)
         if queue is None:
-            raise ProblemError(404, f"no queue {path.display!r}",
-                               type_slug="MQ_ERROR_QUEUE_NOT_FOUND")
+            raise NotFound(f"no queue {path.display!r}",
+                           type_slug="MQ_ERROR_QUEUE_NOT_FOUND")
         return queue
 
     def queues(self) -> list[Queue]:
@@ -200,14 +200,14 @@ class QueueManager:
         path = self._parse(name)
         if path.system or path.journal or path.canonical in SYSTEM_QUEUES or is_internal(
                 path.canonical):
-            raise ProblemError(403, f"{path.display!r} is a system queue or a name the gateway "
-                               "keeps for its own queues", type_slug="MQ_ERROR_ACCESS_DENIED")
+            raise Forbidden(f"{path.display!r} is a system queue or a name the gateway "
+                            "keeps for its own queues", type_slug="MQ_ERROR_ACCESS_DENIED")
         existing = self._queues.get(path.canonical)
         if existing is not None:
             if existing.settings.transactional != settings.transactional and self.store.count(
                     existing.queue_id):
-                raise ProblemError(409, "a queue holding messages cannot change whether it is "
-                                   "transactional", type_slug="queue-not-empty")
+                raise Conflict("a queue holding messages cannot change whether it is "
+                               "transactional", type_slug="queue-not-empty")
             info = await store_call(self.store.update_queue(existing.queue_id,
                                                             settings.as_properties()))
             existing.info, existing.settings = info, settings
@@ -230,12 +230,12 @@ class QueueManager:
     async def delete_queue(self, name: str) -> None:
         queue = self.queue(name)
         if queue.path.system or queue.path.canonical in SYSTEM_QUEUES:
-            raise ProblemError(403, f"{queue.path.display!r} is a system queue and cannot be "
-                               "deleted", type_slug="MQ_ERROR_ACCESS_DENIED")
+            raise Forbidden(f"{queue.path.display!r} is a system queue and cannot be "
+                            "deleted", type_slug="MQ_ERROR_ACCESS_DENIED")
         await self.purge(name, reason=MessageClass.NACK_Q_DELETED)
         if queue.reserved or self.store.count(queue.queue_id):
-            raise ProblemError(409, f"{queue.path.display!r} holds messages being received "
-                               "(in a transaction): end it first", type_slug="queue-busy")
+            raise Conflict(f"{queue.path.display!r} holds messages being received "
+                           "(in a transaction): end it first", type_slug="queue-busy")
         await self.store.delete_queue(queue.queue_id)
         del self._queues[queue.path.canonical]
         del self._by_id[queue.queue_id]
@@ -258,21 +258,21 @@ class QueueManager:
         """The queue, if a message (transactional or not) may be sent to it.
 
         Raises:
-            ProblemError: unknown queue; a dead-letter queue or journal (403); a transactional
+            QueueError: unknown queue; a dead-letter queue or journal (403); a transactional
                 mismatch (400 with MQMSG_CLASS_NACK_NOT_TRANSACTIONAL_Q or _MSG).
         """
         queue = self.queue(name)
         if queue.is_dead_letter or queue.path.journal or queue.path.canonical == MACHINE_JOURNAL:
-            raise ProblemError(403, f"nobody sends to {queue.path.display!r}: only the queue "
-                               "manager puts messages there", type_slug="MQ_ERROR_ACCESS_DENIED")
+            raise Forbidden(f"nobody sends to {queue.path.display!r}: only the queue "
+                            "manager puts messages there", type_slug="MQ_ERROR_ACCESS_DENIED")
         if transactional and not queue.settings.transactional:
             nack = MessageClass.NACK_NOT_TRANSACTIONAL_Q.msmq_name
-            raise ProblemError(400, f"{queue.path.display!r} is not transactional",
-                               type_slug=nack, extra={"class": nack})
+            raise BadRequest(f"{queue.path.display!r} is not transactional",
+                             type_slug=nack, fields={"class": nack})
         if not transactional and queue.settings.transactional:
             nack = MessageClass.NACK_NOT_TRANSACTIONAL_MSG.msmq_name
-            raise ProblemError(400, f"{queue.path.display!r} is transactional: send in a "
-                               "transaction", type_slug=nack, extra={"class": nack})
+            raise BadRequest(f"{queue.path.display!r} is transactional: send in a "
+                             "transaction", type_slug=nack, fields={"class": nack})
         return queue
 
     async def send(self, name: str, body: bytes, properties: MessageProperties, *,
@@ -311,60 +311,48 @@ class QueueManager:
         now_ms = int(time.time() * 1000)
         props = properties if fresh else replace(properties)
         props.transactional = transactional
-        props.arrive(now_ms)
-        props.sent_at_ms = props.sent_at_ms or now_ms
-        props.source_qm = props.source_qm or self.qm_guid
-        payload = encode_payload(props, body)
-        extra: list[tuple[Queue, SendSpec]] = []
+        sending.stamp(props, now_ms, self.qm_guid)
+        extra: list[sending.Send] = []
         seq = 0
         journal_copy = props.journal == JournalLevel.JOURNAL.value
         answer: dict[str, object] = {}
         if journal_copy or wants_ack(props, MessageClass.ACK_REACH_QUEUE) or dedup_key:
             # The copies name the original's id, so its sequence number is taken first.
-            seq = self.store.reserve_seq(queue.queue_id)
+            seq = sending.reserve(self.store, queue)
             try:
                 original_id = props.message_id or compose_id(self.qm_guid, queue.queue_id, seq)
                 original = ReceivedMessage(original_id, queue.path.display, seq, props, body)
                 if journal_copy:
-                    target = self._queues[MACHINE_JOURNAL]
-                    extra.append((target, self._copy_spec(MACHINE_JOURNAL, props, body,
-                                                          original_id)))
+                    extra.append(self._journal_copy(self._queues[MACHINE_JOURNAL], props, body,
+                                                    original_id))
                 extra.extend(ack_specs(self, queue, original, MessageClass.ACK_REACH_QUEUE,
                                        now_ms))
                 if dedup_key is not None:
                     answer = {"id": original_id, "queue": queue.path.display, "seq": seq}
-                    extra.append((self._queues[DEDUP_QUEUE],
-                                  self.dedup.spec(dedup_key, digest, answer)))
+                    extra.append(self.dedup.spec(dedup_key, digest, answer))
             except BaseException:
                 self.store.release_seq(queue.queue_id, seq)
                 raise
-        spec = SendSpec(queue.queue_id, payload, priority=props.priority,
-                        expires_ms=props.receive_by_ms, express=not props.recoverable, seq=seq)
-        if transactional or extra:
-            records = await store_call(
-                self.store.commit([spec, *(s for _, s in extra)]))
-            record = records[0]
-            for (target, _), extra_record in zip(extra, records[1:]):
-                if target.path.canonical == DEDUP_QUEUE and dedup_key is not None:
-                    self.dedup.done(dedup_key, digest, answer, extra_record)
-                else:
-                    self.arrived(target, extra_record)
-        else:
-            record = await store_call(self.store.append(spec))
-        self.arrived(queue, record)
+        made = await sending.commit(self.store, [sending.message(queue, props, body, seq=seq),
+                                                 *extra],
+                                    atomic=transactional, arrived=self.arrived)
+        record = made[0]
+        if dedup_key is not None and answer:
+            self.dedup.done(dedup_key, digest, answer, made[-1])
         return ReceivedMessage(self.message_id(queue, record, props), queue.path.display,
                                record.seq, props, body)
 
-    def _copy_spec(self, target: str, props: MessageProperties, body: bytes,
-                   original_id: str | None) -> SendSpec:
-        queue = self._queues[target]
+    @staticmethod
+    def _journal_copy(journal: Queue, props: MessageProperties, body: bytes,
+                      original_id: str | None) -> sending.Send:
         copy = replace(props, message_id=original_id or props.message_id)
-        return SendSpec(queue.queue_id, encode_payload(copy, body), priority=props.priority)
+        return sending.copy(journal, copy, body, priority=props.priority)
 
     def arrived(self, queue: Queue, record: StoredRecord) -> None:
         """A record became visible in ``queue`` (after a commit)."""
         self._place(queue, record.seq, record.priority, record.expires_ms)
         queue.arrived.set()
+        self.events.count(queue.path.display, "sent")
 
     def message_id(self, queue: Queue, record: StoredRecord, props: MessageProperties) -> str:
         if props.message_id:
@@ -382,7 +370,9 @@ class QueueManager:
         if not chosen:
             return []
         try:
-            return await self._remove_and_journal(queue, chosen)
+            taken = await self._remove_and_journal(queue, chosen)
+            self.events.count(queue.path.display, "received", len(taken))
+            return taken
         finally:
             queue.reserved.difference_update(r.seq for r in chosen)
 
@@ -394,7 +384,7 @@ class QueueManager:
         the caller's hold on a long-poll slot (gateway.web.long_polls).
 
         Raises:
-            ProblemError: 409 when registered range consumers read the queue as a log;
+            QueueError: 409 when registered range consumers read the queue as a log;
                 whatever ``park`` raises (503 when no long-poll slot is free).
         """
         self.check_removable(queue)
@@ -421,10 +411,10 @@ class QueueManager:
     def check_removable(queue: Queue, seq: int | None = None) -> None:
         """Refuse to remove what a registered range consumer has not passed yet."""
         if queue.pin is not None and (seq is None or seq >= queue.pin):
-            raise ProblemError(409, f"{queue.path.display} is read by registered range "
-                               "consumers: its messages leave only by their commits (or a "
-                               "purge); unregister them to receive or delete",
-                               type_slug="queue-has-consumers")
+            raise Conflict(f"{queue.path.display} is read by registered range "
+                           "consumers: its messages leave only by their commits (or a "
+                           "purge); unregister them to receive or delete",
+                           type_slug="queue-has-consumers")
 
     def hold(self, queue: Queue, record: StoredRecord) -> None:
         """Reserve a message that is not in the delivery order any more (a prepared
@@ -522,23 +512,22 @@ class QueueManager:
         messages = [self.decode(queue, r) for r in records]
         now_ms = int(time.time() * 1000)
         journal_queue = self.journal_queue(queue) if journal else None
-        extra: list[tuple[Queue, SendSpec]] = []
+        extra: list[sending.Send] = []
+        dead_lettered = 0
         for message in messages:
             props = message.properties
             if journal_queue is not None:
                 copy = replace(props, message_id=message.message_id)
-                extra.append((journal_queue, SendSpec(journal_queue.queue_id,
-                                                      encode_payload(copy, message.body))))
+                extra.append(sending.copy(journal_queue, copy, message.body))
             if dead_letter is not None and props.journal == JournalLevel.DEADLETTER.value:
                 extra.append(dead_letter_spec(self, queue, message, dead_letter, now_ms))
+                dead_lettered += 1
             extra.extend(ack_specs(self, queue, message, ack, now_ms))
         if extra:
-            made = await store_call(self.store.commit([spec for _, spec in extra],
-                                                            removes=list(records)))
-            for (target, _), record in zip(extra, made):
-                self.arrived(target, record)
+            await sending.commit(self.store, extra, removes=list(records), arrived=self.arrived)
         else:
             await store_call(self.store.remove(list(records)))
+        self.events.count(queue.path.display, "dead_lettered", dead_lettered)
         return messages
 
     def browse(self, name: str, *, after: int, limit: int) -> tuple[list[ReceivedMessage], int]:
@@ -560,8 +549,8 @@ class QueueManager:
         record = await locate(self.store, self.seen_ids, self.qm_guid, queue.queue_id,
                               message_id, holds_copies=holds_copies)
         if record is None:
-            raise ProblemError(404, f"no message {message_id!r} in {queue.path.display!r}",
-                               type_slug="MQ_ERROR_MESSAGE_NOT_FOUND")
+            raise NotFound(f"no message {message_id!r} in {queue.path.display!r}",
+                           type_slug="MQ_ERROR_MESSAGE_NOT_FOUND")
         return record
 
     async def get(self, name: str, message_id: str) -> ReceivedMessage:
@@ -576,8 +565,8 @@ class QueueManager:
         record = await self.find(queue, message_id)
         self.check_removable(queue, record.seq)
         if record.seq in queue.reserved:
-            raise ProblemError(409, f"message {message_id!r} is being received",
-                               type_slug="message-busy")
+            raise Conflict(f"message {message_id!r} is being received",
+                           type_slug="message-busy")
         queue.reserved.add(record.seq)
         try:
             await store_call(self.store.remove([record]))

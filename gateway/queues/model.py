@@ -1,18 +1,26 @@
 """A queue and a received message as the queue manager holds them (no behaviour of their
-own: the manager decides, gateway.queues.manager)."""
+own: the manager decides, gateway.queues.manager), and ``QueueHost``: the part of the
+manager its helpers (copies, expiry, purge, sending) may use, so that they depend on a
+narrow protocol and not on the manager that calls them."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gateway.msmq.message import MessageProperties
+from gateway.queues.events import QueueEvents
 from gateway.queues.settings import QueueSettings
 from mapping.names import DEADLETTER, DEADXACT, QueuePath
+from gateway.msmq.classes import MessageClass
 from store.lqs import QueueInfo
+from store.message_store import MessageStore
+from store.records import StoredRecord
 
-__all__ = ["Queue", "ReceivedMessage"]
+__all__ = ["Queue", "ReceivedMessage", "QueueHost"]
 
 
 @dataclass(slots=True)
@@ -45,3 +53,31 @@ class ReceivedMessage:
     seq: int
     properties: MessageProperties
     body: bytes
+
+
+class QueueHost(Protocol):
+    """What the manager's helpers may ask of it."""
+
+    store: MessageStore
+    qm_guid: str
+    events: QueueEvents  # what happened to each queue's messages since start (the metrics)
+
+    def internal(self, name: str) -> Queue:
+        """One of the gateway's own queues (dead-letter, outbox, ...), by canonical name."""
+
+    def lookup(self, canonical: str) -> Queue | None:
+        """A queue by canonical name, None when there is none."""
+
+    def queue_by_id(self, queue_id: int) -> Queue:
+        """A registered queue by its store id."""
+
+    def queue_by_id_or_none(self, queue_id: int) -> Queue | None:
+        """A queue by its store id, None once it was deleted."""
+
+    def arrived(self, queue: Queue, record: StoredRecord) -> None:
+        """A committed record became visible in ``queue``."""
+
+    async def finish(self, queue: Queue, records: Sequence[StoredRecord], *,
+                     ack: MessageClass, journal: bool = False,
+                     dead_letter: MessageClass | None = None) -> list[ReceivedMessage]:
+        """Remove ``records`` with the copies and acknowledgements their removal causes."""

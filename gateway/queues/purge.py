@@ -12,20 +12,16 @@ being received at that step. A message that arrives meanwhile stays.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from gateway.msmq.classes import MessageClass
 from gateway.queues.pages import pages
-
-if TYPE_CHECKING:
-    from gateway.queues.manager import Queue, QueueManager
+from gateway.queues.model import Queue, QueueHost
 
 __all__ = ["purge_queue", "STEP"]
 
 STEP = 1000  # messages removed per store commit (and per turn of the event loop at most)
 
 
-async def purge_queue(qm: QueueManager, queue: Queue, reason: MessageClass) -> int:
+async def purge_queue(qm: QueueHost, queue: Queue, reason: MessageClass) -> int:
     """Remove the waiting messages of ``queue``; return how many were removed."""
     purged = 0
     end = qm.store.readable_end(queue.queue_id)
@@ -40,12 +36,13 @@ async def purge_queue(qm: QueueManager, queue: Queue, reason: MessageClass) -> i
             await qm.finish(queue, chosen, ack=reason)
         finally:
             queue.reserved.difference_update(seqs)
+        qm.events.count(queue.path.display, "purged", len(chosen))
         purged += len(chosen)
         _drop_heads(qm, queue, records[-1].seq)
     return purged
 
 
-def _drop_heads(qm: QueueManager, queue: Queue, upto: int) -> None:
+def _drop_heads(qm: QueueHost, queue: Queue, upto: int) -> None:
     """Pop the lanes' entries up to ``upto`` whose message is gone (lanes are in sequence
     order; a message still there — received meanwhile and given back — keeps its place). An
     entry left behind out of order is harmless: taking and peeking skip gone messages."""

@@ -20,7 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gateway.errors import ProblemError
+from gateway.queues import sending
+from gateway.queues.errors import BadRequest, Conflict, Gone, NotFound
 from gateway.queues.internal import CONSUMERS_QUEUE
 from gateway.logs import server_log
 from gateway.queues.manager import Queue, QueueManager
@@ -128,10 +129,9 @@ class RangeConsumers:
             return start  # the first record is there: nothing below it matters
         floor = self.floor(queue)
         if start < floor:
-            raise ProblemError(
-                410, f"{queue.path.display}: sequences [{start}, {floor}) are gone (trimmed "
+            raise Gone(f"{queue.path.display}: sequences [{start}, {floor}) are gone (trimmed "
                 f"by retention, a purge or receives); the oldest readable is {floor}",
-                type_slug="range-trimmed", extra={"first": floor, "from": start})
+                type_slug="range-trimmed", fields={"first": floor, "from": start})
         return floor
 
     def head(self, queue: Queue) -> dict[str, object]:
@@ -151,9 +151,9 @@ class RangeConsumers:
             if name in known:
                 return known[name].value, False
             if len(known) >= CONSUMERS_PER_QUEUE_MAX:
-                raise ProblemError(409, f"{queue.path.display} already has "
-                                   f"{CONSUMERS_PER_QUEUE_MAX} consumers",
-                                   type_slug="too-many-consumers")
+                raise Conflict(f"{queue.path.display} already has "
+                               f"{CONSUMERS_PER_QUEUE_MAX} consumers",
+                               type_slug="too-many-consumers")
             floor = self.floor(queue)
             end = self.store.readable_end(queue.queue_id)
             if start == "earliest":
@@ -163,12 +163,12 @@ class RangeConsumers:
             else:
                 position = int(start)
                 if position < floor:
-                    raise ProblemError(410, f"{queue.path.display}: sequence {position} is "
-                                       f"gone; the oldest readable is {floor}",
-                                       type_slug="range-trimmed", extra={"first": floor})
+                    raise Gone(f"{queue.path.display}: sequence {position} is "
+                               f"gone; the oldest readable is {floor}",
+                               type_slug="range-trimmed", fields={"first": floor})
                 if position > end:
-                    raise ProblemError(400, f"start {position} is beyond the queue's head "
-                                       f"{end}", type_slug="bad-request")
+                    raise BadRequest(f"start {position} is beyond the queue's head "
+                                     f"{end}", type_slug="bad-request")
             await self._save(queue, name, position, max(floor, self._saved_floor(queue)))
             server_log.info("range consumer %s registered on %s at %d", name,
                             queue.path.display, position)
@@ -180,8 +180,8 @@ class RangeConsumers:
         entry = self._entry(queue, name)
         end = self.store.readable_end(queue.queue_id)
         if position > end:
-            raise ProblemError(409, f"position {position} is beyond the queue's head {end}",
-                               type_slug="beyond-head", extra={"next": end})
+            raise Conflict(f"position {position} is beyond the queue's head {end}",
+                           type_slug="beyond-head", fields={"next": end})
         async with self._lock:
             entry = self._entry(queue, name)
             if position <= entry.value:
@@ -245,15 +245,15 @@ class RangeConsumers:
     @staticmethod
     def _check_name(name: str) -> None:
         if not CONSUMER_NAME.match(name):
-            raise ProblemError(400, f"consumer name {name!r}: use 1-64 letters, digits, "
-                               "'.', '_' or '-'", type_slug="bad-request")
+            raise BadRequest(f"consumer name {name!r}: use 1-64 letters, digits, "
+                             "'.', '_' or '-'", type_slug="bad-request")
 
     def _entry(self, queue: Queue, name: str) -> _Entry:
         self._check_name(name)
         entry = self._consumers.get(queue.queue_id, {}).get(name)
         if entry is None:
-            raise ProblemError(404, f"no consumer {name!r} on {queue.path.display}",
-                               type_slug="consumer-not-found")
+            raise NotFound(f"no consumer {name!r} on {queue.path.display}",
+                           type_slug="consumer-not-found")
         return entry
 
     def _saved_floor(self, queue: Queue) -> int:
@@ -291,7 +291,7 @@ class RangeConsumers:
         self._pin(queue)
 
     def _spec(self, doc: dict[str, object]) -> SendSpec:
-        return SendSpec(self.own.queue_id, json.dumps(doc, separators=(",", ":")).encode())
+        return sending.state(self.own.queue_id, json.dumps(doc, separators=(",", ":")).encode())
 
     def _pin(self, queue: Queue) -> None:
         positions = self._consumers.get(queue.queue_id)

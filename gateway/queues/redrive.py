@@ -13,13 +13,12 @@ import asyncio
 import time
 from dataclasses import dataclass, replace
 
-from gateway.errors import ProblemError
+from gateway.queues import sending
+from gateway.queues.errors import BadRequest
 from gateway.msmq.classes import MessageClass
-from gateway.msmq.message import encode_payload
 from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
 from gateway.queues.pages import pages
-from gateway.queues.store_errors import store_call
-from store.records import SendSpec, StoredRecord
+from store.records import StoredRecord
 
 __all__ = ["Redrive", "RedriveFilter", "SCAN_STEP"]
 
@@ -60,15 +59,15 @@ class Redrive:
     def _dead_letter_queue(self, name: str) -> Queue:
         queue = self.qm.queue(name)
         if not queue.is_dead_letter:
-            raise ProblemError(400, f"{queue.path.display!r} is not a dead-letter queue: only "
-                               "dead letters are requeued", type_slug="not-a-dead-letter-queue")
+            raise BadRequest(f"{queue.path.display!r} is not a dead-letter queue: only "
+                             "dead letters are requeued", type_slug="not-a-dead-letter-queue")
         return queue
 
     def _target(self, message: ReceivedMessage, chosen: str | None) -> Queue:
         name = chosen or message.properties.extra.get("source_queue")
         if not name:
-            raise ProblemError(400, f"message {message.message_id} names no source queue; "
-                               "choose one", type_slug="requeue-target-needed")
+            raise BadRequest(f"message {message.message_id} names no source queue; "
+                             "choose one", type_slug="requeue-target-needed")
         return self.qm.check_send(name, transactional=self.qm.queue(name).settings.transactional)
 
     async def one(self, dead_queue: str, message_id: str, target: str | None) -> ReceivedMessage:
@@ -112,7 +111,8 @@ class Redrive:
             self.qm.check_removable(queue, record.seq)
         queue.reserved.update(r.seq for r in records)
         try:
-            specs, targets, moved = [], [], []
+            specs: list[sending.Send] = []
+            moved = []
             for record in records:
                 message = self.qm.decode(queue, record)
                 destination = self._target(message, target)
@@ -122,14 +122,11 @@ class Redrive:
                 props = replace(message.properties, message_class=int(MessageClass.NORMAL),
                                 extra=extra, message_id=message.message_id, receive_by_ms=0,
                                 transactional=destination.settings.transactional)
-                specs.append(SendSpec(destination.queue_id, encode_payload(props, message.body),
-                                      priority=props.priority, expires_ms=0))
-                targets.append(destination)
+                # Durable wherever it came from: it was kept as a dead letter.
+                specs.append(sending.message(destination, props, message.body, express=False))
                 moved.append(replace(message, queue=destination.path.display,
                                      properties=props))
-            made = await store_call(self.qm.store.commit(specs, removes=records))
-            for destination, record in zip(targets, made):
-                self.qm.arrived(destination, record)
+            await sending.commit(self.qm.store, specs, removes=records, arrived=self.qm.arrived)
             return moved
         finally:
             queue.reserved.difference_update(r.seq for r in records)

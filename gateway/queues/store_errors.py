@@ -1,11 +1,11 @@
-"""Store errors -> the answers clients get (problem+json with the MSMQ class or error)."""
+"""Store errors -> the queue domain's errors (the MSMQ class or error each one means)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from gateway.errors import ProblemError
+from gateway.queues.errors import Conflict, QueueFull, StorageFull, TooLarge, Unavailable
 from store.errors import (
     DiskFull,
     MachineJournalQuotaExceeded,
@@ -29,20 +29,19 @@ async def store_call(call: Awaitable[T]) -> T:
     try:
         return await call
     except (MachineQuotaExceeded, MachineJournalQuotaExceeded) as exc:
-        raise ProblemError(503, str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES",
-                           headers={"Retry-After": "5"}) from exc
+        raise Unavailable(str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES",
+                          retry_after_s=5) from exc
     except (QueueQuotaExceeded, QueueJournalQuotaExceeded) as exc:
-        raise ProblemError(507, str(exc), type_slug="MQMSG_CLASS_NACK_Q_EXCEED_QUOTA",
-                           headers={"Retry-After": "5"},
-                           extra={"class": "MQMSG_CLASS_NACK_Q_EXCEED_QUOTA"}) from exc
+        raise QueueFull(str(exc), type_slug="MQMSG_CLASS_NACK_Q_EXCEED_QUOTA",
+                        retry_after_s=5,
+                        fields={"class": "MQMSG_CLASS_NACK_Q_EXCEED_QUOTA"}) from exc
     except DiskFull as exc:
-        raise ProblemError(507, str(exc), type_slug="MQ_ERROR_MESSAGE_STORAGE_FAILED",
-                           headers={"Retry-After": "10"}) from exc
+        raise StorageFull(str(exc), type_slug="MQ_ERROR_MESSAGE_STORAGE_FAILED",
+                          retry_after_s=10) from exc
     except MessageTooLarge as exc:
-        raise ProblemError(413, str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES") from exc
+        raise TooLarge(str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES") from exc
     except (StoreFailed, StoreClosed) as exc:
-        raise ProblemError(503, f"the store takes no writes: {exc}",
-                           type_slug="MQ_ERROR_SERVICE_NOT_AVAILABLE",
-                           headers={"Retry-After": "5"}) from exc
+        raise Unavailable(f"the store takes no writes: {exc}",
+                          type_slug="MQ_ERROR_SERVICE_NOT_AVAILABLE", retry_after_s=5) from exc
     except UnknownRecord as exc:
-        raise ProblemError(409, str(exc), type_slug="message-gone") from exc
+        raise Conflict(str(exc), type_slug="message-gone") from exc

@@ -30,7 +30,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gateway.auth.principal import Principal
-from gateway.errors import ProblemError
+from gateway.queues import sending
+from gateway.queues.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    QueueError,
+    StorageFull,
+    TooLarge,
+    TooMany,
+    Unavailable,
+)
 from gateway.queues.heap import TRIM_AFTER_BYTES, HeapTrimmer
 from gateway.logs import server_log
 from gateway.msmq.message import MessageProperties, compose_id, encode_payload
@@ -38,7 +49,7 @@ from gateway.queues.manager import Park, Queue, QueueManager, ReceivedMessage
 from gateway.queues.store_errors import store_call
 from gateway.queues.tx_names import Named, PreparedNames
 from store.framing import max_payload
-from store.records import SendSpec, StoredRecord
+from store.records import StoredRecord
 
 __all__ = ["Transactions", "Transaction", "TxState", "owner_key"]
 
@@ -149,14 +160,14 @@ class Transactions:
     def begin(self, principal: Principal) -> Transaction:
         owner = owner_key(principal)
         if len(self._open) >= self.open_max:
-            raise ProblemError(503, f"{self.open_max} transactions are open "
-                               "(transactions.open_max)",
-                               type_slug="too-many-transactions", headers={"Retry-After": "1"})
+            raise Unavailable(f"{self.open_max} transactions are open "
+                              "(transactions.open_max)",
+                              type_slug="too-many-transactions", retry_after_s=1)
         if self._open_by_owner.get(owner, 0) >= self.open_max_per_principal:
-            raise ProblemError(429, f"{principal.name} has {self.open_max_per_principal} "
-                               "transactions open (transactions.open_max_per_principal): "
-                               "commit or abort one first", type_slug="too-many-transactions",
-                               headers={"Retry-After": "1"})
+            raise TooMany(f"{principal.name} has {self.open_max_per_principal} "
+                          "transactions open (transactions.open_max_per_principal): "
+                          "commit or abort one first", type_slug="too-many-transactions",
+                          retry_after_s=1)
         tx_id = self.qm.store.reserve_tx_id()
         tx = Transaction(self._unused_id(), tx_id, time.time() + self.idle_timeout_s,
                          owner=owner)
@@ -173,7 +184,7 @@ class Transactions:
         """The transaction, if ``principal`` may see it (and, with ``join``, prepare it or
         send and receive in it).
 
-        Raises: ProblemError 404 (unknown, ended, or another principal's: the same answer);
+        Raises: QueueError 404 (unknown, ended, or another principal's: the same answer);
         403 for the admin joining another principal's transaction."""
         tx = self._open.get(tx_id)
         if tx is not None and tx.owner == owner_key(principal):
@@ -182,11 +193,11 @@ class Transactions:
             if not join:
                 return tx
             owner = _owner_name(tx.owner) or "nobody (restored without its owner)"
-            raise ProblemError(403, f"transaction {tx_id} belongs to {owner}: only its "
-                               "owner prepares it or sends and receives in it; the admin "
-                               "may commit or abort it", type_slug="MQ_ERROR_ACCESS_DENIED")
-        raise ProblemError(404, f"no open transaction {tx_id!r}",
-                           type_slug="MQ_ERROR_TRANSACTION_USAGE")
+            raise Forbidden(f"transaction {tx_id} belongs to {owner}: only its "
+                            "owner prepares it or sends and receives in it; the admin "
+                            "may commit or abort it", type_slug="MQ_ERROR_ACCESS_DENIED")
+        raise NotFound(f"no open transaction {tx_id!r}",
+                       type_slug="MQ_ERROR_TRANSACTION_USAGE")
 
     def visible(self, principal: Principal) -> list[Transaction]:
         """The principal's own transactions; all of them for the admin."""
@@ -229,11 +240,11 @@ class Transactions:
     def _active(self, tx_id: str, principal: Principal) -> Transaction:
         tx = self.get(tx_id, principal, join=True)
         if tx.state is not TxState.ACTIVE:
-            raise ProblemError(409, f"transaction {tx_id} is {tx.state.value}",
-                               type_slug="MQ_ERROR_TRANSACTION_USAGE")
+            raise Conflict(f"transaction {tx_id} is {tx.state.value}",
+                           type_slug="MQ_ERROR_TRANSACTION_USAGE")
         if tx.lock.locked():  # what it holds is being written: a send now would be lost
-            raise ProblemError(409, f"transaction {tx_id} is being prepared, committed or "
-                               "aborted", type_slug="MQ_ERROR_TRANSACTION_USAGE")
+            raise Conflict(f"transaction {tx_id} is being prepared, committed or "
+                           "aborted", type_slug="MQ_ERROR_TRANSACTION_USAGE")
         tx.expires_at = time.time() + self.idle_timeout_s
         return tx
 
@@ -251,7 +262,7 @@ class Transactions:
         the message's properties), which its link drains once the transaction commits.
         Returns the sends' positions in the transaction.
 
-        Raises: ProblemError 413 (over the transaction's limits, or a message the store
+        Raises: QueueError 413 (over the transaction's limits, or a message the store
         cannot hold), 507 with Retry-After (the bodies held by open transactions, the
         principal's or all, are at their cap); then nothing is held."""
         tx = self._active(tx_id, principal)
@@ -267,31 +278,32 @@ class Transactions:
         count, total = len(copies), size * len(copies)
         if (len(tx.sends) + count > self.sends_max
                 or tx.send_bytes + total > self.bytes_max):
-            raise ProblemError(413, f"a transaction holds at most {self.sends_max} messages "
-                               f"and {self.bytes_max} bytes", type_slug="transaction-too-large")
+            raise TooLarge(f"a transaction holds at most {self.sends_max} messages "
+                           f"and {self.bytes_max} bytes", type_slug="transaction-too-large")
         now_ms = int(time.time() * 1000)
         header = max((len(encode_payload(self._stamp(p, now_ms), b"")) for p in copies),
                      default=0)
         stored = header + size
         if stored > self.payload_max:
-            raise ProblemError(413, f"message of {stored} bytes with its properties is larger "
-                               f"than the largest record the store holds ({self.payload_max} "
-                               "bytes, set by store.segment_size)",
-                               type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES")
-        retry = {"Retry-After": str(PENDING_RETRY_AFTER_S)}
+            raise TooLarge(f"message of {stored} bytes with its properties is larger "
+                           f"than the largest record the store holds ({self.payload_max} "
+                           "bytes, set by store.segment_size)",
+                           type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES")
         mine = self._pending_by_owner.get(tx.owner, 0)
         if mine + total > self.pending_bytes_max_per_principal:
-            raise ProblemError(507, f"the open transactions of {_owner_name(tx.owner)} hold "
-                               f"{mine} bytes; {total} more would pass "
-                               "transactions.pending_bytes_max_per_principal "
-                               f"({self.pending_bytes_max_per_principal} bytes): commit or "
-                               "abort first, or retry later",
-                               type_slug="transaction-memory-full", headers=retry)
+            raise StorageFull(f"the open transactions of {_owner_name(tx.owner)} hold "
+                              f"{mine} bytes; {total} more would pass "
+                              "transactions.pending_bytes_max_per_principal "
+                              f"({self.pending_bytes_max_per_principal} bytes): commit or "
+                              "abort first, or retry later",
+                              type_slug="transaction-memory-full",
+                              retry_after_s=PENDING_RETRY_AFTER_S)
         if self._pending + total > self.pending_bytes_max:
-            raise ProblemError(507, f"open transactions hold {self._pending} bytes; {total} "
-                               "more would pass transactions.pending_bytes_max "
-                               f"({self.pending_bytes_max} bytes): retry later",
-                               type_slug="transaction-memory-full", headers=retry)
+            raise StorageFull(f"open transactions hold {self._pending} bytes; {total} "
+                              "more would pass transactions.pending_bytes_max "
+                              f"({self.pending_bytes_max} bytes): retry later",
+                              type_slug="transaction-memory-full",
+                              retry_after_s=PENDING_RETRY_AFTER_S)
 
     def _hold(self, tx: Transaction, queue: Queue, props: MessageProperties, body: bytes
               ) -> int:
@@ -315,48 +327,45 @@ class Transactions:
         tx = self._active(tx_id, principal)
         queue = self.qm.queue(name)
         if not queue.settings.transactional:
-            raise ProblemError(400, f"{queue.path.display!r} is not transactional: receive "
-                               "outside the transaction", type_slug="MQ_ERROR_TRANSACTION_USAGE")
+            raise BadRequest(f"{queue.path.display!r} is not transactional: receive "
+                             "outside the transaction", type_slug="MQ_ERROR_TRANSACTION_USAGE")
         records = await self.qm.wait_and_take(queue, max_messages, wait_s, park)
         if not records and any(q is queue for q, _, _ in tx.sends):
-            raise ProblemError(409, "a transaction cannot receive a message it sent (its "
-                               "sends become visible at commit)",
-                               type_slug="MQ_ERROR_TRANSACTION_USAGE")
+            raise Conflict("a transaction cannot receive a message it sent (its "
+                           "sends become visible at commit)",
+                           type_slug="MQ_ERROR_TRANSACTION_USAGE")
         tx.receives.extend((queue, record) for record in records)
         return [self.qm.decode(queue, record) for record in records]
 
-    def _specs(self, tx: Transaction) -> tuple[list[SendSpec], list[Queue]]:
+    def _specs(self, tx: Transaction) -> list[sending.Send]:
         now_ms = int(time.time() * 1000)
-        specs: list[SendSpec] = []
-        targets: list[Queue] = []
+        specs: list[sending.Send] = []
         for queue, props, body in tx.sends:
-            stamped = self._stamp(props, now_ms)
-            specs.append(SendSpec(queue.queue_id, encode_payload(stamped, body),
-                                  expires_ms=stamped.receive_by_ms))
-            targets.append(queue)
+            # In commit order (priority 0) and durable, as a transactional message is.
+            specs.append(sending.message(queue, self._stamp(props, now_ms), body, priority=0,
+                                         express=False))
         for queue, record in tx.receives:  # queue journals keep what was received
             journal = self.qm.journal_queue(queue)
             if journal is not None:
                 message = self.qm.decode(queue, record)
                 copy = replace(message.properties, message_id=message.message_id)
-                specs.append(SendSpec(journal.queue_id, encode_payload(copy, message.body)))
-                targets.append(journal)
-        return specs, targets
+                specs.append(sending.copy(journal, copy, message.body))
+        return specs
 
     async def prepare(self, tx_id: str, principal: Principal) -> Transaction:
         tx = self._active(tx_id, principal)
         async with tx.lock:
             self._still_open(tx)
-            specs, _ = self._specs(tx)
+            specs = self._specs(tx)
             try:  # recorded first: a prepared transaction always has its id and owner
                 await self._names.put(tx.tx_id, Named(tx.id, tx.owner))
             except OSError as exc:
-                raise ProblemError(503, f"the transaction's id and owner cannot be recorded "
-                                   f"({exc}): not prepared",
-                                   type_slug="MQ_ERROR_SERVICE_NOT_AVAILABLE",
-                                   headers={"Retry-After": "5"}) from exc
-            await store_call(self.qm.store.prepare(
-                specs, [r for _, r in tx.receives], tx_id=tx.tx_id))
+                raise Unavailable(f"the transaction's id and owner cannot be recorded "
+                                  f"({exc}): not prepared",
+                                  type_slug="MQ_ERROR_SERVICE_NOT_AVAILABLE",
+                                  retry_after_s=5) from exc
+            await sending.prepare(self.qm.store, specs, [r for _, r in tx.receives],
+                                  tx_id=tx.tx_id)
             del specs  # its payloads copy the bodies: gone before the heap is trimmed
             tx.state = TxState.PREPARED
             held = self._drop_bodies(tx)  # in the store now
@@ -364,10 +373,10 @@ class Transactions:
         return tx
 
     def _still_open(self, tx: Transaction) -> None:
-        """Raises: ProblemError 404 when ``tx`` ended while its caller waited for its lock."""
+        """Raises: QueueError 404 when ``tx`` ended while its caller waited for its lock."""
         if self._open.get(tx.id) is not tx:
-            raise ProblemError(404, f"no open transaction {tx.id!r}",
-                               type_slug="MQ_ERROR_TRANSACTION_USAGE")
+            raise NotFound(f"no open transaction {tx.id!r}",
+                           type_slug="MQ_ERROR_TRANSACTION_USAGE")
 
     async def commit(self, tx_id: str, principal: Principal) -> list[dict[str, object]]:
         tx = self.get(tx_id, principal)
@@ -375,17 +384,18 @@ class Transactions:
             self._still_open(tx)
             removes = [r for _, r in tx.receives]
             if tx.state is TxState.PREPARED:
-                records = await store_call(self.qm.store.commit_prepared(tx.tx_id))
+                records = await sending.commit_prepared(self.qm.store, tx.tx_id)
             else:
-                specs, _ = self._specs(tx)
-                records = await store_call(self.qm.store.commit(specs, removes,
-                                                                        tx_id=tx.tx_id))
+                specs = self._specs(tx)
+                records = await sending.commit(self.qm.store, specs, removes=removes,
+                                               tx_id=tx.tx_id)
                 del specs  # its payloads copy the bodies: gone before the heap is trimmed
             self._remove(tx)
             held = self._drop_bodies(tx)
         await self._names.drop(tx.tx_id)
         for queue, record in tx.receives:
             self.qm.release(queue, record, removed=True)
+            self.qm.events.count(queue.path.display, "received")
         made = []
         for record in records:
             queue = self.qm.queue_by_id(record.queue_id)
@@ -428,6 +438,6 @@ class Transactions:
                 server_log.info("transaction %s idle past its timeout: aborted", tx.id)
                 try:
                     await self._abort(tx)
-                except ProblemError:
+                except QueueError:
                     continue
 

@@ -1,8 +1,9 @@
 """The ordinals of the SRMP message ids this queue manager composes (``uuid:N@QM GUID``).
 
-An MSMQ message id is an OBJECTID: the sending QM's GUID and a 32-bit counter (srmp.md §1.6,
-SRMPState.MessageIdOrdinal), so N runs from 1 to 4294967295. One counter serves every id
-sent on the wire: messages to remote queues, delivery/commitment receipts, stream receipts.
+An MSMQ message id is an OBJECTID: the sending QM's GUID and a 32-bit counter ([MC-MQSRM]
+§2.2.4.3, SRMPState.MessageIdOrdinal; docs/srmp.md, "Message ids"), so N runs from 1 to
+4294967295. One counter serves every id sent on the wire: messages to remote queues,
+delivery/commitment receipts, stream receipts.
 
 The counter survives restarts without a write per id: ids are handed out from blocks, and a
 block is reserved durably (a small record in an internal queue, written in one atomic store
@@ -22,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import json
 
+from gateway.queues import sending
 from gateway.queues.internal import WIRE_IDS_QUEUE
 from gateway.logs import server_log
 from gateway.queues.state_records import Quarantine, StateQueue, read_state
 from gateway.queues.store_errors import store_call
 from store.message_store import MessageStore
-from store.records import SendSpec, StoredRecord
+from store.records import StoredRecord
 
 __all__ = ["WireIds", "ORDINAL_MAX", "FIRST_COUNT", "ordinal_of", "local_id", "parse_record"]
 
@@ -101,7 +103,7 @@ class WireIds:
     async def next(self) -> int:
         """The next ordinal, 1..4294967295; its block is on disk before it is returned.
 
-        Raises: ProblemError (503/507) when the store cannot write the reservation.
+        Raises: QueueError (503/507) when the store cannot write the reservation.
         """
         while self._count >= self._reserved:
             async with self._lock:
@@ -114,6 +116,6 @@ class WireIds:
         doc = json.dumps({"reserved": upto}).encode()
         removes = [r for r in (self._record, *self._stale) if r is not None]
         [record] = await store_call(self.store.commit(
-            [SendSpec(self.queue_id, doc)], removes=removes))
+            [sending.state(self.queue_id, doc)], removes=removes))
         self._record, self._stale, self._reserved = record, [], upto
         server_log.debug("message ids reserved up to %d", upto)

@@ -36,7 +36,7 @@ from gateway.outbound.landing import Landing, LandingSpec
 from gateway.outbound.links import Links
 from gateway.outbound.peers import load_peers
 from gateway.web.metrics_state import StateCollector
-from gateway.web.status import DeadLetterClasses, RecentErrors
+from gateway.web.status import DeadLetterClasses, MessageRates, RecentErrors
 from gateway.queues.range_consumers import RangeConsumers
 from gateway.outbound.outbox import Outbox
 from gateway.outbound.receipt_gate import ReceiptGate
@@ -120,6 +120,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
     add_srmp_routes(app, settings.srmp.virtual_dirs)
     app[ui.UI_DEAD] = DeadLetterClasses()
     app[ui.UI_ERRORS] = RecentErrors()
+    app[ui.UI_RATES] = MessageRates()
     metrics.registry.register(StateCollector(app[STATE_KEY], app[ui.UI_DEAD]))
     app.cleanup_ctx.append(_errors_ctx)
     app.cleanup_ctx.append(_store_ctx)
@@ -178,8 +179,6 @@ async def _mapping_ctx(app: web.Application) -> AsyncIterator[None]:
 
     async def reload() -> None:
         await loop.run_in_executor(None, loader.load)
-        app[METRICS_KEY].mapping_reloads.set(loader.reloads)
-        app[METRICS_KEY].mapping_rejected.set(loader.rejected_total)
 
     async def watch() -> None:
         while True:
@@ -275,6 +274,7 @@ async def _open_store(app: web.Application) -> None:
         guid = await loop.run_in_executor(None, load_guid,
                                           Path(settings.store.data_dir))
         queue_manager = QueueManager(store, guid)
+        queue_manager.events.names_max = settings.metrics.queues_max
         await queue_manager.open([
             (q.path, QueueSettings(transactional=q.transactional, quota=q.quota,
                                    journal=q.journal, journal_quota=q.journal_quota,
@@ -304,7 +304,9 @@ async def _open_store(app: web.Application) -> None:
     # (gateway.outbound.receipt_lanes).
     state.links = Links(queue_manager, link_options(settings), app[METRICS_KEY],
                         lambda: state.mapping.rules if state.mapping is not None else None,
-                        webhooks=load_webhooks(settings), peers=load_peers(settings))
+                        webhooks=load_webhooks(settings), peers=load_peers(settings),
+                        paused=settings.links.start_paused)
+    state.links.counts.names_max = settings.metrics.queues_max
     state.receipts = ReceiptSender(app[METRICS_KEY], state.links.receipts,
                                    timeout_s=srmp.receipt_timeout,
                                    attempts=srmp.receipt_attempts,

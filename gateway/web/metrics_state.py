@@ -1,5 +1,6 @@
 """Metrics read from the gateway's state at scrape time (a Prometheus custom collector):
-queues, links, dead letters, quota, range consumers, the store writer's histograms.
+queues and what happened to their messages, links, dead letters, quota, range consumers,
+mapping reloads, the store writer's histograms.
 
 Read when scraped rather than updated on every message: the hot path pays nothing, and the
 figures are exact at the moment of the scrape.
@@ -18,6 +19,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from gateway.queues.events import OTHER, QUEUE_EVENTS, Tally
 from gateway.web.state import GatewayState
 from gateway.web.status import DeadLetterClasses, snapshot
 from store.stats import Histogram
@@ -35,7 +37,10 @@ class StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         doc = snapshot(self._state, self._dead, None)
         yield from _queues(doc)
-        yield from _links(doc)
+        yield _queue_events(self._state)
+        links = self._state.links
+        yield from _links(doc, links.counts if links is not None else Tally())
+        yield from _mapping(self._state)
         dead = GaugeMetricFamily("entrepot_dead_letters", "Dead letters held, by queue and "
                                  "message class.", labels=["queue", "class"])
         for item in doc["dead_letters"]:
@@ -86,19 +91,71 @@ def _queues(doc: dict[str, Any]) -> Iterator[Metric]:
     yield from (depth, size, age, lag)
 
 
-def _links(doc: dict[str, Any]) -> Iterator[Metric]:
-    state = GaugeMetricFamily("entrepot_link_state", "1 for a link's current state.",
-                              labels=["destination", "state"])
-    retries = GaugeMetricFamily("entrepot_link_retries", "Retries since the link started.",
+def _queue_events(state: GatewayState) -> Metric:
+    family = CounterMetricFamily(
+        "entrepot_queue_messages", "Messages of a queue since start, by event: sent (arrived "
+        "in it), received (delivered), expired, dead_lettered, purged. Queues beyond "
+        "metrics.queues_max are summed under queue=\"_other\".", labels=["queue", "event"])
+    qm = state.queue_manager
+    counts = qm.events.counts if qm is not None else {}
+    for queue in sorted(counts):
+        per = counts[queue]
+        if per:
+            for event in QUEUE_EVENTS:
+                family.add_metric([queue, event], per.get(event, 0))
+    return family
+
+
+def _links(doc: dict[str, Any], counts: Tally) -> Iterator[Metric]:
+    """Each link (message links and receipt lanes) under its destination; those without a
+    label of their own (``Tally.label``) summed under ``_other``: their backlog and
+    unacknowledged messages added, states counted, the oldest age the largest."""
+    state = GaugeMetricFamily(
+        "entrepot_link_state", "Links in each state: 1 for a link's current state (a count "
+        "of links under destination=\"_other\").", labels=["destination", "state"])
+    backlog = GaugeMetricFamily("entrepot_link_backlog", "Messages in a link's outgoing "
+                                "queue (receipts waiting, for a receipt lane).",
                                 labels=["destination"])
+    unacked = GaugeMetricFamily("entrepot_link_unacked", "Stream messages waiting for a "
+                                "stream receipt.", labels=["destination"])
     age = GaugeMetricFamily("entrepot_link_oldest_age_seconds", "Age of the oldest message "
                             "waiting to be acknowledged on a link.", labels=["destination"])
+    shown: dict[str, dict[str, float]] = {}
     for link in doc["links"]:
+        destination = str(link["destination"])
+        label = destination if destination in counts.counts else OTHER
+        row = shown.setdefault(label, dict.fromkeys(
+            ("backlog", "unacked", "oldest_age_s", *_LINK_STATES), 0.0))
+        row["backlog"] += link["backlog"]
+        row["unacked"] += link["unacked"]
+        row["oldest_age_s"] = max(row["oldest_age_s"], link["oldest_age_s"])
+        if link["state"] in row:
+            row[link["state"]] += 1
+    for label, row in sorted(shown.items()):
         for name in _LINK_STATES:
-            state.add_metric([link["destination"], name], 1 if link["state"] == name else 0)
-        retries.add_metric([link["destination"]], link["retries"])
-        age.add_metric([link["destination"]], link["oldest_age_s"])
-    yield from (state, retries, age)
+            state.add_metric([label, name.replace(" ", "_")], row[name])
+        backlog.add_metric([label], row["backlog"])
+        unacked.add_metric([label], row["unacked"])
+        age.add_metric([label], row["oldest_age_s"])
+    retries = CounterMetricFamily("entrepot_link_retries", "Failed attempts of a link since "
+                                  "start (each is retried after a back-off).",
+                                  labels=["destination"])
+    acked = CounterMetricFamily("entrepot_link_acknowledged", "Stream messages acknowledged "
+                                "by stream receipts since start.", labels=["destination"])
+    for label, per in sorted(counts.counts.items()):
+        retries.add_metric([label], per.get("retries", 0))
+        acked.add_metric([label], per.get("acknowledged", 0))
+    yield from (state, backlog, unacked, age, retries, acked)
+
+
+def _mapping(state: GatewayState) -> Iterator[Metric]:
+    loader = state.mapping
+    yield CounterMetricFamily("entrepot_mapping_reloads", "Times the mapping files were "
+                              "(re)loaded since start.",
+                              value=loader.reloads if loader is not None else 0)
+    yield CounterMetricFamily("entrepot_mapping_rejected_files", "Mapping files rejected "
+                              "(malformed, DTD, unreadable) since start.",
+                              value=loader.rejected_total if loader is not None else 0)
 
 
 def _histogram(name: str, text: str, histogram: Histogram) -> Metric:

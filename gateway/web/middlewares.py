@@ -20,18 +20,48 @@ from gateway.errors import ProblemError
 from gateway.logs import server_log
 from gateway.web.long_polls import LongPolls
 from gateway.metrics import Metrics
-from gateway.web.problem import problem_response
+from gateway.queues.errors import QueueError
+from gateway.web.problem import as_problem, problem_response
 
 __all__ = ["make_middlewares", "NEVER_REFUSED"]
 
 NEVER_REFUSED = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
+# The queue tree is one aiohttp route (gateway.web.rest_queues): its label is the API's
+# path template instead (as the OpenAPI document names it), so that sends, receives (long
+# polls among them), browses and purges are told apart. The shapes are fixed: bounded.
+_QUEUE_TREE = "/v1/queues/{tail}"
+_QUEUE_LEAVES = frozenset({"messages", "receive", "purge", "requeue", "head", "range",
+                           "consumers"})
+
+
 def _route_label(request: web.Request) -> str:
     resource = request.match_info.route.resource
     if resource is None:
         return "unmatched"
+    if resource.canonical == _QUEUE_TREE:
+        return _queue_route(request.match_info.get("tail", ""))
     return resource.canonical
+
+
+def _queue_route(tail: str) -> str:
+    segments = tail.split("/")
+    rest = segments[2:] if segments[0].lower() == "private$" and len(segments) > 1 else (
+        segments[1:])
+    if not rest:
+        return "/v1/queues/{path}"
+    if len(rest) == 1 and rest[0] in _QUEUE_LEAVES:
+        return "/v1/queues/{path}/" + rest[0]
+    if len(rest) == 2 and rest[0] == "messages":
+        return "/v1/queues/{path}/messages/{id}"
+    if len(rest) == 3 and rest[0] == "messages" and rest[2] == "requeue":
+        return "/v1/queues/{path}/messages/{id}/requeue"
+    if len(rest) == 2 and rest[0] == "consumers":
+        return "/v1/queues/{path}/consumers/{name}"
+    if len(rest) == 3 and rest[0] == "consumers" and rest[2] == "commit":
+        return "/v1/queues/{path}/consumers/{name}/commit"
+    return "/v1/queues/{path}/unknown"
 
 
 def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
@@ -90,7 +120,10 @@ async def _answer(request: web.Request, handler: Handler,
     try:
         if gate is not None:
             await gate(request)
-        return await handler(request)
+        try:
+            return await handler(request)
+        except QueueError as refused:
+            raise as_problem(refused) from refused
     except ProblemError as exc:
         return problem_response(
             exc.status_hint,

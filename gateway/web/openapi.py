@@ -1,8 +1,9 @@
 """The OpenAPI 3.1 document of the HTTP API, served at ``GET /v1/openapi.json``.
 
-Written out by hand (it is documentation); ``tests/integration/test_openapi.py`` calls every
-operation it lists against the real application, so a route that is renamed or removed
-makes the suite fail.
+Written out by hand (it is documentation); ``tests/integration/test_openapi.py`` validates it
+against the OpenAPI 3.1 meta-schema, calls every operation it lists against the real
+application (a route that is renamed or removed makes the suite fail) and checks real
+answers against the documented schemas, as ``test_api_fuzz.py`` does for generated requests.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+
+from gateway.web.rest_tx import BATCH_PROPERTY_KEYS
 
 __all__ = ["routes", "document"]
 
@@ -39,11 +42,12 @@ _TX = {"name": "id", "in": "path", "required": True, "schema": _TX_ID,
        "description": "Transaction id: `tx-` and 128 random bits in URL-safe base64. Only "
                       "the principal that began it (and the admin, to see, commit or abort "
                       "it) finds it; anyone else gets 404."}
+_LINK = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"},
+         "description": "A link's or receipt lane's id, as `GET /v1/links` lists it."}
 _NAME = {"name": "name", "in": "path", "required": True,
          "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
          "description": "A range consumer: 1-64 letters, digits, ., _ or -."}
-_PROBLEM = {"description": "Error (application/problem+json, RFC 9457)",
-            "content": {"application/problem+json": {"schema": {"type": "object"}}}}
+_PROBLEM = {"$ref": "#/components/responses/Problem"}
 _DESTINATION = {"name": "Mq-Destination", "in": "header", "required": True,
                 "schema": {"type": "string", "minLength": 1},
                 "description": "Format name(s), comma-separated: DIRECT=..., PUBLIC=..., "
@@ -111,21 +115,128 @@ _REQUEUE_BODY = _object({
     "limit": {"type": "integer", "minimum": 1, "maximum": 10_000}})
 _BATCH_BODY = _object({"messages": {
     "type": "array", "minItems": 1, "maxItems": 10_000,
-    "items": {"type": "object", "required": ["queue"], "properties": {
+    "items": _object({
         "queue": {"type": "string"},
-        "body_base64": {"type": "string", "contentEncoding": "base64"},
-        "properties": {"type": "object", "description": "The send headers' names without "
-                       "Mq- (label, priority, time_to_be_received, correlation_id, ...)."}}}}},
+        "body_base64": {"type": "string", "contentEncoding": "base64",
+                        "description": "The body (\"\" for an empty one)."},
+        "properties": {**_object({key: {"type": ["string", "integer"]}
+                                  for key in sorted(BATCH_PROPERTY_KEYS)}),
+                       "description": "The send headers' names without Mq- (label, priority, "
+                                      "time_to_be_received, correlation_id, ...), as they "
+                                      "would be written in the header."}},
+        required=("queue", "body_base64"))}},
     required=("messages",))
 
 
-def _op(summary: str, *, status: str = "200", params: list[dict[str, Any]] | None = None,
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _answer(properties: dict[str, Any], required: tuple[str, ...] | None = None
+            ) -> dict[str, Any]:
+    """An answer's JSON object: every field listed is there (``required``: only those);
+    more may come in later versions, so clients must ignore fields they do not know."""
+    return {"type": "object", "properties": properties,
+            "required": list(properties if required is None else required)}
+
+
+_INT = {"type": "integer"}
+_STR = {"type": "string"}
+_BOOL = {"type": "boolean"}
+_OPT_TIME = {"type": ["string", "null"], "format": "date-time"}
+_STORED = _answer({"id": _STR, "queue": {"type": "string", "description": (
+    "Where it is stored: the queue path, or the destination URL of a remote copy.")},
+    "seq": _INT})
+_SCHEMAS: dict[str, Any] = {
+    "Problem": {**_answer({
+        "type": {"type": "string", "description": "about:blank or a URI ending in the MSMQ "
+                 "error or class, or a short slug"},
+        "title": _STR, "status": {"type": "integer", "minimum": 400, "maximum": 599},
+        "detail": {"type": "string", "description": "What is wrong, naming the field or "
+                   "header at fault."},
+        "instance": _STR}, ("type", "title", "status")),
+        "description": "RFC 9457 problem details; some carry more members (e.g. `class`)."},
+    "Health": _answer({"status": {"enum": ["alive", "ready"]}}),
+    "Queue": _answer({
+        "path": _STR, "transactional": _BOOL, "quota": _INT, "journal": _BOOL,
+        "journal_quota": _INT, "label": _STR, "anonymous": _BOOL, "authenticate": _BOOL,
+        "system": _BOOL, "messages": _INT, "bytes": _INT}),
+    "Message": _answer({
+        "id": _STR, "seq": _INT, "queue": _STR, "label": _STR,
+        "priority": {"type": "integer", "minimum": 0, "maximum": 7},
+        "class": {"type": "string", "description": "MQMSG_CLASS_* name"},
+        "delivery": {"enum": ["recoverable", "express"]}, "correlation_id": _STR,
+        "response_queue": _STR, "admin_queue": _STR, "app_specific": _INT,
+        "sent_at": _OPT_TIME, "arrived_at": _OPT_TIME, "content_type": _STR,
+        "body_base64": {"type": "string", "contentEncoding": "base64"},
+        "properties": {**_answer({
+            "transactional": _BOOL, "acknowledge": _INT,
+            "journal": {"enum": ["none", "journal", "deadletter"]},
+            "time_to_reach_queue_deadline": _OPT_TIME,
+            "time_to_be_received_deadline": _OPT_TIME, "source_qm": _STR}),
+            "additionalProperties": {"type": ["string", "integer"]},
+            "description": "The MSMQ properties, and what the gateway keeps with the message "
+                           "(dead-letter class and time `dead_lettered_at_ms`, SRMP headers "
+                           "...): numbers as numbers, the rest as text."}}),
+    "Messages": _answer({"messages": {"type": "array", "items": _ref("Message")}}),
+    "Stored": _STORED,
+    "Sent": _answer({"messages": {"type": "array", "items": _ref("Stored")},
+                     "dead_lettered": {"type": "array", "items": _answer(
+                         {"queue": _STR, "class": _STR})}}),
+    "Transaction": _answer({
+        "id": _TX_ID, "state": {"enum": ["active", "prepared"]},
+        "owner": {"type": ["string", "null"]},
+        "expires_at": {"type": ["string", "null"], "format": "date-time",
+                       "description": "null once prepared: a prepared one never expires"},
+        "sends": _INT, "receives": _INT}),
+    "Link": _answer({
+        "id": _STR, "kind": {"enum": ["messages", "receipts"]}, "destination": _STR,
+        "through": {"type": "string", "description": "receipt lanes: the URL last posted to"},
+        "state": _STR, "backlog": _INT, "unacked": _INT, "oldest_age_s": {"type": "number"},
+        "last_error": _STR, "stream": {"type": ["string", "null"]}, "sent": _INT,
+        "retries": _INT},
+        ("id", "kind", "destination", "state", "backlog", "unacked", "oldest_age_s",
+         "last_error", "stream", "sent", "retries")),
+    "Consumer": _answer({"name": _STR, "position": _SEQ}),
+}
+_LOCATION = {"description": "The stored message (`GET` reads it until it is received): "
+                            "`/v1/queues/{path}/messages/{id}`.",
+             "schema": {"type": "string", "format": "uri-reference"}}
+_REPLAYED = {"description": "`true` when the Idempotency-Key was seen with the same body: "
+                            "the first answer, nothing stored this time.",
+             "schema": {"const": "true"}}
+
+
+def _json(schema: dict[str, Any], description: str = "OK",
+          headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"description": description,
+                                "content": {"application/json": {"schema": schema}}}
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _media(media: str, schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {media: {"schema": schema}}}
+
+
+_NO_CONTENT = {"description": "Done (no body)"}
+_CREATED = _json(_STORED, "Stored (on disk unless express).", {
+    "Location": {**_LOCATION, "required": True}, "Idempotency-Replayed": _REPLAYED})
+_HELD = _json(_answer({"transaction": _TX_ID, "queue": _STR, "index": {
+    "type": "integer", "description": "Its place among the transaction's sends."}}),
+    "Held in the transaction (Mq-Transaction): stored at its commit.")
+
+
+def _op(operation_id: str, summary: str, answers: dict[str, Any], *,
+        params: list[dict[str, Any]] | None = None,
         body: bool | dict[str, Any] = False) -> dict[str, Any]:
-    """``status``: the success codes, space-separated (a PUT answers 201 or 200). ``body``:
-    True for any body (a message body), or the JSON schema of the body."""
-    responses: dict[str, Any] = {code: {"description": "OK"} for code in status.split()}
-    operation: dict[str, Any] = {"summary": summary, "parameters": params or [],
-                                 "responses": {**responses, "default": _PROBLEM}}
+    """``answers``: the success responses by status code (a PUT answers 201 or 200); every
+    error is the problem response. ``body``: True for any body (a message body), or the
+    JSON schema of the body."""
+    operation: dict[str, Any] = {"operationId": operation_id, "summary": summary,
+                                 "parameters": params or [],
+                                 "responses": {**answers, "default": _PROBLEM}}
     if body is True:
         operation["requestBody"] = {"required": False, "content": {
             "application/json": {"schema": {"type": "object"}},
@@ -138,37 +249,61 @@ def _op(summary: str, *, status: str = "200", params: list[dict[str, Any]] | Non
 
 def document() -> dict[str, Any]:
     q = [_PATH]
+    ok = _json
+    messages = _ref("Messages")
+    transaction = _ref("Transaction")
+    link = ok(_ref("Link"), "The link's or receipt lane's new state.")
     paths: dict[str, dict[str, Any]] = {
-        "/healthz": {"get": _op("Alive while the process serves HTTP.")},
-        "/readyz": {"get": _op("Ready once the store is open and recovered.")},
-        "/metrics": {"get": _op("Prometheus metrics.")},
-        "/v1/openapi.json": {"get": _op("This document.")},
-        "/v1/queues": {"get": _op("List queues.")},
+        "/healthz": {"get": _op("healthz", "Alive while the process serves HTTP.",
+                                {"200": ok(_ref("Health"))})},
+        "/readyz": {"get": _op("readyz", "Ready once the store is open and recovered.",
+                               {"200": ok(_ref("Health"))})},
+        "/metrics": {"get": _op("metrics", "Prometheus metrics.", {"200": _media(
+            "text/plain", {"type": "string"}, "Prometheus text exposition format")})},
+        "/v1/openapi.json": {"get": _op("openapi", "This document.", {"200": ok(_answer(
+            {"openapi": _STR, "info": {"type": "object"}, "paths": {"type": "object"}}))})},
+        "/v1/queues": {"get": _op("listQueues", "List queues.", {"200": ok(_answer(
+            {"queues": {"type": "array", "items": _ref("Queue")}}))})},
         "/v1/queues/{path}": {
-            "get": _op("Show a queue with its message count and bytes.", params=q),
-            "put": _op("Create (201) or update (200) a queue.", status="201 200", params=q,
-                       body=_QUEUE_BODY),
-            "delete": _op("Delete a queue (negative acknowledgements as asked).",
-                          status="204", params=q),
+            "get": _op("getQueue", "Show a queue with its message count and bytes.",
+                       {"200": ok(_ref("Queue"))}, params=q),
+            "put": _op("putQueue", "Create (201) or update (200) a queue.",
+                       {"201": ok(_ref("Queue"), "Created"), "200": ok(_ref("Queue"),
+                                                                    "Updated")},
+                       params=q, body=_QUEUE_BODY),
+            "delete": _op("deleteQueue", "Delete a queue (negative acknowledgements as "
+                          "asked).", {"204": _NO_CONTENT}, params=q),
         },
         "/v1/queues/{path}/messages": {
-            "get": _op("Browse without removing.", params=q + [
-                _query("after", _SEQ, "Only messages after this sequence number."),
-                _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000},
-                       "At most this many (default 100).")]),
-            "post": _op("Send; the body is the message body.", status="201",
+            "get": _op("browseMessages", "Browse without removing.", {"200": ok(_answer({
+                "messages": {"type": "array", "items": _ref("Message")},
+                "next": {**_SEQ, "description": "The `after` of the next page."}}))},
+                params=q + [
+                    _query("after", _SEQ, "Only messages after this sequence number."),
+                    _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000},
+                           "At most this many (default 100).")]),
+            "post": _op("sendMessage", "Send; the body is the message body. In a "
+                        "transaction (Mq-Transaction: an id) it is held until the commit "
+                        "(202).", {"201": _CREATED, "202": _HELD},
                         params=q + _MQ_HEADERS, body=True),
         },
         "/v1/queues/{path}/messages/{id}": {
-            "get": _op("Read one message by id.", params=[_PATH, _ID]),
-            "delete": _op("Delete one message by id.", status="204", params=[_PATH, _ID]),
+            "get": _op("getMessage", "Read one message by id (the Location of its send).",
+                       {"200": ok(_ref("Message"))}, params=[_PATH, _ID]),
+            "delete": _op("deleteMessage", "Delete one message by id.",
+                          {"204": _NO_CONTENT}, params=[_PATH, _ID]),
         },
         "/v1/queues/{path}/messages/{id}/requeue": {
-            "post": _op("Requeue a dead letter to its source or {queue}.",
+            "post": _op("requeueMessage", "Requeue a dead letter to its source or {queue}.",
+                        {"200": ok(_answer({"id": _STR, "queue": _STR}), "Where it went")},
                         params=[_PATH, _ID], body=_TARGET_BODY),
         },
         "/v1/queues/{path}/receive": {
-            "post": _op("Receive, optionally in a transaction (Mq-Transaction).", params=q + [
+            "post": _op("receiveMessages", "Receive. Outside a transaction this removes the "
+                        "messages it returns; inside one (Mq-Transaction) they are reserved "
+                        "until its commit, and an abort puts them back.",
+                        {"200": ok(messages, "The messages (none when the wait ended)")},
+                        params=q + [
                 _query("max", {"type": "integer", "minimum": 1, "maximum": 1000},
                        "At most this many messages (default 1)."),
                 _query("wait", {"type": "number", "minimum": 0, "maximum": 60},
@@ -179,59 +314,127 @@ def document() -> dict[str, Any]:
                  "schema": {"type": "string"}, "description": "A transaction id "
                  "(`tx-...`, one this principal began); none or single: outside any."}]),
         },
-        "/v1/queues/{path}/purge": {"post": _op("Purge a queue.", params=q)},
+        "/v1/queues/{path}/purge": {"post": _op("purgeQueue", "Purge a queue.", {
+            "200": ok(_answer({"purged": _INT}))}, params=q)},
         "/v1/queues/{path}/requeue": {
-            "post": _op("Requeue dead letters matching a filter.", params=q,
+            "post": _op("requeueMessages", "Requeue dead letters matching a filter.",
+                        {"200": ok(_answer({"requeued": _INT}))}, params=q,
                         body=_REQUEUE_BODY),
         },
         "/v1/queues/{path}/head": {"get": _op(
-            "Range reads: first and next readable sequence, registered consumers.", params=q)},
+            "getQueueHead",
+            "Range reads: first and next readable sequence, registered consumers.",
+            {"200": ok(_answer({"queue": _STR, "first": _SEQ, "next": _SEQ,
+                                "consumers": {"type": "object",
+                                              "additionalProperties": _SEQ},
+                                "messages": _INT, "average_bytes": _INT}))}, params=q)},
         "/v1/queues/{path}/range": {"get": _op(
+            "readRange",
             "Records with from <= seq < to (application/x-entrepot-records, or ?format=json); "
-            "410 below the floor.", params=q + [
+            "410 below the floor.", {"200": {
+                "description": "The records; Entrepot-Next is the `from` of the next read.",
+                "headers": {"Entrepot-Next": {"schema": _SEQ, "required": True},
+                            "Entrepot-First": {"schema": _SEQ, "required": True}},
+                "content": {
+                    "application/x-entrepot-records": {"schema": {
+                        "type": "string", "format": "binary"}},
+                    "application/json": {"schema": _answer({
+                        "queue": _STR, "from": _SEQ, "next": _SEQ,
+                        "messages": {"type": "array", "items": _ref("Message")}})}}}},
+            params=q + [
                 _query("from", _SEQ, "First sequence number.", required=True),
                 _query("to", _SEQ, "End (exclusive).", required=True),
                 _query("format", {"enum": ["records", "json"]}, "Default records.")])},
-        "/v1/queues/{path}/consumers": {"get": _op("Registered range consumers.", params=q)},
+        "/v1/queues/{path}/consumers": {"get": _op(
+            "listConsumers", "Registered range consumers.", {"200": ok(_answer({
+                "consumers": {"type": "array", "items": _answer(
+                    {"name": _STR, "position": _SEQ, "lag": _INT})}}))}, params=q)},
         "/v1/queues/{path}/consumers/{name}": {
-            "put": _op("Register a range consumer ({start}: earliest, latest or a sequence).",
-                       status="201 200", params=q + [_NAME], body=_object({"start": {"oneOf": [
+            "put": _op("putConsumer",
+                       "Register a range consumer ({start}: earliest, latest or a sequence).",
+                       {"201": ok(_ref("Consumer"), "Registered"),
+                        "200": ok(_ref("Consumer"), "Already registered")},
+                       params=q + [_NAME], body=_object({"start": {"oneOf": [
                            {"enum": ["earliest", "latest"]}, _SEQ]}}, closed=False)),
-            "get": _op("A consumer's committed position.", params=q + [_NAME]),
-            "delete": _op("Unregister a consumer.", status="204", params=q + [_NAME]),
+            "get": _op("getConsumer", "A consumer's committed position.",
+                       {"200": ok(_ref("Consumer"))}, params=q + [_NAME]),
+            "delete": _op("deleteConsumer", "Unregister a consumer.", {"204": _NO_CONTENT},
+                          params=q + [_NAME]),
         },
         "/v1/queues/{path}/consumers/{name}/commit": {"post": _op(
+            "commitConsumer",
             "Commit a consumer's position ({position}); retention follows the slowest.",
+            {"200": ok(_answer({"name": _STR, "position": _SEQ, "first": _SEQ}))},
             params=q + [_NAME], body=_object({"position": _SEQ}, required=("position",)))},
-        "/ui": {"get": _op("The status page (HTML; admin; Basic or Bearer).")},
-        "/ui/status.json": {"get": _op("The status page's data: queues, links, dead letters "
-                                       "by class, recent errors.")},
+        "/ui": {"get": _op("statusPage", "The status page (HTML; admin; Basic or Bearer).",
+                           {"200": _media("text/html", {"type": "string"})})},
+        "/ui/status.json": {"get": _op(
+            "statusData", "The status page's data: queues (with sent_per_s and "
+            "received_per_s), links, dead letters by class, recent errors, version, uptime; "
+            "store and disk once ready.", {"200": ok(_answer({
+                "ready": _BOOL, "reason": {"type": ["string", "null"]}, "time": _STR,
+                "version": _STR, "uptime_s": {"type": "number"},
+                "queues": {"type": "array"}, "links": {"type": "array"},
+                "dead_letters": {"type": "array"}, "errors": {"type": "array"}}))})},
         "/v1/transactions": {
-            "get": _op("List open and prepared transactions: a partner's own, the admin's "
-                       "all."),
-            "post": _op("Begin a transaction.", status="201"),
+            "get": _op("listTransactions", "List open and prepared transactions: a "
+                       "partner's own, the admin's all.", {"200": ok(_answer({
+                           "transactions": {"type": "array", "items": transaction}}))}),
+            "post": _op("beginTransaction", "Begin a transaction.",
+                        {"201": ok(transaction, "Begun")}),
         },
-        "/v1/transactions/{id}": {"get": _op("Show a transaction.", params=[_TX])},
-        "/v1/transactions/{id}/prepare": {"post": _op("Prepare (two-phase).", params=[_TX])},
-        "/v1/transactions/{id}/commit": {"post": _op("Commit.", params=[_TX])},
-        "/v1/transactions/{id}/abort": {"post": _op("Abort.", params=[_TX])},
-        "/v1/messages": {"post": _op("Send to a format name (Mq-Destination); several "
-                                     "destinations in one atomic commit.", status="201",
-                                     params=[_DESTINATION, *_MQ_HEADERS], body=True)},
-        "/v1/batch": {"post": _op("Store several messages atomically.", status="201",
-                                  body=_BATCH_BODY)},
-        "/v1/admin/backup": {"post": _op("Back up the running store into {dest}.",
-                                         body=_object({"dest": {
-                                             "type": "string", "pattern": "^/",
-                                             "description": "An absolute directory path."}},
-                                             required=("dest",), closed=False))},
-        "/v1/links": {"get": _op("Links to remote queue managers (kind messages) and "
-                                 "receipt lanes (kind receipts): destination, state, backlog, "
-                                 "unacked, oldest_age_s, last_error, sent, retries.")},
-        "/v1/links/{id}/pause": {"post": _op("Pause a link or receipt lane.", params=[_TX])},
-        "/v1/links/{id}/resume": {"post": _op("Resume a link or receipt lane.",
-                                              params=[_TX])},
+        "/v1/transactions/{id}": {"get": _op("getTransaction", "Show a transaction.",
+                                             {"200": ok(transaction)}, params=[_TX])},
+        "/v1/transactions/{id}/prepare": {"post": _op(
+            "prepareTransaction", "Prepare (two-phase).", {"200": ok(transaction)},
+            params=[_TX])},
+        "/v1/transactions/{id}/commit": {"post": _op(
+            "commitTransaction", "Commit: the held sends are stored, the received messages "
+            "removed.", {"200": ok(_answer({
+                "id": _TX_ID, "state": {"const": "committed"},
+                "messages": {"type": "array", "items": _ref("Stored"),
+                             "description": "The messages stored, in send order."}}))},
+            params=[_TX])},
+        "/v1/transactions/{id}/abort": {"post": _op(
+            "abortTransaction", "Abort: the received messages go back.", {"200": ok(_answer(
+                {"id": _TX_ID, "state": {"const": "aborted"}}))}, params=[_TX])},
+        "/v1/messages": {"post": _op(
+            "sendByFormatName", "Send to a format name (Mq-Destination); several "
+            "destinations in one atomic commit. The answer has the same shape for one "
+            "destination and several.", {
+                "201": ok(_ref("Sent"), "Stored: the copies, and the destinations whose "
+                          "copy was dead-lettered.", {
+                              "Location": {**_LOCATION, "description": "When one copy "
+                                           "was stored, in a local queue: that message."},
+                              "Idempotency-Replayed": _REPLAYED}),
+                "202": ok(_answer({"transaction": _TX_ID, "queues": {
+                    "type": "array", "items": _STR}, "index": {
+                    "type": "array", "items": _INT}}), "Held in the transaction "
+                    "(Mq-Transaction): stored at its commit.")},
+            params=[_DESTINATION, *_MQ_HEADERS], body=True)},
+        "/v1/batch": {"post": _op(
+            "sendBatch", "Store several messages atomically.", {"201": ok(_answer({
+                "ids": {"type": "array", "items": _STR},
+                "messages": {"type": "array", "items": _ref("Stored")}}),
+                "Stored, in the order sent.", {"Location": {
+                    **_LOCATION, "description": "For a batch of one message: that message."}}
+            )}, body=_BATCH_BODY)},
+        "/v1/admin/backup": {"post": _op(
+            "backup", "Back up the running store into {dest}.", {"200": ok(_answer({
+                "dest": _STR, "files": _INT, "bytes": _INT, "seconds": {"type": "number"}}))},
+            body=_object({"dest": {"type": "string", "pattern": "^/",
+                                   "description": "An absolute directory path."}},
+                         required=("dest",), closed=False))},
+        "/v1/links": {"get": _op(
+            "listLinks", "Links to remote queue managers (kind messages) and receipt lanes "
+            "(kind receipts).", {"200": ok(_answer({"links": {"type": "array",
+                                                              "items": _ref("Link")}}))})},
+        "/v1/links/{id}/pause": {"post": _op("pauseLink", "Pause a link or receipt lane.",
+                                             {"200": link}, params=[_LINK])},
+        "/v1/links/{id}/resume": {"post": _op("resumeLink", "Resume a link or receipt lane.",
+                                              {"200": link}, params=[_LINK])},
         "/msmq/{path}": {"post": {
+            "operationId": "srmp",
             "summary": "SRMP (MSMQ over HTTP): a multipart/related SOAP envelope and body, or "
                        "a text/xml receipt. The queue comes from the envelope's <to>; the "
                        "virtual directories are srmp.virtual_dirs.",
@@ -251,15 +454,21 @@ def document() -> dict[str, Any]:
                      "description": "HTTP store-and-forward gateway: REST API and SRMP. With "
                                     "credentials configured every other operation needs "
                                     "one of the security schemes."},
-            "components": {"securitySchemes": {
-                "apiKey": {"type": "http", "scheme": "bearer",
-                           "description": "Authorization: Bearer <API key>"},
-                "hmac": {"type": "apiKey", "in": "header", "name": "Authorization",
-                         "description": "EP-HMAC-SHA256 partner=, ts=, nonce=, sig= (see "
-                                        "docs/security.md)"},
-                "basic": {"type": "http", "scheme": "basic",
-                          "description": "Browsers: any user name, the API key as password"},
-                "clientCertificate": {"type": "mutualTLS"}}},
+            "components": {
+                "schemas": _SCHEMAS,
+                "responses": {"Problem": {
+                    "description": "Error (application/problem+json, RFC 9457)",
+                    "content": {"application/problem+json": {"schema": _ref("Problem")}}}},
+                "securitySchemes": {
+                    "apiKey": {"type": "http", "scheme": "bearer",
+                               "description": "Authorization: Bearer <API key>"},
+                    "hmac": {"type": "apiKey", "in": "header", "name": "Authorization",
+                             "description": "EP-HMAC-SHA256 partner=, ts=, nonce=, sig= (see "
+                                            "docs/security.md)"},
+                    "basic": {"type": "http", "scheme": "basic",
+                              "description": "Browsers: any user name, the API key as "
+                                             "password"},
+                    "clientCertificate": {"type": "mutualTLS"}}},
             "security": [{"apiKey": []}, {"hmac": []}, {"basic": []},
                          {"clientCertificate": []}],
             "paths": paths}

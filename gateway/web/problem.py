@@ -8,7 +8,10 @@ from http import HTTPStatus
 
 from aiohttp import web
 
-__all__ = ["PROBLEM_CONTENT_TYPE", "problem_response", "PROBLEM_BASE_URI"]
+from gateway.errors import ProblemError
+from gateway.queues.errors import QueueError
+
+__all__ = ["PROBLEM_CONTENT_TYPE", "problem_response", "PROBLEM_BASE_URI", "as_problem"]
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_BASE_URI = "https://entrepot.dev/problems/"
@@ -45,6 +48,14 @@ def problem_response(
         content_type=PROBLEM_CONTENT_TYPE,
         headers=dict(headers or {}),
     )
+
+
+def as_problem(exc: QueueError) -> ProblemError:
+    """The HTTP answer to a refusal of the queue domain: its status hint, its problem type,
+    its fields, and Retry-After when it says when to try again."""
+    headers = {} if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
+    return ProblemError(exc.status_hint, exc.detail, type_slug=exc.type_slug, title=exc.title,
+                        headers=headers, extra=exc.fields)
 
 
 def _reason(status: int) -> str:

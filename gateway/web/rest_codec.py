@@ -12,13 +12,18 @@ from datetime import UTC, datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import overload
+from urllib.parse import quote
 
 from gateway.msmq.classes import MessageClass, parse_ack_level, parse_journal_level
 from gateway.srmp.properties import envelope_text
 from gateway.msmq.message import LABEL_CHARS_MAX, MessageProperties
 
 __all__ = ["HeaderError", "SendRequest", "header_text", "parse_send_headers", "message_json",
-           "iso_ms"]
+           "iso_ms", "message_location", "REPLAYED"]
+
+# On the answer to a send whose Idempotency-Key was seen with the same body: the first
+# answer, and nothing stored this time.
+REPLAYED = {"Idempotency-Replayed": "true"}
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _TEXT_CHARS_MAX = 1024
@@ -167,6 +172,11 @@ def _text(headers: Mapping[str, str], name: str) -> str:
     return value
 
 
+def message_location(queue: str, message_id: str) -> str:
+    """The ``Location`` of a stored message: ``GET`` there reads it (until it is received)."""
+    return f"/v1/queues/{quote(queue, safe='$/')}/messages/{quote(message_id, safe='')}"
+
+
 def iso_ms(ms: int) -> str | None:
     if not ms:
         return None
@@ -215,9 +225,22 @@ def message_json(*, message_id: str, queue: str, seq: int, properties: MessagePr
             "time_to_reach_queue_deadline": iso_ms(p.reach_queue_by_ms),
             "time_to_be_received_deadline": iso_ms(p.receive_by_ms),
             "source_qm": p.source_qm,
-            **_srmp_extra(p),
+            **_extras(p),
         },
     }
+
+
+# Extra properties that are numbers (a message keeps its extras as text): shown as numbers.
+_NUMERIC_EXTRAS = frozenset({"dead_lettered_at_ms", "received_at_ms", "body_type",
+                             "hash_algorithm", "stream_current", "final_ordinal"})
+
+
+def _extras(p: MessageProperties) -> Mapping[str, object]:
+    extra = _srmp_extra(p)
+    if _NUMERIC_EXTRAS.isdisjoint(extra):
+        return extra
+    return {k: int(v) if k in _NUMERIC_EXTRAS and v.isascii() and v.isdigit() else v
+            for k, v in extra.items()}
 
 
 def _srmp_extra(p: MessageProperties) -> dict[str, str]:

@@ -48,4 +48,4 @@ async def act(request: web.Request) -> web.Response:
         link.resume()
     else:
         raise ProblemError(404, f"no action {action!r} (pause or resume)", type_slug="not-found")
-    return web.json_response(link.summary())
+    return web.json_response({"id": request.match_info["id"], **link.summary()})

@@ -13,7 +13,15 @@ from gateway.web.auth_middleware import principal_of, require, require_admin, sc
 from gateway.queues.destinations import redirect_inbound, send_to_destinations, split_destinations
 from gateway.errors import ProblemError
 from gateway.web.reply_addresses import check_request_replies
-from gateway.web.rest_codec import HeaderError, header_text, parse_send_headers
+from gateway.web.rest_codec import (
+    REPLAYED,
+    HeaderError,
+    header_text,
+    message_location,
+    parse_send_headers,
+)
+from gateway.web.rest_queues import replayed_send
+from gateway.queues.manager import Queue
 from gateway.queues.wire_ids import local_id
 
 __all__ = ["routes"]
@@ -66,11 +74,18 @@ async def send_by_format_name(request: web.Request) -> web.Response:
         return jsonio.json_response({"transaction": tx, "queues": [q.path.display for q in queues]
                                   + [url for _, url in remote], "index": held}, status=202)
     if len(paths) == 1 and not remote:
-        message = await qm.send(paths[0], body, send.properties, transaction=tx,
-                                dedup_key=scoped_key(request, send.idempotency_key),
-                            fresh=True)
-        return jsonio.json_response({"id": message.message_id, "queue": message.queue,
-                                  "seq": message.seq}, status=201)
+        key = scoped_key(request, send.idempotency_key)
+        prior = await replayed_send(qm, key, paths[0], body)
+        if prior is None:
+            message = await qm.send(paths[0], body, send.properties, transaction=tx,
+                                    dedup_key=key, fresh=True)
+            made = {"id": message.message_id, "queue": message.queue, "seq": message.seq}
+        else:
+            made = {"id": prior["id"], "queue": prior["queue"], "seq": prior["seq"]}
+        return jsonio.json_response(
+            {"messages": [made], "dead_lettered": []}, status=201, headers={
+                **(REPLAYED if prior is not None else {}),
+                "Location": message_location(str(made["queue"]), str(made["id"]))})
     transactional = tx == "single" or (tx is None and any(q.settings.transactional
                                                           for q in queues))
     key = scoped_key(request, send.idempotency_key)
@@ -79,7 +94,8 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     if key is not None:
         prior = await qm.dedup.seen(key, digest)
         if prior:
-            return jsonio.json_response(prior, status=201)
+            return jsonio.json_response(prior, status=201,
+                                        headers=_location(prior, remote) | REPLAYED)
         qm.dedup.begin(key)
     try:
         answer = await send_to_destinations(
@@ -88,4 +104,14 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     finally:
         if key is not None:
             qm.dedup.failed(key)  # no-op once stored
-    return jsonio.json_response(answer, status=201)
+    return jsonio.json_response(answer, status=201, headers=_location(answer, remote))
+
+
+def _location(answer: dict[str, object], remote: list[tuple[Queue, str]]
+              ) -> dict[str, str]:
+    """``Location`` when the send stored one message, in a local queue (a remote copy waits
+    in an outgoing queue, which is not served)."""
+    messages = answer.get("messages")
+    if remote or not isinstance(messages, list) or len(messages) != 1:
+        return {}
+    return {"Location": message_location(str(messages[0]["queue"]), str(messages[0]["id"]))}

@@ -25,7 +25,14 @@ from gateway.web.long_polls import LONG_POLLS_KEY
 from gateway.queues.manager import Park, QueueManager, QueueSettings, ReceivedMessage
 from gateway.web.rest_body import json_body
 from gateway.web.reply_addresses import check_request_replies
-from gateway.web.rest_codec import HeaderError, header_text, message_json, parse_send_headers
+from gateway.web.rest_codec import (
+    REPLAYED,
+    HeaderError,
+    header_text,
+    message_json,
+    message_location,
+    parse_send_headers,
+)
 from gateway.queues.redrive import Redrive, RedriveFilter
 from gateway.queues.transactions import Transactions
 from gateway.units import parse_size
@@ -206,11 +213,33 @@ async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Respon
         return jsonio.json_response({"transaction": tx.id, "queue": qm.queue(name).path.display,
                                   "index": index}, status=202)
     body = await request.read()
+    key = scoped_key(request, send.idempotency_key)
+    prior = await replayed_send(qm, key, name, body)
+    if prior is not None:
+        return jsonio.json_response(prior, status=201, headers={
+            **REPLAYED, "Location": message_location(str(prior["queue"]), str(prior["id"]))})
     message = await qm.send(name, body, send.properties, transaction=send.transaction,
-                            dedup_key=scoped_key(request, send.idempotency_key),
-                            fresh=True)
+                            dedup_key=key, fresh=True)
     return jsonio.json_response({"id": message.message_id, "queue": message.queue,
-                              "seq": message.seq}, status=201)
+                                 "seq": message.seq}, status=201, headers={
+        "Location": message_location(message.queue, message.message_id)})
+
+
+async def replayed_send(qm: QueueManager, key: str | None, name: str, body: bytes
+                        ) -> dict[str, object] | None:
+    """The first answer to a send to queue ``name`` with this Idempotency-Key and body, so
+    the replay can say it is one (``QueueManager.send`` answers a replay as it stands).
+
+    Nothing awaits between this look-up and the send's own unless a send with the same key
+    is in flight, and then this one waits for it and finds its answer.
+
+    Raises:
+        ProblemError: 422 when the key was used with another body.
+    """
+    if key is None:
+        return None
+    assert qm.dedup is not None
+    return await qm.dedup.seen(key, qm.dedup.digest(body, qm.queue(name).path.canonical))
 
 
 async def _receive(request: web.Request, qm: QueueManager, name: str) -> web.Response:

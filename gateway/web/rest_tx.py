@@ -17,10 +17,10 @@ from gateway.msmq.message import MessageProperties
 from gateway.queues.manager import QueueManager
 from gateway.web.rest_body import parse_json
 from gateway.web.reply_addresses import check_request_replies
-from gateway.web.rest_codec import HeaderError, parse_send_headers
+from gateway.web.rest_codec import HeaderError, message_location, parse_send_headers
 from gateway.queues.transactions import Transactions
 
-__all__ = ["routes"]
+__all__ = ["routes", "BATCH_PROPERTY_KEYS"]
 
 routes = web.RouteTableDef()
 BATCH_MESSAGES_MAX = 10_000
@@ -93,30 +93,61 @@ async def batch(request: web.Request) -> web.Response:
         require(request, "send", queue)
         check_request_replies(request, props, where=f"messages[{index}].properties.")
     made = await send_batch(qm, items)
+    # One message stored: its Location, as for any send; several have no one resource.
+    location = {"Location": message_location(made[0].queue, made[0].message_id)} if len(
+        made) == 1 else None
     return jsonio.json_response({"ids": [m.message_id for m in made],
-                              "messages": [{"id": m.message_id, "queue": m.queue, "seq": m.seq}
-                                           for m in made]}, status=201)
+                                 "messages": [{"id": m.message_id, "queue": m.queue,
+                                               "seq": m.seq} for m in made]},
+                                status=201, headers=location)
+
+
+_ITEM_KEYS = frozenset({"queue", "body_base64", "properties"})
+# The send headers a batch item's properties stand for, without ``Mq-``; a batch is one
+# transaction, so Mq-Transaction and Idempotency-Key have no item counterpart.
+BATCH_PROPERTY_KEYS = frozenset({
+    "label", "priority", "delivery", "time_to_reach_queue", "time_to_be_received",
+    "correlation_id", "response_queue", "admin_queue", "acknowledge", "journal",
+    "app_specific", "sent_time", "content_type"})
 
 
 def _item(index: int, item: object, now_ms: int) -> tuple[str, bytes, MessageProperties]:
+    """One batch item, all of its keys known: a misspelt key would otherwise be dropped in
+    silence (a ``body`` for ``body_base64`` stored an empty message)."""
     where = f"messages[{index}]"
-    if not isinstance(item, dict) or not isinstance(item.get("queue"), str):
+    if not isinstance(item, dict):
+        raise ProblemError(400, f"{where}: expected an object", type_slug="bad-request")
+    _known(item, _ITEM_KEYS, where)
+    if not isinstance(item.get("queue"), str):
         raise ProblemError(400, f"{where}: needs a \"queue\" string", type_slug="bad-request")
-    try:
-        body = base64.b64decode(item.get("body_base64", ""), validate=True)
-    except (binascii.Error, TypeError, ValueError) as exc:
-        raise ProblemError(400, f"{where}.body_base64: not base64 ({exc})",
-                           type_slug="bad-request") from exc
     props = item.get("properties", {})
     if not isinstance(props, dict):
         raise ProblemError(400, f"{where}.properties: expected an object",
                            type_slug="bad-request")
+    _known({k.lower().replace("-", "_"): v for k, v in props.items()}, BATCH_PROPERTY_KEYS,
+           f"{where}.properties")
     headers = {_header(k): str(v) for k, v in props.items()}
     try:
         request = parse_send_headers(headers, now_ms=now_ms)
     except HeaderError as exc:
         raise ProblemError(400, f"{where}.properties: {exc}", type_slug=exc.type_slug) from exc
+    encoded = item.get("body_base64")
+    if not isinstance(encoded, str):
+        raise ProblemError(400, f"{where}.body_base64: required, the body in base64 (\"\" "
+                           "for an empty body)", type_slug="bad-request")
+    try:
+        body = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ProblemError(400, f"{where}.body_base64: not base64 ({exc})",
+                           type_slug="bad-request") from exc
     return item["queue"], body, request.properties
+
+
+def _known(doc: dict[str, object], known: frozenset[str], where: str) -> None:
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise ProblemError(400, f"{where}.{unknown[0][:64]}: unknown key (known: "
+                           f"{', '.join(sorted(known))})", type_slug="bad-request")
 
 
 def _header(key: str) -> str:

@@ -1,5 +1,6 @@
-"""``POST /{virtual dir}/...``: the SRMP front door (srmp.md §1.10). Thin: parse (pure codec),
-resolve the destination, check access, hand over to gateway.inbound.deliver.
+"""``POST /{virtual dir}/...``: the SRMP front door (docs/srmp.md, "Receiver pipeline and
+status codes"; [MC-MQSRM] §3.1.5.1). Thin: parse (pure codec), resolve the destination, check
+access, hand over to gateway.inbound.deliver.
 
 The destination comes from the envelope's ``<to>``, never from the Request-URI (which Windows
 may lower-case). Inbound redirection (mapping files) runs first, then the host check: a
@@ -30,6 +31,8 @@ from gateway.web.appkeys import (
 )
 from gateway.web.auth_middleware import principal_of
 from gateway.auth.principal import NOBODY
+from gateway.queues.errors import QueueError
+from gateway.web.problem import as_problem
 from gateway.queues.destinations import LocalNames, resolve_local, split_destinations
 from gateway.errors import ProblemError
 from gateway.logs import server_log
@@ -103,7 +106,7 @@ async def _srmp_post(request: web.Request) -> web.Response:
             if await _receipt(request, parsed.message):
                 metrics.srmp_message(kind, "stream_advanced")
                 return web.Response(status=200)
-    except (SrmpError, ProblemError) as exc:
+    except (SrmpError, ProblemError, QueueError) as exc:
         metrics.srmp_message(kind, "rejected")
         raise _as_srmp(exc) from exc
     refusal = _access(request, queue)
@@ -125,7 +128,7 @@ async def _srmp_post(request: web.Request) -> web.Response:
         outcome = await deliver(qm, sequencer, queue, props, parsed.body, stream=stream,
                                 queue_url=parsed.to,
                                 vouched=principal_of(request) is not NOBODY or _trusted(request))
-    except (SrmpError, ProblemError) as exc:
+    except (SrmpError, ProblemError, QueueError) as exc:
         metrics.srmp_message(kind, "rejected")
         raise _as_srmp(exc) from exc
     metrics.srmp_message(kind, outcome.value)
@@ -137,11 +140,13 @@ async def _srmp_post(request: web.Request) -> web.Response:
     return web.Response(status=200, headers=headers)
 
 
-def _as_srmp(exc: SrmpError | ProblemError) -> ProblemError:
+def _as_srmp(exc: SrmpError | ProblemError | QueueError) -> ProblemError:
     """SRMP has one answer for every refusal, 400 (the sender drops the message); 5xx and
     413 stay what they are (the sender retries, or the request was too large)."""
     if isinstance(exc, SrmpError):
         return ProblemError(400, exc.reason, type_slug="MQ_ERROR_BAD_XML_FORMAT")
+    if isinstance(exc, QueueError):
+        exc = as_problem(exc)
     if exc.status_hint in _SRMP_STATUSES:
         exc.status_hint = 400
     return exc
@@ -268,7 +273,7 @@ def _authenticate(request: web.Request, parsed: ParsedRequest, queue: Queue) -> 
     """True when the message carries a signature that verifies with its sender's configured
     certificate. A signature that fails is refused wherever the message goes (it was
     tampered with, or signed by someone else); an authenticated queue takes verified
-    messages only (srmp.md §1.8).
+    messages only (docs/srmp.md, "Signatures").
 
     Raises:
         ProblemError: 400 MQMSG_CLASS_NACK_BAD_SIGNATURE.
@@ -303,7 +308,7 @@ def _local_admin(props: MessageProperties, local: LocalNames) -> MessageProperti
         return props
     try:
         path = resolve_local(props.admin_queue, local)[0]
-    except ProblemError:
+    except QueueError:
         return props  # a remote admin queue: its acknowledgements travel by link
     return replace(props, admin_queue=path)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,7 @@ class GatewayState:
     outbound: OutboundPolicy = field(default_factory=lambda: OutboundPolicy(()))
     mapping: MappingLoader | None = None
     reload_mapping: asyncio.Event = field(default_factory=asyncio.Event)
+    started_at: float = field(default_factory=time.time)  # the status page's uptime
 
     def unavailable(self, retry_after_s: int = 1) -> ProblemError:
         """The 503 every route answers while the gateway cannot serve it."""

@@ -1,5 +1,6 @@
-"""One snapshot of what an operator asks first — queues, links, dead letters, quota, recent
-errors — for the status page, the metrics and the admin CLI alike.
+"""One snapshot of what an operator asks first — queues and their message rates, links,
+dead letters, quota, free disk, recent errors, version and uptime — for the status page,
+the metrics and the admin CLI alike.
 
 Cheap enough to take every second: per queue one decode (its oldest message), per
 dead-letter message one decode the first time it is seen (its class is remembered by
@@ -10,17 +11,21 @@ from __future__ import annotations
 
 import collections
 import logging
+import shutil
 import time
 from typing import Any
 
+from gateway.metrics import VERSION
 from gateway.queues.internal import is_internal
 from gateway.msmq.classes import MessageClass
 from gateway.queues.manager import Queue, QueueManager
 from gateway.web.state import GatewayState
 
-__all__ = ["RecentErrors", "DeadLetterClasses", "snapshot"]
+__all__ = ["RecentErrors", "DeadLetterClasses", "MessageRates", "snapshot"]
 
 _ERRORS_KEPT = 50
+_RATE_WINDOW_S = 60.0  # message rates are averaged over about the last minute
+_RATE_SPACING_S = 5.0  # one sample of the counts kept per this many seconds at most
 
 
 class RecentErrors(logging.Handler):
@@ -73,6 +78,36 @@ class DeadLetterClasses:
         return {name: count for name, count in counts.items() if count}
 
 
+class MessageRates:
+    """Messages sent to and received from each queue per second, over about the last minute:
+    the queue manager's counts since start (gateway.queues.events) sampled at each status
+    snapshot, a sample kept every few seconds (a bounded number of them)."""
+
+    def __init__(self) -> None:
+        self._samples: collections.deque[tuple[float, dict[str, tuple[int, int]]]] = (
+            collections.deque(maxlen=int(_RATE_WINDOW_S / _RATE_SPACING_S) + 1))
+
+    def rates(self, counts: dict[str, dict[str, int]], now: float
+              ) -> dict[str, tuple[float, float]] | None:
+        """queue -> (sent, received) per second since the oldest sample of the window; None
+        at the first look (no interval yet)."""
+        current = {name: (per.get("sent", 0), per.get("received", 0))
+                   for name, per in counts.items()}
+        if not self._samples or now - self._samples[-1][0] >= _RATE_SPACING_S:
+            self._samples.append((now, current))
+        while len(self._samples) > 1 and now - self._samples[1][0] >= _RATE_WINDOW_S:
+            self._samples.popleft()
+        then, before = self._samples[0]
+        elapsed = now - then
+        if elapsed <= 0:
+            return None
+        out = {}
+        for name, (sent, received) in current.items():
+            sent_then, received_then = before.get(name, (0, 0))
+            out[name] = ((sent - sent_then) / elapsed, (received - received_then) / elapsed)
+        return out
+
+
 def _oldest_age_s(qm: QueueManager, queue: Queue, now_ms: int) -> float:
     """Age of the oldest message waiting: the lowest live sequence at the head of the
     delivery lanes (a few stale entries at a lane's head are skipped, not popped)."""
@@ -92,12 +127,15 @@ def _oldest_age_s(qm: QueueManager, queue: Queue, now_ms: int) -> float:
     return round(max(0, now_ms - arrived) / 1000, 3) if arrived else 0.0
 
 
-def snapshot(state: GatewayState, dead: DeadLetterClasses, errors: RecentErrors | None
-             ) -> dict[str, Any]:
-    """The status document (``GET /ui/status.json``)."""
+def snapshot(state: GatewayState, dead: DeadLetterClasses, errors: RecentErrors | None,
+             rates: MessageRates | None = None) -> dict[str, Any]:
+    """The status document (``GET /ui/status.json``); ``rates`` adds each queue's
+    ``sent_per_s`` and ``received_per_s``."""
     qm = state.queue_manager
     doc: dict[str, Any] = {"ready": state.ready, "reason": state.not_ready_reason(),
                            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "version": VERSION,
+                           "uptime_s": round(max(0.0, time.time() - state.started_at), 1),
                            "queues": [], "links": [], "dead_letters": [], "errors": []}
     if errors is not None:
         doc["errors"] = list(reversed(errors.records))
@@ -105,6 +143,8 @@ def snapshot(state: GatewayState, dead: DeadLetterClasses, errors: RecentErrors 
         return doc
     now_ms = int(time.time() * 1000)
     consumers = state.consumers
+    per_s = rates.rates(qm.events.counts, time.monotonic()) if rates is not None else None
+    counted_full = qm.events.full
     for queue in sorted(qm.all_queues(), key=lambda q: q.path.canonical):
         if is_internal(queue.path.canonical):
             continue
@@ -114,6 +154,13 @@ def snapshot(state: GatewayState, dead: DeadLetterClasses, errors: RecentErrors 
             "oldest_age_s": _oldest_age_s(qm, queue, now_ms),
             "transactional": queue.settings.transactional,
             "consumers": consumers.positions(queue) if consumers is not None else {}})
+        if rates is not None:  # null at the first look, and for a queue past
+            # metrics.queues_max (not counted on its own)
+            found = per_s.get(queue.path.display, None if counted_full else (0.0, 0.0)
+                              ) if per_s is not None else None
+            doc["queues"][-1].update(
+                sent_per_s=round(found[0], 3) if found else None,
+                received_per_s=round(found[1], 3) if found else None)
         if queue.is_dead_letter:
             for name, count in sorted(dead.count(qm, queue).items()):
                 doc["dead_letters"].append({"queue": queue.path.display, "class": name,
@@ -124,4 +171,9 @@ def snapshot(state: GatewayState, dead: DeadLetterClasses, errors: RecentErrors 
     doc["store"] = {"used_bytes": quotas.machine_used, "quota_bytes": quotas.machine_quota,
                     "journal_used_bytes": quotas.machine_journal_used,
                     "journal_quota_bytes": quotas.machine_journal_quota}
+    try:  # one statvfs: as cheap as the counters above
+        disk = shutil.disk_usage(qm.store.data_dir.storage)
+        doc["disk"] = {"free_bytes": disk.free, "total_bytes": disk.total}
+    except OSError:  # the status page still shows the rest
+        doc["disk"] = None
     return doc

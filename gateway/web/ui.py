@@ -11,14 +11,15 @@ from aiohttp import web
 
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.auth_middleware import require_admin
-from gateway.web.status import DeadLetterClasses, RecentErrors, snapshot
+from gateway.web.status import DeadLetterClasses, MessageRates, RecentErrors, snapshot
 from gateway.web.ui_page import PAGE
 
-__all__ = ["routes", "UI_ERRORS", "UI_DEAD"]
+__all__ = ["routes", "UI_ERRORS", "UI_DEAD", "UI_RATES"]
 
 routes = web.RouteTableDef()
 UI_ERRORS = web.AppKey("ui_errors", RecentErrors)
 UI_DEAD = web.AppKey("ui_dead", DeadLetterClasses)
+UI_RATES = web.AppKey("ui_rates", MessageRates)
 _HEADERS = {"Cache-Control": "no-store",
             "Content-Security-Policy": "default-src 'self'; script-src 'unsafe-inline' 'self'; "
                                        "style-src 'unsafe-inline'; frame-ancestors 'none'",
@@ -35,5 +36,5 @@ async def page(request: web.Request) -> web.Response:
 async def status(request: web.Request) -> web.Response:
     require_admin(request)
     app = request.app
-    return web.json_response(snapshot(app[STATE_KEY], app[UI_DEAD], app[UI_ERRORS]),
-                             headers={"Cache-Control": "no-store"})
+    return web.json_response(snapshot(app[STATE_KEY], app[UI_DEAD], app[UI_ERRORS],
+                                      app[UI_RATES]), headers={"Cache-Control": "no-store"})

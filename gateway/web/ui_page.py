@@ -13,16 +13,22 @@ table{border-collapse:collapse;background:#fff;min-width:40em}
 th,td{border:1px solid #ddd;padding:.25em .6em;text-align:left}
 td.n{text-align:right;font-variant-numeric:tabular-nums} th{background:#f0f0f0}
 .bad{color:#b00020;font-weight:600} .ok{color:#1b5e20;font-weight:600} .muted{color:#777}
+tr.bad td{background:#fdecea} code{font-size:.9em}
 </style></head>
 <body>
 <h1>entrepot</h1>
 <div id="summary" class="muted">loading&hellip;</div>
 <h2>Queues</h2>
-<table id="queues"><thead><tr><th>queue</th><th>messages</th><th>bytes</th>
-<th>oldest (s)</th><th>range consumers</th></tr></thead><tbody></tbody></table>
+<table id="queues"><thead><tr><th>queue</th><th>messages</th><th>size</th>
+<th>oldest</th><th>sent</th><th>received</th><th>range consumers</th></tr></thead>
+<tbody></tbody></table>
+<p class="muted">sent and received: messages per second over about the last minute.</p>
 <h2>Links</h2>
-<table id="links"><thead><tr><th>destination</th><th>kind</th><th>state</th><th>backlog</th>
-<th>unacked</th><th>retries</th><th>last error</th></tr></thead><tbody></tbody></table>
+<table id="links"><thead><tr><th>id</th><th>destination</th><th>kind</th><th>state</th>
+<th>backlog</th><th>unacked</th><th>retries</th><th>last error</th></tr></thead>
+<tbody></tbody></table>
+<p class="muted">Pause or resume one with <code>entrepot link pause ID</code>
+(or <code>resume</code>); failing links are highlighted.</p>
 <h2>Dead letters</h2>
 <table id="dead"><thead><tr><th>queue</th><th>class</th><th>messages</th></tr></thead>
 <tbody></tbody></table>
@@ -31,13 +37,37 @@ td.n{text-align:right;font-variant-numeric:tabular-nums} th{background:#f0f0f0}
 </tr></thead><tbody></tbody></table>
 <script>
 "use strict";
+const FAILING = new Set(["waiting to connect", "inactive"]);
+function bytes(n) {
+  if (n === undefined || n === null) return "";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(n < 10 ? 1 : 0) : String(n)) + " " + units[i];
+}
+function duration(s) {
+  s = Math.floor(s);
+  if (s < 60) return s + " s";
+  if (s < 3600) return Math.floor(s / 60) + " min";
+  if (s < 86400) return Math.floor(s / 3600) + " h " + Math.floor(s % 3600 / 60) + " min";
+  return Math.floor(s / 86400) + " d " + Math.floor(s % 86400 / 3600) + " h";
+}
+function ago(s) {
+  if (!s || s < 0) return "";
+  return s < 1 ? "< 1 s ago" : duration(s) + " ago";
+}
+function rate(r) {
+  if (r === undefined || r === null) return "";
+  return (r >= 10 || r === 0 ? r.toFixed(0) : r.toFixed(2)) + "/s";
+}
 function cell(row, text, numeric) {
   const td = document.createElement("td");
   td.textContent = text === undefined || text === null ? "" : String(text);
   if (numeric) td.className = "n";
   row.appendChild(td);
 }
-function fill(id, rows, columns, empty) {
+// columns: [key, numeric, format]; rowClass(item) names a row's class
+function fill(id, rows, columns, empty, rowClass) {
   const body = document.querySelector("#" + id + " tbody");
   body.replaceChildren();
   if (!rows.length) {
@@ -49,9 +79,10 @@ function fill(id, rows, columns, empty) {
   for (const item of rows) {
     const tr = document.createElement("tr");
     tr.dataset.key = String(item[columns[0][0]]);
-    for (const [key, numeric] of columns) {
+    if (rowClass) tr.className = rowClass(item);
+    for (const [key, numeric, format] of columns) {
       const value = item[key];
-      cell(tr, typeof value === "object" && value !== null
+      cell(tr, format ? format(value) : typeof value === "object" && value !== null
         ? Object.entries(value).map(([k, v]) => k + "@" + v).join(", ") : value, numeric);
     }
     body.appendChild(tr);
@@ -64,16 +95,29 @@ async function refresh() {
     if (!response.ok) throw new Error("HTTP " + response.status);
     const s = await response.json();
     summary.className = s.ready ? "ok" : "bad";
-    const store = s.store ? " \\u2014 store " + s.store.used_bytes + " of "
-      + s.store.quota_bytes + " bytes" : "";
-    summary.textContent = (s.ready ? "ready" : "not ready: " + s.reason) + store
-      + " \\u2014 updated " + s.time;
-    fill("queues", s.queues, [["path"], ["messages", 1], ["bytes", 1], ["oldest_age_s", 1],
+    const dash = " \\u2014 ";
+    const parts = [s.ready ? "ready" : "not ready: " + s.reason,
+                   "entrepot " + s.version + ", up " + duration(s.uptime_s)];
+    if (s.store) parts.push("store " + bytes(s.store.used_bytes) + " of "
+                            + bytes(s.store.quota_bytes));
+    if (s.disk) parts.push("disk " + bytes(s.disk.free_bytes) + " free of "
+                           + bytes(s.disk.total_bytes));
+    parts.push("updated " + s.time);
+    summary.textContent = parts.join(dash);
+    const now = Date.parse(s.time);
+    const since = t => {
+      const d = (now - Date.parse(t)) / 1000;
+      return isNaN(d) ? t : d < 1 ? "< 1 s ago" : duration(d) + " ago";
+    };
+    fill("queues", s.queues, [["path"], ["messages", 1], ["bytes", 1, bytes],
+         ["oldest_age_s", 1, ago], ["sent_per_s", 1, rate], ["received_per_s", 1, rate],
          ["consumers"]], "no queues");
-    fill("links", s.links, [["destination"], ["kind"], ["state"], ["backlog", 1], ["unacked", 1],
-         ["retries", 1], ["last_error"]], "no outgoing links");
+    fill("links", s.links, [["id"], ["destination"], ["kind"], ["state"], ["backlog", 1],
+         ["unacked", 1], ["retries", 1], ["last_error"]], "no outgoing links",
+         link => FAILING.has(link.state) ? "bad" : "");
     fill("dead", s.dead_letters, [["queue"], ["class"], ["messages", 1]], "none");
-    fill("errors", s.errors, [["time"], ["level"], ["logger"], ["message"]], "none");
+    fill("errors", s.errors, [["time", 0, since], ["level"], ["logger"], ["message"]], "none",
+         e => e.level === "error" || e.level === "critical" ? "bad" : "");
     document.body.dataset.loaded = "1";
   } catch (error) {
     summary.className = "bad";

@@ -1,5 +1,6 @@
 """Requests generated from the OpenAPI document, sent to a real gateway on loopback: none gets
-a 5xx, and every answer's status code and content type is one the document names for it.
+a 5xx, and every answer's status code, content type, headers and body are as the document
+says (its JSON checked against the documented schema, problem+json included).
 
 Schemathesis builds the requests (valid and invalid) from ``gateway.web.openapi.document()``, so
 a route whose documented limits drift from what the server enforces shows up here too. Not
@@ -16,7 +17,12 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import content_type_conformance, status_code_conformance
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from gateway.web.openapi import document
 from tests.helpers import GatewayProcess
@@ -44,4 +50,6 @@ def test_generated_requests_get_documented_answers_and_no_5xx(case: schemathesis
         case.query["wait"] = "0"  # a valid long poll would hold the test for up to a minute
     response = case.call(base_url=gateway_url, timeout=30)
     case.validate_response(response, checks=[not_a_server_error, status_code_conformance,
-                                              content_type_conformance])
+                                              content_type_conformance,
+                                              response_headers_conformance,
+                                              response_schema_conformance])

@@ -216,13 +216,14 @@ async def test_order_acks_at_a_published_logical_address_advance_the_sender(
 
     assert await _until(drained), await _links(a)
     metrics = await (await a.get("/metrics")).text()
-    assert 'entrepot_srmp_messages_total{kind="stream-receipt",outcome="stream_advanced"}' \
+    assert 'entrepot_srmp_messages_total{kind="stream_receipt",outcome="stream_advanced"}' \
         in metrics
 
 
 async def test_a_receiver_that_lost_the_stream_gets_a_new_one(
         gateway_factory: Callable[..., Any], tmp_path: Path) -> None:
-    """Seed 002: P acknowledged message 1 of a stream, message 2 is still on its way, and P's
+    """(docs/srmp.md, "Exactly-once in-order delivery: sender".) P acknowledged message 1
+    of a stream, message 2 is still on its way, and P's
     data is lost (a new install at the same address). P refuses number 2 of a stream it does
     not know; A moves the waiting message to a new stream, which P takes."""
     from tests.fault.proxy import FaultProxy
@@ -272,9 +273,9 @@ async def test_a_receiver_that_lost_the_stream_gets_a_new_one(
 
 async def test_final_stream_receipts_settle_dead_letter_messages(
         gateway_factory: Callable[..., Any]) -> None:
-    """srmp.md §2.6: a stream message with DeadLetter/ stays in A's outgoing queue after its
-    stream receipt, until P's final receipt says how it left P's queue: read -> removed,
-    purged -> A's system$;deadxact with the receipt's class."""
+    """(docs/srmp.md, "Final stream receipts".) A stream message with DeadLetter/ stays in
+    A's outgoing queue after its stream receipt, until P's final receipt says how it left P's
+    queue: read -> removed, purged -> A's system$;deadxact with the receipt's class."""
     p, p_port = await gateway_factory("p")
     await p.put("/v1/queues/private$/orders", json={"transactional": True})
     a, _ = await gateway_factory("a")

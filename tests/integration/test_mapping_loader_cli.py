@@ -96,7 +96,7 @@ async def test_the_gateway_reloads_mapping_on_change(aiohttp_client: object,
         await asyncio.sleep(0.05)
     assert route_inbound(state.mapping.rules, "http://gw/msmq/a").target == "private$/a2"
     text = await (await client.get("/metrics")).text()
-    assert "entrepot_mapping_reloads 2.0" in text
+    assert "entrepot_mapping_reloads_total 2.0" in text
 
 
 def test_sighup_reloads_the_mapping_of_a_running_gateway(tmp_path: Path) -> None:
@@ -118,10 +118,10 @@ def test_sighup_reloads_the_mapping_of_a_running_gateway(tmp_path: Path) -> None
         text = ""
         while time.monotonic() < deadline:
             text = http_get(gateway.url + "/metrics")[2].decode()
-            if "entrepot_mapping_rejected_files 1.0" in text:
+            if "entrepot_mapping_rejected_files_total 1.0" in text:
                 break
             time.sleep(0.05)
-        assert "entrepot_mapping_rejected_files 1.0" in text
-        assert "entrepot_mapping_reloads 2.0" in text
+        assert "entrepot_mapping_rejected_files_total 1.0" in text
+        assert "entrepot_mapping_reloads_total 2.0" in text
     finally:
         assert gateway.stop() == 0

@@ -16,7 +16,7 @@ from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties
 from gateway.queues.purge import STEP
 from gateway.queues.manager import QueueManager
-from gateway.errors import ProblemError
+from gateway.queues.errors import QueueError
 from gateway.queues.redrive import SCAN_STEP, Redrive, RedriveFilter
 from gateway.queues.seen_ids import SCAN_STEP as ID_SCAN_STEP
 from gateway.queues.seen_ids import SeenIds
@@ -122,7 +122,7 @@ async def test_lookup_by_a_forgotten_sender_id_reads_the_queue_in_steps(
     assert found.body == b"m%d" % (total - 2) and found.message_id == ids[-2]
     assert turns >= 2, "the loop turned while the queue was read"
     assert (await qm.get("big", ids[-2])).seq == found.seq  # remembered now
-    with pytest.raises(ProblemError) as missing:
+    with pytest.raises(QueueError) as missing:
         await qm.get("big", "{0b5f6c1e-2a7d-4c39-9a51-7e0c2d4b8f13}\\99999")
     assert missing.value.status_hint == 404
 

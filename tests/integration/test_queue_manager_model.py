@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from gateway.auth.principal import OPEN
-from gateway.errors import ProblemError
+from gateway.queues.errors import QueueError
 from gateway.msmq.message import MessageProperties
 from gateway.queues.manager import QueueManager, QueueSettings
 from gateway.queues.transactions import Transactions
@@ -99,7 +99,7 @@ class QueueManagerModel(RuleBasedStateMachine):
         try:
             got = self.run(self.txs.receive(tx, OPEN, "private$/tx", max_messages=1,
                                             wait_s=0))
-        except ProblemError as exc:
+        except QueueError as exc:
             assert refused, exc
             assert (exc.status_hint, exc.type_slug) == (409, "MQ_ERROR_TRANSACTION_USAGE"), exc
             return
@@ -158,7 +158,7 @@ async def test_a_transaction_receiving_only_its_own_sends_is_refused(tmp_path: P
         txs = Transactions(qm)
         tx = txs.begin(OPEN)
         txs.send(tx.id, OPEN, "private$/tx", b"mine", MessageProperties())
-        with pytest.raises(ProblemError) as refused:
+        with pytest.raises(QueueError) as refused:
             await txs.receive(tx.id, OPEN, "private$/tx", max_messages=1, wait_s=0)
         assert (refused.value.status_hint, refused.value.type_slug) == (
             409, "MQ_ERROR_TRANSACTION_USAGE")

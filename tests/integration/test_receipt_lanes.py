@@ -159,7 +159,7 @@ async def test_a_failing_receipt_lane_is_visible_logged_once_and_drains(
     metrics = await (await client.get("/metrics")).text()
     assert f'entrepot_link_backlog{{destination="{MACHINE1}"}} 2.0' in metrics, metrics
     assert f'entrepot_link_state{{destination="{MACHINE1}",state="inactive"}} 1.0' in metrics
-    assert f'entrepot_link_retries{{destination="{MACHINE1}"}}' in metrics
+    assert f'entrepot_link_retries_total{{destination="{MACHINE1}"}}' in metrics
     status = await (await client.get("/ui/status.json")).json()
     assert [x["destination"] for x in status["links"] if x.get("kind") == "receipts"] == [
         MACHINE1]
@@ -274,7 +274,7 @@ async def test_a_newer_stream_receipt_replaces_a_waiting_one(
         metrics = await (await client.get("/metrics")).text()
         lane = await _lane(client)
         return (lane is not None and lane["backlog"] == 2 and
-                'entrepot_srmp_receipts_sent_total{kind="stream-receipt",result="superseded"}'
+                'entrepot_srmp_receipts_sent_total{kind="stream_receipt",result="superseded"}'
                 in metrics)
 
     assert await _until(superseded), await _lane(client)

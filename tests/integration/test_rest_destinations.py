@@ -37,7 +37,7 @@ async def test_local_format_names_reach_the_queue(client: Any, destination: str)
     response = await client.post("/v1/messages", data=b"x",
                                  headers={"Mq-Destination": destination})
     assert response.status == 201, await response.text()
-    assert (await response.json())["queue"] == "plain"
+    assert [m["queue"] for m in (await response.json())["messages"]] == ["plain"]
     assert await _count(client, "plain") == 1
 
 
@@ -102,10 +102,11 @@ async def test_inbound_redirection_maps_a_logical_address_to_the_physical_queue(
     response = await client.post("/v1/messages", data=b"o", headers={
         "Mq-Destination": "DIRECT=HTTPS://www.northwindtraders.com/msmq/OrderQ"})
     assert response.status == 201, await response.text()
-    assert (await response.json())["queue"] == "private$/internal_orders"
+    assert [m["queue"] for m in (await response.json())["messages"]] == [
+        "private$/internal_orders"]
     response = await client.post("/v1/messages", data=b"p", headers={
         "Mq-Destination": "DIRECT=HTTPS://www.northwindtraders.com/msmq/other_things"})
-    assert (await response.json())["queue"] == "plain"
+    assert [m["queue"] for m in (await response.json())["messages"]] == ["plain"]
     unmapped = await client.post("/v1/messages", data=b"x", headers={
         "Mq-Destination": "DIRECT=HTTPS://www.northwindtraders.com/msmq/unknown"})
     assert unmapped.status == 201  # not redirected: waits for its link to the remote host

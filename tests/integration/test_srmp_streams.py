@@ -103,7 +103,7 @@ async def test_out_of_order_and_duplicates_end_up_once_in_order(
     assert 'entrepot_srmp_messages_total{kind="user",outcome="stored"} 3.0' in metrics
     assert 'entrepot_srmp_messages_total{kind="user",outcome="duplicate"} 2.0' in metrics
     assert 'entrepot_srmp_messages_total{kind="user",outcome="out_of_order"} 2.0' in metrics
-    assert 'entrepot_srmp_receipts_sent_total{kind="stream-receipt",result="sent"}' in metrics
+    assert 'entrepot_srmp_receipts_sent_total{kind="stream_receipt",result="sent"}' in metrics
 
 
 async def test_gap_bridged_by_previous(aiohttp_client: Any,
@@ -259,8 +259,9 @@ async def test_a_start_finds_positions_held_only_by_queued_messages(
 
 async def test_final_stream_receipt_when_a_dead_letter_message_leaves(
         aiohttp_client: Any, settings_factory: Callable[..., Settings], receipts: Any) -> None:
-    """srmp.md §2.6: <DeadLetter/> asks for a final stream receipt (streamReceipt +
-    commitmentReceipt) when the message leaves the queue: positive when read."""
+    """docs/srmp.md, "Final stream receipts": <DeadLetter/> asks for a final stream receipt
+    (streamReceipt + commitmentReceipt) when the message leaves the queue: positive when
+    read."""
     client = await _gateway(aiohttp_client, settings_factory)
     to = str(receipts.make_url("/msmq/private$/order_queue$"))
     request = stream_message(ORDERS, b"m1", 1, receipts_to=to)
@@ -282,7 +283,8 @@ async def test_final_stream_receipt_when_a_dead_letter_message_leaves(
     assert env.commitment_receipt is not None
     assert env.commitment_receipt.decision == "positive"
     assert env.commitment_receipt.id.startswith("uuid:1001@")
-    # Its Correlation is the original's OBJECTID, as on every receipt (srmp.md §1.5).
+    # Its Correlation is the original's OBJECTID, as on every receipt (docs/srmp.md, "Message
+    # types and receipts").
     from gateway.srmp.model import objectid_to_base64
     ordinal, guid = env.commitment_receipt.id[len("uuid:"):].split("@")
     assert env.msmq is not None

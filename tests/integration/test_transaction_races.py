@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.auth.principal import OPEN
-from gateway.errors import ProblemError
+from gateway.queues.errors import QueueError
 from gateway.msmq.message import MessageProperties
 from gateway.queues.manager import QueueManager, QueueSettings
 from gateway.queues.transactions import Transactions
@@ -49,7 +49,7 @@ async def test_a_commit_waiting_for_another_finds_the_transaction_ended(txs: Tra
     results = await asyncio.gather(txs.commit(tx.id, OPEN), txs.commit(tx.id, OPEN),
                                    return_exceptions=True)
     assert isinstance(results[0], list) and len(results[0]) == 1
-    assert isinstance(results[1], ProblemError) and results[1].status_hint == 404, results[1]
+    assert isinstance(results[1], QueueError) and results[1].status_hint == 404, results[1]
     assert _bodies(txs) == [b"once"]
 
 
@@ -58,7 +58,7 @@ async def test_a_send_while_the_commit_is_written_is_refused(txs: Transactions) 
     txs.send(tx.id, OPEN, QUEUE, b"first", MessageProperties())
     committing = asyncio.create_task(txs.commit(tx.id, OPEN))
     await asyncio.sleep(0)  # the commit holds the transaction and waits for the store
-    with pytest.raises(ProblemError) as refused:
+    with pytest.raises(QueueError) as refused:
         txs.send(tx.id, OPEN, QUEUE, b"late", MessageProperties())
     assert refused.value.status_hint == 409
     await committing

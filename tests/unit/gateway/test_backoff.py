@@ -29,5 +29,8 @@ def test_failures_warn_once_per_failing_period(caplog: pytest.LogCaptureFixture)
     lines = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert [level for level, _ in lines] == [logging.WARNING, logging.INFO, logging.WARNING]
     assert "http://machine1" in lines[0][1] and "HTTP 503" in lines[0][1]
+    # The back-off: the wait before the next attempt (the first one's) and its cap.
+    assert f"next attempt in {delays[0]:.1f}s" in lines[0][1], lines[0][1]
+    assert "back-off up to 2s" in lines[0][1], lines[0][1]
     assert "20 failed attempt(s)" in lines[1][1]
     assert failures.in_a_row == 1

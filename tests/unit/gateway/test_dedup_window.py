@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.queues import sending
 from gateway.queues.dedup import DedupWindow, KeyedEntry
 from store.errors import QueueQuotaExceeded
 from store.framing import RecordFlags
@@ -24,7 +25,8 @@ async def test_window_forgets_beyond_its_count_and_age(tmp_path: Path) -> None:
     for index in range(5):
         key = f"k{index}"
         window.begin(key)
-        [record] = await store.commit([window.spec(key, "d", {"n": index})])
+        [record] = await sending.commit(store, [window.spec(key, "d", {"n": index})],
+                                        atomic=True)
         window.done(key, "d", {"n": index}, record)
     assert await window.seen("k4", "d") == {"n": 4}
     assert await window.trim() == 2
@@ -155,10 +157,10 @@ async def test_the_flusher_writes_held_keys_in_one_record_and_trim_forgets_them(
     queue = await store.create_queue("q", {})
     window = DedupWindow(store, dedup.queue_id, window_s=3600, flush_interval_s=0.01,
                          keyed_entry=_keyed_entry(store))
+    for index in range(5):  # all held before the flusher runs: one record holds them
+        await _held(store, window, queue.queue_id, f"srmp:{index}")
     flusher = asyncio.create_task(window.run_flusher())
     try:
-        for index in range(5):
-            await _held(store, window, queue.queue_id, f"srmp:{index}")
         for _ in range(3000):  # an upper bound only
             if store.count(dedup.queue_id):
                 break

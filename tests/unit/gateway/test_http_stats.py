@@ -28,12 +28,12 @@ def test_renders_as_prometheus_client_does(requests: list[tuple[str, str, int, f
     ours.register(stats)
     counter = Counter("entrepot_http_requests", "d", ["route", "method", "status"],
                       registry=theirs)
-    histogram = Histogram("entrepot_http_request_duration_seconds", "d", ["route"],
+    histogram = Histogram("entrepot_http_request_duration_seconds", "d", ["route", "method"],
                           buckets=BOUNDS, registry=theirs)
     for route, method, status, seconds in requests:
         stats.record(route, method, status, seconds)
         counter.labels(route, method, str(status)).inc()
-        histogram.labels(route).observe(seconds)
+        histogram.labels(route, method).observe(seconds)
     assert _samples(generate_latest(ours)) == _samples(generate_latest(theirs))
 
 

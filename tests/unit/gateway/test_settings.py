@@ -32,7 +32,7 @@ def test_shipped_file_lists_every_key() -> None:
     doc = tomllib.loads(SHIPPED.read_text())
     defaults = Settings()
     for section in ("server", "store", "mapping", "srmp", "links", "auth", "transactions",
-                    "log"):
+                    "log", "metrics"):
         fields = set(type(getattr(defaults, section)).__dataclass_fields__)
         assert set(doc[section]) == fields, section
 
@@ -67,6 +67,8 @@ def test_units_are_converted() -> None:
         ({"server": {"listen": "127.0.0.1:99999"}}, "server.listen: port must be"),
         ({"store": {"data_dir": ""}}, "store.data_dir: must not be empty"),
         ({"store": {"group_commit_bytes_max": "8MiB"}}, "store.group_commit_bytes_max"),
+        ({"metrics": {"queues_max": 0}}, "metrics.queues_max: 0 is out of range"),
+        ({"metrics": {"queues_max": "many"}}, "metrics.queues_max: expected an integer"),
     ],
 )
 def test_bad_values_name_the_key(doc: dict[str, object], fragment: str) -> None:
