@@ -50,7 +50,7 @@ from gateway.inbound.streams import IncomingStreams
 from gateway.queues.transactions import Transactions
 from mapping.loader import MappingLoader
 from gateway.settings import Settings, StoreSettings
-from gateway.web.state import GatewayState
+from gateway.web.state import GatewayState, Services
 from store.errors import StoreError
 from store.fileops import FileOps, RealFileOps
 from store.message_store import MessageStore
@@ -103,7 +103,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Appl
         [*settings.outbound.allow, *(p.url for p in settings.peers),
          *(w.url for w in settings.webhooks)],
         lambda: state.mapping.rules if state.mapping is not None else None,
-        lambda: state.links.destinations() if state.links is not None else ())
+        lambda: state.services.links.destinations() if state.services is not None else ())
     app[FILE_OPS_KEY] = file_ops or RealFileOps()
     app[SIGNERS_KEY] = load_signers(settings.srmp.signers_dir)
     workers = settings.srmp.parse_workers
@@ -245,18 +245,22 @@ def link_options(settings: Settings) -> LinkOptions:
 async def _stop_srmp(state: GatewayState) -> None:
     """Stop the links, checkpoint the incoming streams (a faster next start), stop sending
     receipts."""
-    if state.links is not None:
-        await state.links.close()
-    if state.streams is not None and state.store is not None and state.store.failed is None:
+    services = state.services
+    if services is None:
+        return
+    await services.links.close()
+    if services.store.failed is None:
         try:
-            await state.streams.checkpoint()
+            await services.streams.checkpoint()
         except (StoreError, OSError) as exc:
             server_log.warning("incoming streams not checkpointed at stop: %s", exc)
-    if state.receipts is not None:
-        await state.receipts.close()
+    await services.receipts.close()
 
 
 async def _open_store(app: web.Application) -> None:
+    """Open and recover the store, build the services on it, start their tasks, then say
+    ready. A store or queue manager that cannot start leaves the gateway up and not ready,
+    saying why (/readyz, the status page)."""
     state = app[STATE_KEY]
     settings = app[SETTINGS_KEY]
     loop = asyncio.get_running_loop()
@@ -271,74 +275,16 @@ async def _open_store(app: web.Application) -> None:
     store.start(loop)
     state.store = store
     try:
-        guid = await loop.run_in_executor(None, load_guid,
-                                          Path(settings.store.data_dir))
-        queue_manager = QueueManager(store, guid)
-        queue_manager.events.names_max = settings.metrics.queues_max
-        await queue_manager.open([
-            (q.path, QueueSettings(transactional=q.transactional, quota=q.quota,
-                                   journal=q.journal, journal_quota=q.journal_quota,
-                                   label=q.label, anonymous=q.anonymous,
-                                   authenticate=q.authenticate))
-            for q in settings.queues])
-        consumers = RangeConsumers(queue_manager)
-        await consumers.start()
+        queue_manager, consumers = await _open_queues(store, settings)
     except (OSError, ValueError, KeyError, StoreError, GatewayError) as exc:
         state.failure = f"queue manager cannot start: {exc}"
         server_log.critical("%s", state.failure)
         return
-    tx_settings = settings.transactions
-    transactions = Transactions(
-        queue_manager, idle_timeout_s=tx_settings.idle_timeout, open_max=tx_settings.open_max,
-        open_max_per_principal=tx_settings.open_max_per_principal,
-        sends_max=tx_settings.messages_max, bytes_max=tx_settings.bytes_max,
-        pending_bytes_max=tx_settings.pending_bytes_max,
-        pending_bytes_max_per_principal=tx_settings.pending_bytes_max_per_principal)
-    await transactions.restore_prepared()
-    state.transactions = transactions
-    state.redrive = Redrive(queue_manager)
-    state.consumers = consumers
-    state.queue_manager = queue_manager
-    srmp = settings.srmp
-    # Links first: receipts take their routes, back-off and listing
-    # (gateway.outbound.receipt_lanes).
-    state.links = Links(queue_manager, link_options(settings), app[METRICS_KEY],
-                        lambda: state.mapping.rules if state.mapping is not None else None,
-                        webhooks=load_webhooks(settings), peers=load_peers(settings),
-                        paused=settings.links.start_paused)
-    state.links.counts.names_max = settings.metrics.queues_max
-    state.receipts = ReceiptSender(app[METRICS_KEY], state.links.receipts,
-                                   timeout_s=srmp.receipt_timeout,
-                                   attempts=srmp.receipt_attempts,
-                                   pending_max=srmp.receipts_pending_max,
-                                   gate=ReceiptGate(state.outbound, app[METRICS_KEY],
-                                                    rate=settings.outbound.receipts_rate,
-                                                    burst=settings.outbound.receipts_burst))
-    ids = queue_manager.wire_ids
-    assert ids is not None
-    state.streams = IncomingStreams(queue_manager, state.receipts, ids, app[METRICS_KEY],
-                                    streams_max=srmp.streams_max,
-                                    checkpoint_interval_s=srmp.stream_checkpoint_interval)
-    state.sequencer = StreamSequencer(queue_manager, state.streams,
-                                      reorder_wait_s=srmp.reorder_wait,
-                                      window=srmp.reorder_window)
-    outbox = Outbox(queue_manager, state.receipts, ids, app[METRICS_KEY])
-    state.links.start()
-    await state.links.outgoing.drop_stale()
-    state.tasks.append(asyncio.create_task(outbox.run(), name="srmp-outbox"))
-    state.tasks.append(asyncio.create_task(state.streams.run_receipts(), name="srmp-receipts"))
-    state.tasks.append(asyncio.create_task(state.streams.run_checkpoints(),
-                                           name="srmp-checkpoints"))
-    state.tasks.append(asyncio.create_task(transactions.reap(), name="transaction-reaper"))
-    for spec in landing_specs(settings):
-        landing = Landing(queue_manager, consumers, spec)
-        state.landings.append(landing)
-        state.tasks.append(asyncio.create_task(landing.run(), name=f"landing {spec.queue}"))
-    state.tasks.append(asyncio.create_task(queue_manager.expiry.run(), name="expiry"))
-    assert queue_manager.dedup is not None
-    state.tasks.append(asyncio.create_task(queue_manager.dedup.run(), name="dedup-trim"))
-    state.tasks.append(asyncio.create_task(queue_manager.dedup.run_flusher(),
-                                           name="dedup-flush"))
+    services = await _build_services(app, store, queue_manager, consumers)
+    state.services = services  # from here on, the stop closes links and receipts
+    services.links.start()
+    await services.links.outgoing.drop_stale()
+    _start_tasks(state, services, app[METRICS_KEY])
     try:
         await queue_manager.quarantine.flush()
     except (OSError, StoreError) as exc:  # the records stay; the next start tries again
@@ -348,3 +294,81 @@ async def _open_store(app: web.Application) -> None:
     state.ready = True
     app[METRICS_KEY].ready.set(1)
     server_log.info("store ready data_dir=%s", settings.store.data_dir)
+
+
+async def _open_queues(store: MessageStore, settings: Settings
+                       ) -> tuple[QueueManager, RangeConsumers]:
+    """The queue manager on the recovered store, with the declared queues and the range
+    consumers' positions."""
+    loop = asyncio.get_running_loop()
+    guid = await loop.run_in_executor(None, load_guid, Path(settings.store.data_dir))
+    queue_manager = QueueManager(store, guid)
+    queue_manager.events.names_max = settings.metrics.queues_max
+    await queue_manager.open([
+        (q.path, QueueSettings(transactional=q.transactional, quota=q.quota,
+                               journal=q.journal, journal_quota=q.journal_quota,
+                               label=q.label, anonymous=q.anonymous,
+                               authenticate=q.authenticate))
+        for q in settings.queues])
+    consumers = RangeConsumers(queue_manager)
+    await consumers.start()
+    return queue_manager, consumers
+
+
+async def _build_services(app: web.Application, store: MessageStore,
+                          queue_manager: QueueManager, consumers: RangeConsumers) -> Services:
+    """Everything that serves on the queue manager, wired together; nothing runs yet."""
+    state, settings, metrics = app[STATE_KEY], app[SETTINGS_KEY], app[METRICS_KEY]
+    tx_settings = settings.transactions
+    transactions = Transactions(
+        queue_manager, idle_timeout_s=tx_settings.idle_timeout, open_max=tx_settings.open_max,
+        open_max_per_principal=tx_settings.open_max_per_principal,
+        sends_max=tx_settings.messages_max, bytes_max=tx_settings.bytes_max,
+        pending_bytes_max=tx_settings.pending_bytes_max,
+        pending_bytes_max_per_principal=tx_settings.pending_bytes_max_per_principal)
+    await transactions.restore_prepared()
+    srmp = settings.srmp
+    # Links first: receipts take their routes, back-off and listing
+    # (gateway.outbound.receipt_lanes).
+    links = Links(queue_manager, link_options(settings), metrics,
+                  lambda: state.mapping.rules if state.mapping is not None else None,
+                  webhooks=load_webhooks(settings), peers=load_peers(settings),
+                  paused=settings.links.start_paused)
+    links.counts.names_max = settings.metrics.queues_max
+    receipts = ReceiptSender(metrics, links.receipts, timeout_s=srmp.receipt_timeout,
+                             attempts=srmp.receipt_attempts,
+                             pending_max=srmp.receipts_pending_max,
+                             gate=ReceiptGate(state.outbound, metrics,
+                                              rate=settings.outbound.receipts_rate,
+                                              burst=settings.outbound.receipts_burst))
+    ids = queue_manager.wire_ids
+    assert ids is not None
+    streams = IncomingStreams(queue_manager, receipts, ids, metrics,
+                              streams_max=srmp.streams_max,
+                              checkpoint_interval_s=srmp.stream_checkpoint_interval)
+    sequencer = StreamSequencer(queue_manager, streams, reorder_wait_s=srmp.reorder_wait,
+                                window=srmp.reorder_window)
+    landings = tuple(Landing(queue_manager, consumers, spec)
+                     for spec in landing_specs(settings))
+    return Services(store=store, queue_manager=queue_manager, transactions=transactions,
+                    redrive=Redrive(queue_manager), consumers=consumers, links=links,
+                    receipts=receipts, streams=streams, sequencer=sequencer,
+                    landings=landings)
+
+
+def _start_tasks(state: GatewayState, services: Services, metrics: Metrics) -> None:
+    """The services' background work: the outbox, stream receipts and checkpoints,
+    the transaction reaper, landings, expiry and the duplicate window; the store's stop
+    cancels them (``state.tasks``)."""
+    queue_manager, streams = services.queue_manager, services.streams
+    dedup, ids = queue_manager.dedup, queue_manager.wire_ids
+    assert dedup is not None and ids is not None
+    outbox = Outbox(queue_manager, services.receipts, ids, metrics)
+    work = [(outbox.run(), "srmp-outbox"), (streams.run_receipts(), "srmp-receipts"),
+            (streams.run_checkpoints(), "srmp-checkpoints"),
+            (services.transactions.reap(), "transaction-reaper"),
+            *((landing.run(), f"landing {landing.spec.queue}")
+              for landing in services.landings),
+            (queue_manager.expiry.run(), "expiry"), (dedup.run(), "dedup-trim"),
+            (dedup.run_flusher(), "dedup-flush")]
+    state.tasks.extend(asyncio.create_task(coroutine, name=name) for coroutine, name in work)

@@ -38,8 +38,8 @@ class StateCollector(Collector):
         doc = snapshot(self._state, self._dead, None)
         yield from _queues(doc)
         yield _queue_events(self._state)
-        links = self._state.links
-        yield from _links(doc, links.counts if links is not None else Tally())
+        services = self._state.services
+        yield from _links(doc, services.links.counts if services is not None else Tally())
         yield from _mapping(self._state)
         dead = GaugeMetricFamily("entrepot_dead_letters", "Dead letters held, by queue and "
                                  "message class.", labels=["queue", "class"])
@@ -68,7 +68,8 @@ def _expired(state: GatewayState) -> Metric:
     expired = CounterMetricFamily(
         "entrepot_messages_expired", "Messages removed when their time-to-be-received "
         "passed, by outcome (dead_lettered, discarded).", labels=["outcome"])
-    counts = state.queue_manager.expiry.expired if state.queue_manager is not None else {}
+    services = state.services
+    counts = services.queue_manager.expiry.expired if services is not None else {}
     for outcome in ("dead_lettered", "discarded"):
         expired.add_metric([outcome], counts.get(outcome, 0))
     return expired
@@ -96,8 +97,7 @@ def _queue_events(state: GatewayState) -> Metric:
         "entrepot_queue_messages", "Messages of a queue since start, by event: sent (arrived "
         "in it), received (delivered), expired, dead_lettered, purged. Queues beyond "
         "metrics.queues_max are summed under queue=\"_other\".", labels=["queue", "event"])
-    qm = state.queue_manager
-    counts = qm.events.counts if qm is not None else {}
+    counts = state.services.queue_manager.events.counts if state.services is not None else {}
     for queue in sorted(counts):
         per = counts[queue]
         if per:

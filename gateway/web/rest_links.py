@@ -16,10 +16,7 @@ routes = web.RouteTableDef()
 
 
 def _links(request: web.Request) -> Links:
-    state = request.app[STATE_KEY]
-    if state.links is None or not state.ready:
-        raise state.unavailable()
-    return state.links
+    return request.app[STATE_KEY].serving().links
 
 
 @routes.get("/v1/links")

@@ -32,9 +32,8 @@ routes = web.RouteTableDef()
 @routes.post("/v1/messages")
 async def send_by_format_name(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
-    qm, transactions = state.queue_manager, state.transactions
-    if qm is None or transactions is None or not state.ready:
-        raise state.unavailable()
+    services = state.serving()
+    qm, transactions = services.queue_manager, services.transactions
     try:
         destination = header_text(request.headers, "Mq-Destination")
     except HeaderError as exc:
@@ -56,14 +55,11 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     queues = [qm.queue(path) for path in paths]  # unknown queues refused before the body
     body = await request.read()
     tx = send.transaction
-    if urls and state.links is None:
-        raise ProblemError(422, "remote destinations need the links, which are not running",
-                           type_slug="no-route")
     principal = principal_of(request)
     if tx not in (None, "single", "none"):
         # An unknown (or another principal's) transaction is 404 before anything is created.
         transactions.get(tx, principal, join=True)
-    remote = [(await state.links.queue_for(url), url) for url in urls] if state.links else []
+    remote = [(await services.links.queue_for(url), url) for url in urls]
     if tx not in (None, "single", "none"):
         assert qm.wire_ids is not None
         copies = [(outgoing, url, replace(

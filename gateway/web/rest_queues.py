@@ -44,17 +44,11 @@ routes = web.RouteTableDef()
 
 
 def _qm(request: web.Request) -> QueueManager:
-    state = request.app[STATE_KEY]
-    if state.queue_manager is None or not state.ready:
-        raise state.unavailable()
-    return state.queue_manager
+    return request.app[STATE_KEY].serving().queue_manager
 
 
 def _transactions(request: web.Request) -> Transactions:
-    transactions = request.app[STATE_KEY].transactions
-    if transactions is None:
-        raise ProblemError(503, "not ready", type_slug="not-ready", headers={"Retry-After": "1"})
-    return transactions
+    return request.app[STATE_KEY].serving().transactions
 
 
 def _split(tail: str) -> tuple[str, list[str]]:
@@ -275,10 +269,7 @@ async def _browse(request: web.Request, qm: QueueManager, name: str) -> web.Resp
 
 
 def _redrive(request: web.Request) -> Redrive:
-    redrive = request.app[STATE_KEY].redrive
-    if redrive is None:
-        raise ProblemError(503, "not ready", type_slug="not-ready", headers={"Retry-After": "1"})
-    return redrive
+    return request.app[STATE_KEY].serving().redrive
 
 
 def _target(body: dict[str, object]) -> str | None:

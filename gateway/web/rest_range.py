@@ -33,10 +33,7 @@ _FLUSH_BYTES = 256 * 1024
 
 
 def consumers_of(request: web.Request) -> RangeConsumers:
-    consumers = request.app[STATE_KEY].consumers
-    if consumers is None:
-        raise request.app[STATE_KEY].unavailable()
-    return consumers
+    return request.app[STATE_KEY].serving().consumers
 
 
 async def handle(request: web.Request, qm: QueueManager, name: str, rest: list[str]

@@ -27,10 +27,8 @@ BATCH_MESSAGES_MAX = 10_000
 
 
 def _ready(request: web.Request) -> tuple[QueueManager, Transactions]:
-    state = request.app[STATE_KEY]
-    if state.queue_manager is None or state.transactions is None or not state.ready:
-        raise state.unavailable()
-    return state.queue_manager, state.transactions
+    services = request.app[STATE_KEY].serving()
+    return services.queue_manager, services.transactions
 
 
 @routes.post("/v1/transactions")

@@ -82,9 +82,8 @@ async def srmp_post(request: web.Request) -> web.Response:
 async def _srmp_post(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     metrics = request.app[METRICS_KEY]
-    qm, sequencer = state.queue_manager, state.sequencer
-    if qm is None or sequencer is None or not state.ready:
-        raise state.unavailable(5)
+    services = state.serving(5)
+    qm, sequencer = services.queue_manager, services.sequencer
     raw = await request.read()
     kind = "unknown"
     try:
@@ -203,8 +202,7 @@ def _destination(request: web.Request, to: str) -> Queue | tuple[str, bool]:
                                "only what its inbound redirections send on (or with "
                                "srmp.forward)", type_slug="no-route")
         return urls[0] + (f"?{query}" if query else ""), readdressed
-    assert state.queue_manager is not None
-    return state.queue_manager.queue(paths[0])
+    return state.serving().queue_manager.queue(paths[0])
 
 
 class _InboundRoutes:
@@ -245,22 +243,22 @@ _ROUTES = _InboundRoutes()
 async def _forward(request: web.Request, parsed: ParsedRequest, url: str,
                    readdressed: bool) -> bool:
     """Store and forward to another host (trusted senders only)."""
-    state = request.app[STATE_KEY]
+    services = request.app[STATE_KEY].serving()
     if principal_of(request) is NOBODY and not _trusted(request):
         raise ProblemError(403, f"{request.remote} may not forward through this gateway",
                            type_slug="MQ_ERROR_ACCESS_DENIED")
-    assert state.queue_manager is not None and state.links is not None
-    return await forward(state.queue_manager, state.links, url, parsed.properties(), parsed.body,
+    return await forward(services.queue_manager, services.links, url, parsed.properties(),
+                         parsed.body,
                          content_type=request.headers.get("Content-Type", "text/xml"),
                          readdressed=readdressed)
 
 
 async def _receipt(request: web.Request, message: SrmpMessage) -> bool:
     """A stream receipt for one of our outgoing streams moves it on (not stored)."""
-    links = request.app[STATE_KEY].links
+    links = request.app[STATE_KEY].serving().links
     envelope = message.envelope
     receipt = envelope.stream_receipt
-    if links is None or receipt is None:
+    if receipt is None:
         return False
     final = None
     if envelope.commitment_receipt is not None:
@@ -331,8 +329,7 @@ def _access(request: web.Request, queue: Queue) -> str:
 def _may_send(request: web.Request, canonical: str) -> str:
     """``_access`` for a queue named as an admin or response queue ("" for one that does not
     exist: nothing is delivered there)."""
-    qm = request.app[STATE_KEY].queue_manager
-    queue = qm.lookup(canonical) if qm is not None else None
+    queue = request.app[STATE_KEY].serving().queue_manager.lookup(canonical)
     return "" if queue is None else _access(request, queue)
 
 

@@ -1,4 +1,5 @@
-"""Mutable run-time state shared by handlers: is the store open, and if not, why."""
+"""Mutable run-time state shared by handlers: is the store open, and if not, why; and the
+services that serve once it is (``Services``: all of them or none, so a handler asks once)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,24 @@ if TYPE_CHECKING:
     from gateway.queues.transactions import Transactions
     from store.message_store import MessageStore
 
-__all__ = ["GatewayState"]
+__all__ = ["GatewayState", "Services"]
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What serves requests once the store is open and recovered (gateway.web.app builds
+    them together)."""
+
+    store: MessageStore
+    queue_manager: QueueManager
+    transactions: Transactions
+    redrive: Redrive
+    consumers: RangeConsumers
+    links: Links
+    receipts: ReceiptSender
+    streams: IncomingStreams
+    sequencer: StreamSequencer
+    landings: tuple[Landing, ...]
 
 
 @dataclass(slots=True)
@@ -32,15 +50,7 @@ class GatewayState:
     """What ``/readyz`` reports: the store is open and recovered, or it failed and why."""
 
     store: MessageStore | None = None
-    queue_manager: QueueManager | None = None
-    transactions: Transactions | None = None
-    redrive: Redrive | None = None
-    streams: IncomingStreams | None = None
-    sequencer: StreamSequencer | None = None
-    receipts: ReceiptSender | None = None
-    links: Links | None = None
-    consumers: RangeConsumers | None = None
-    landings: list[Landing] = field(default_factory=list)
+    services: Services | None = None  # set once every one of them is built
     ready: bool = False
     failure: str | None = None
     stopping: bool = False
@@ -51,6 +61,14 @@ class GatewayState:
     mapping: MappingLoader | None = None
     reload_mapping: asyncio.Event = field(default_factory=asyncio.Event)
     started_at: float = field(default_factory=time.time)  # the status page's uptime
+
+    def serving(self, retry_after_s: int = 1) -> Services:
+        """The services, or the 503 every route answers while the gateway cannot serve.
+
+        Raises: ProblemError 503 with Retry-After ``retry_after_s``."""
+        if self.services is None or not self.ready:
+            raise self.unavailable(retry_after_s)
+        return self.services
 
     def unavailable(self, retry_after_s: int = 1) -> ProblemError:
         """The 503 every route answers while the gateway cannot serve it."""

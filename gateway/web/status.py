@@ -131,7 +131,7 @@ def snapshot(state: GatewayState, dead: DeadLetterClasses, errors: RecentErrors 
              rates: MessageRates | None = None) -> dict[str, Any]:
     """The status document (``GET /ui/status.json``); ``rates`` adds each queue's
     ``sent_per_s`` and ``received_per_s``."""
-    qm = state.queue_manager
+    services = state.services
     doc: dict[str, Any] = {"ready": state.ready, "reason": state.not_ready_reason(),
                            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                            "version": VERSION,
@@ -139,10 +139,10 @@ def snapshot(state: GatewayState, dead: DeadLetterClasses, errors: RecentErrors 
                            "queues": [], "links": [], "dead_letters": [], "errors": []}
     if errors is not None:
         doc["errors"] = list(reversed(errors.records))
-    if qm is None or not state.ready:
+    if services is None or not state.ready:
         return doc
+    qm, consumers = services.queue_manager, services.consumers
     now_ms = int(time.time() * 1000)
-    consumers = state.consumers
     per_s = rates.rates(qm.events.counts, time.monotonic()) if rates is not None else None
     counted_full = qm.events.full
     for queue in sorted(qm.all_queues(), key=lambda q: q.path.canonical):
@@ -153,7 +153,7 @@ def snapshot(state: GatewayState, dead: DeadLetterClasses, errors: RecentErrors 
             "bytes": qm.store.queue_bytes(queue.queue_id),
             "oldest_age_s": _oldest_age_s(qm, queue, now_ms),
             "transactional": queue.settings.transactional,
-            "consumers": consumers.positions(queue) if consumers is not None else {}})
+            "consumers": consumers.positions(queue)})
         if rates is not None:  # null at the first look, and for a queue past
             # metrics.queues_max (not counted on its own)
             found = per_s.get(queue.path.display, None if counted_full else (0.0, 0.0)
@@ -165,8 +165,7 @@ def snapshot(state: GatewayState, dead: DeadLetterClasses, errors: RecentErrors 
             for name, count in sorted(dead.count(qm, queue).items()):
                 doc["dead_letters"].append({"queue": queue.path.display, "class": name,
                                             "messages": count})
-    if state.links is not None:
-        doc["links"] = state.links.summaries()
+    doc["links"] = services.links.summaries()
     quotas = qm.store.quotas
     doc["store"] = {"used_bytes": quotas.machine_used, "quota_bytes": quotas.machine_quota,
                     "journal_used_bytes": quotas.machine_journal_used,

@@ -389,7 +389,7 @@ async def test_a_paused_link_shows_paused_whatever_a_send_in_flight_reports(
     assert response.status == 201
     [summary] = (await (await client.get("/v1/links")).json())["links"]
     assert (await client.post(f"/v1/links/{summary['id']}/pause")).status == 200
-    link = client.server.app[STATE_KEY].links.find(summary["id"])
+    link = client.server.app[STATE_KEY].serving().links.find(summary["id"])
     link.state = "waiting to connect"  # what the send in flight does when it fails
     [summary] = (await (await client.get("/v1/links")).json())["links"]
     assert summary["state"] == "paused"

@@ -110,7 +110,7 @@ async def test_receipt_lanes_start_paused_too(aiohttp_client: Any,
                                               ) -> None:
     """Receipts a copy would post for what is received from it wait as well."""
     client = await ready_client(aiohttp_client, settings_factory(links__start_paused=True))
-    links = client.server.app[STATE_KEY].links
+    links = client.server.app[STATE_KEY].serving().links
     lane = links.receipts.lane_for("http://peer.example/msmq/orders")
     assert lane.summary()["state"] == "paused"
     listed = (await (await client.get("/v1/links")).json())["links"]

@@ -29,7 +29,7 @@ DEAD = "system$;deadletter"
 async def _qm(aiohttp_client: Any, settings: Settings) -> QueueManager:
     client = await ready_client(aiohttp_client, settings)
     assert (await client.put("/v1/queues/big", json={})).status in (200, 201)
-    qm: QueueManager = client.server.app[STATE_KEY].queue_manager
+    qm: QueueManager = client.server.app[STATE_KEY].serving().queue_manager
     return qm
 
 

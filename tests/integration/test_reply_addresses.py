@@ -46,7 +46,7 @@ def _settings(tmp_path: Path, **outbound: object) -> Any:
 
 
 async def _counts(client: Any) -> dict[str, int]:
-    qm = client.app[STATE_KEY].queue_manager
+    qm = client.app[STATE_KEY].serving().queue_manager
     return {q.path.canonical: qm.store.count(q.queue_id) for q in qm.all_queues()}
 
 

@@ -40,7 +40,7 @@ async def test_bulk_requeue_moves_at_most_500_a_second(
     client = await ready_client(aiohttp_client, settings_factory())
     assert (await client.put("/v1/queues/big", json={})).status == 201
     state = client.server.app[STATE_KEY]
-    qm = state.queue_manager
+    qm = state.serving().queue_manager
     total = 1000
     await send_batch(qm, [("big", b"m%d" % i, MessageProperties(journal="deadletter"))
                           for i in range(total)])
@@ -58,14 +58,14 @@ async def test_bulk_requeue_moves_at_most_500_a_second(
     monkeypatch.setattr(gateway.queues.redrive, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     monkeypatch.setattr(gateway.queues.redrive, "asyncio", SimpleNamespace(sleep=sleep))
     moves: list[tuple[float, int]] = []  # (clock, messages moved so far)
-    move = state.redrive._move
+    move = state.serving().redrive._move
 
     async def counted(*args: Any) -> Any:
         moved = await move(*args)
         moves.append((clock[0] - 1000.0, (moves[-1][1] if moves else 0) + len(moved)))
         return moved
 
-    monkeypatch.setattr(state.redrive, "_move", counted)
+    monkeypatch.setattr(state.serving().redrive, "_move", counted)
     response = await client.post("/v1/queues/system$;deadletter/requeue",
                                  json={"limit": total})
     assert response.status == 200, await response.text()
@@ -112,7 +112,7 @@ async def test_a_link_without_receipts_resends_only_a_window_after_the_wait(
         response = await client.post("/v1/messages", data=b"m%02d" % n, headers={
             "Mq-Destination": destination, "Mq-Transaction": "single"})
         assert response.status == 201, await response.text()
-    links = client.server.app[STATE_KEY].links
+    links = client.server.app[STATE_KEY].serving().links
     await _settled(lambda: len(links.links) == 1, "the link started")
     [link] = links.links.values()
 

@@ -219,7 +219,7 @@ async def test_a_record_removed_while_the_answer_is_written_cuts_it(
 
     await _send(client, 6)
     state = client.app[STATE_KEY]
-    qm = state.queue_manager
+    qm = state.serving().queue_manager
     queue_id = qm.queue("private$/feed").queue_id
     monkeypatch.setattr(rest_range, "_FLUSH_BYTES", 1)  # a write after every record
     real_write = web.StreamResponse.write

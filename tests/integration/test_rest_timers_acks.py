@@ -65,7 +65,7 @@ async def test_deadlines_of_messages_gone_are_dropped_and_the_rest_still_expire(
         aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
     client = await _client(aiohttp_client, settings_factory())
     await client.put("/v1/queues/plain", json={})
-    expiry = client.server.app[STATE_KEY].queue_manager.expiry
+    expiry = client.server.app[STATE_KEY].serving().queue_manager.expiry
     for _ in range(30):
         await client.post("/v1/queues/plain/messages", data=b"x",
                           headers={"Mq-Time-To-Be-Received": "3600"})
@@ -178,7 +178,7 @@ async def test_a_deadline_tracked_twice_expires_its_message_once(
     deadline entries: they expire it once, and the batch does not fail on the second."""
     client = await _client(aiohttp_client, settings_factory())
     await client.put("/v1/queues/plain", json={})
-    qm = client.server.app[STATE_KEY].queue_manager
+    qm = client.server.app[STATE_KEY].serving().queue_manager
     queue = qm.queue("plain")
     sent = await (await client.post("/v1/queues/plain/messages", data=b"p", headers={
         "Mq-Time-To-Be-Received": "1", "Mq-Journal": "deadletter"})).json()

@@ -77,7 +77,7 @@ async def test_ids_chosen_by_senders_are_remembered_within_a_bound(make_client: 
     showed (every one of them, forever, before), and finds an older one by reading the
     queue."""
     client = await make_client()
-    qm = client.server.app[STATE_KEY].queue_manager
+    qm = client.server.app[STATE_KEY].serving().queue_manager
     qm.seen_ids = SeenIds(limit=4)
     ids = ["{" + SENDER_QM + "}\\" + str(n) for n in range(1, 11)]
     for ordinal in range(1, 11):

@@ -125,7 +125,7 @@ async def test_position_survives_a_restart(aiohttp_client: Any,
     client = await _gateway(aiohttp_client, settings_factory)
     for n in (1, 2):
         await post(client, stream_message(ORDERS, b"m%d" % n, n, receipts_to=to))
-    streams = client.server.app[STATE_KEY].streams
+    streams = client.server.app[STATE_KEY].serving().streams
     await streams.checkpoint()  # MQInSeqs now holds position 2
     await post(client, stream_message(ORDERS, b"m3", 3, receipts_to=to))  # a position record
     await client.close()
@@ -148,26 +148,26 @@ async def test_positions_are_held_by_the_messages_and_written_before_one_leaves(
     to = str(receipts.make_url("/msmq/private$/order_queue$"))
     client = await _gateway(aiohttp_client, settings_factory, checkpoint_interval="1h")
     state = client.server.app[STATE_KEY]
-    store = state.queue_manager.store
-    positions = state.queue_manager.internal(STREAMS_QUEUE).queue_id
+    store = state.serving().queue_manager.store
+    positions = state.serving().queue_manager.internal(STREAMS_QUEUE).queue_id
     for n in (1, 2, 3):
         assert (await post(client, stream_message(ORDERS, b"m%d" % n, n,
                                                   receipts_to=to))).status == 200
     assert store.count(positions) == 0
-    assert len(state.streams.held) == 3
+    assert len(state.serving().streams.held) == 3
     response = await client.post("/v1/queues/private$/orders/receive?max=2")
     assert [base64.b64decode(m["body_base64"]) for m in (await response.json())["messages"]] \
         == [b"m1", b"m2"]
     assert store.count(positions) == 1, "the position (3) is written before m1 and m2 go"
-    assert len(state.streams.held) == 0
+    assert len(state.serving().streams.held) == 0
     await client.post("/v1/queues/private$/orders/receive?max=1")
     assert store.count(positions) == 1, "already written: nothing more to write"
     assert (await post(client, stream_message(ORDERS, b"dup", 3, receipts_to=to))).status \
         == 200
     await post(client, stream_message(ORDERS, b"m4", 4, receipts_to=to))
-    await state.streams.checkpoint()
+    await state.serving().streams.checkpoint()
     assert store.count(positions) == 0
-    assert len(state.streams.held) == 0
+    assert len(state.serving().streams.held) == 0
     assert await _bodies(client) == [b"m4"]
 
 
@@ -176,7 +176,7 @@ async def test_a_large_table_is_checkpointed_a_piece_per_loop_iteration(
     """Other work runs while the stream checkpoint builds its document (it held the loop
     56-62 ms at 100,000 streams), and the document read back has every stream."""
     client = await _gateway(aiohttp_client, settings_factory, checkpoint_interval="1h")
-    streams = client.server.app[STATE_KEY].streams
+    streams = client.server.app[STATE_KEY].serving().streams
     count = 3 * SNAPSHOT_PART_STREAMS + 1
     streams.table.restore(None, [json.dumps(
         {"id": f"uid:big\\{n}", "queue": "private$/orders", "seq": n, "ack": n, "to": "",
@@ -206,7 +206,7 @@ async def test_a_large_table_is_checkpointed_a_piece_per_loop_iteration(
     assert ticks_at_save[0] - before >= 4, "the loop turned between the pieces"
     await client.close()
     again = await ready_client(aiohttp_client, settings_factory(server__names=["gw"]))
-    table = again.server.app[STATE_KEY].streams.table
+    table = again.server.app[STATE_KEY].serving().streams.table
     assert len(table) == count
     found = table.get((f"uid:big\\{count}", "private$/orders"))
     assert found is not None and found.incoming_seq == count
@@ -222,7 +222,7 @@ async def test_a_start_finds_positions_held_only_by_queued_messages(
     client = await _gateway(aiohttp_client, settings_factory, checkpoint_interval="1h")
     state = client.server.app[STATE_KEY]
     await post(client, stream_message(ORDERS, b"m1", 1, receipts_to=to))
-    await state.streams.checkpoint()  # MQInSeqs holds 1; m2 and m3 hold 3
+    await state.serving().streams.checkpoint()  # MQInSeqs holds 1; m2 and m3 hold 3
     other = stream_message(ORDERS, b"x1", 1, receipts_to=to, stream_id=OTHER_STREAM)
     assert (await post(client, other)).status == 200
     for n in (2, 3):
@@ -231,11 +231,11 @@ async def test_a_start_finds_positions_held_only_by_queued_messages(
     async def no_checkpoint() -> None:
         return None
 
-    state.streams.checkpoint = no_checkpoint  # type: ignore[method-assign]
+    state.serving().streams.checkpoint = no_checkpoint  # type: ignore[method-assign]
     await client.close()
 
     again = await ready_client(aiohttp_client, settings_factory(server__names=["gw"]))
-    streams = again.server.app[STATE_KEY].streams
+    streams = again.server.app[STATE_KEY].serving().streams
     assert len(streams.held) == 3, "x1, m2 and m3 hold their positions"
     assert streams.table.get((STREAM_ID, "private$/orders")).incoming_seq == 3
     assert streams.table.get((OTHER_STREAM, "private$/orders")).incoming_seq == 1
@@ -246,11 +246,11 @@ async def test_a_start_finds_positions_held_only_by_queued_messages(
     assert await _last_ordinal(receipts, want=3) == 3, "receipts go to the stored URL"
     response = await again.post("/v1/queues/private$/orders/receive?max=4")
     assert len((await response.json())["messages"]) == 4
-    again.server.app[STATE_KEY].streams.checkpoint = no_checkpoint  # type: ignore[method-assign]
+    again.server.app[STATE_KEY].serving().streams.checkpoint = no_checkpoint  # type: ignore[method-assign]
     await again.close()
 
     third = await ready_client(aiohttp_client, settings_factory(server__names=["gw"]))
-    streams = third.server.app[STATE_KEY].streams
+    streams = third.server.app[STATE_KEY].serving().streams
     assert streams.table.get((STREAM_ID, "private$/orders")).incoming_seq == 3
     assert (await post(third, stream_message(ORDERS, b"dup", 3, receipts_to=to))).status == 200
     await post(third, stream_message(ORDERS, b"m4", 4, receipts_to=to))
@@ -318,8 +318,8 @@ async def test_a_position_written_before_a_removal_counts_for_what_it_says(
     to = str(receipts.make_url("/msmq/private$/order_queue$"))
     client = await _gateway(aiohttp_client, settings_factory, checkpoint_interval="1h")
     state = client.server.app[STATE_KEY]
-    store, streams = state.queue_manager.store, state.streams
-    orders = state.queue_manager.queue("private$/orders").queue_id
+    store, streams = state.serving().queue_manager.store, state.serving().streams
+    orders = state.serving().queue_manager.queue("private$/orders").queue_id
     await post(client, stream_message(ORDERS, b"m1", 1, receipts_to=to))
     [first] = list(store.records(orders))
     real_commit, gate = store.commit, asyncio.Event()
@@ -349,7 +349,7 @@ async def test_a_batch_over_the_quota_sends_back_what_gathered_on_it(
     to = str(receipts.make_url("/msmq/private$/order_queue$"))
     client = await _gateway(aiohttp_client, settings_factory)
     await client.put("/v1/queues/private$/orders", json={"transactional": True, "quota": 13_000})
-    store = client.server.app[STATE_KEY].queue_manager.store
+    store = client.server.app[STATE_KEY].serving().queue_manager.store
     assert (await post(client, stream_message(ORDERS, b"1" * 5000, 1, receipts_to=to))
             ).headers["Mq-Stream-Verdict"] == "stored"
     real_append, gate = store.append, asyncio.Event()
@@ -386,7 +386,7 @@ async def test_a_checkpoint_refused_for_a_full_disk_is_tried_again(
     from store.errors import DiskFull
 
     client = await _gateway(aiohttp_client, settings_factory)
-    streams = client.server.app[STATE_KEY].streams
+    streams = client.server.app[STATE_KEY].serving().streams
     store = streams.store
     real = store.save_stream_state
     refused: list[bytes] = []

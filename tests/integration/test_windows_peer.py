@@ -194,7 +194,7 @@ async def test_ids_fit_msmq_and_delivery_receipts_correlate_to_the_rest_ids(
     REST gave."""
     client, port = await gateway_factory("a", outbound__allow=[str(peer.make_url("/"))])
     await client.put("/v1/queues/private$/admin", json={})
-    guid = client.server.app[STATE_KEY].queue_manager.qm_guid
+    guid = client.server.app[STATE_KEY].serving().queue_manager.qm_guid
     sent = {}
     for queue in ("a", "b"):
         response = await client.post("/v1/messages", data=queue.encode(), headers={
@@ -276,7 +276,7 @@ async def test_spec_vectors_in_order_out_of_order_and_duplicated(
                                       outbound__allow=[peer_url])
     for name in ("simpleq", "receipts"):
         await client.put(f"/v1/queues/private$/{name}", json={})
-    guid = client.server.app[STATE_KEY].queue_manager.qm_guid
+    guid = client.server.app[STATE_KEY].serving().queue_manager.qm_guid
     vectors = _vectors(peer_url)
     # In order, then in reverse order, then each one twice in a row.
     rounds = [*vectors, *reversed(vectors), *(v for v in vectors for _ in range(2))]
@@ -343,7 +343,7 @@ async def test_stream_receipts_for_a_windows_sender(gateway_factory: Callable[..
     client, _ = await gateway_factory("p", server__names=["machine2"],
                                       outbound__allow=[str(peer.make_url("/"))])
     await client.put("/v1/queues/private$/tsimpleq", json={"transactional": True})
-    guid = client.server.app[STATE_KEY].queue_manager.qm_guid
+    guid = client.server.app[STATE_KEY].serving().queue_manager.qm_guid
     to = "http://machine2/msmq/private$/tsimpleq"
     for current in (1, 3, 2, 2, 1, 3):
         request = stream_message(to, b"m%d" % current, current, receipts_to=receipts_to)
