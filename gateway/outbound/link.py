@@ -40,6 +40,7 @@ from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
 from gateway.outbound.receipt_sender import SKIP_AUTO_HEADERS, USER_AGENT
 from gateway.srmp.build import build_request, envelope_bytes
 from gateway.srmp.envelope import parse_envelope
+from gateway.srmp.eod import VERDICT_HEADER
 from gateway.srmp.eod_sender import SenderStream
 from gateway.srmp.outbound import StreamPosition, outbound_envelope, url_of_format_name
 from gateway.srmp.properties import compound_message, envelope_text
@@ -405,7 +406,7 @@ class Link:
                                            allow_redirects=False) as response:
                 await response.read()
                 status = response.status
-                verdict = response.headers.get("Mq-Stream-Verdict", "")
+                verdict = response.headers.get(VERDICT_HEADER, "")
                 problem = f"HTTP {status} from {url}"
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             problem = f"{type(exc).__name__} posting to {url}: {exc}"

@@ -33,7 +33,12 @@ import orjson
 from gateway.srmp.model import Stream
 
 __all__ = ["Verdict", "InStream", "StreamTable", "ReceiptDue", "StreamKey",
-           "COALESCE_S", "COALESCE_MAX_S", "SNAPSHOT_PART_STREAMS"]
+           "COALESCE_S", "COALESCE_MAX_S", "SNAPSHOT_PART_STREAMS", "VERDICT_HEADER"]
+
+# An extension Windows ignores: an entrepot receiver answers a stream message with what
+# became of it (stored | duplicate | out_of_order | quota_dropped), so an entrepot sender
+# resends one that overtook a lost predecessor at once, not a resend round later.
+VERDICT_HEADER = "Mq-Stream-Verdict"
 
 COALESCE_S = 0.5
 COALESCE_MAX_S = 10.0

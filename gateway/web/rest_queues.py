@@ -36,7 +36,7 @@ from gateway.web.rest_codec import (
 from gateway.queues.redrive import Redrive, RedriveFilter
 from gateway.queues.transactions import Transactions
 from gateway.units import parse_size
-from mapping.names import QueueNameError, parse_queue_path
+from mapping.names import MACHINE_JOURNAL, QueueNameError, parse_queue_path
 
 __all__ = ["routes"]
 
@@ -65,7 +65,7 @@ def _queue_json(qm: QueueManager, name: str) -> dict[str, object]:
             "journal": s.journal, "journal_quota": s.journal_quota, "label": s.label,
             "anonymous": s.anonymous, "authenticate": s.authenticate,
             "system": queue.path.system or queue.is_dead_letter
-            or queue.path.canonical == "system$;journal", "messages": qm.store.count(
+            or queue.path.canonical == MACHINE_JOURNAL, "messages": qm.store.count(
                 queue.queue_id), "bytes": qm.store.queue_bytes(queue.queue_id)}
 
 

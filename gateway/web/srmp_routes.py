@@ -40,6 +40,7 @@ from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties
 from gateway.queues.manager import Queue
 from gateway.srmp.codec import SrmpMessage, parse_request
+from gateway.srmp.eod import VERDICT_HEADER
 from gateway.srmp.errors import SrmpError
 from gateway.srmp.model import Kind
 from gateway.srmp.parsed import ParsedRequest
@@ -52,10 +53,9 @@ from gateway.inbound.parse_pool import ParsePool, WorkerLost
 from mapping.engine import route_inbound
 from mapping.rules import RuleSet
 
-__all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX", "VERDICT_HEADER", "split_query"]
+__all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX", "split_query"]
 
 PARSE_INLINE_BYTES_MAX = 64 * 1024  # larger requests are parsed off the event loop
-VERDICT_HEADER = "Mq-Stream-Verdict"  # stored | duplicate | out_of_order | quota_dropped
 _SRMP_STATUSES = (400, 403, 404, 409, 422)  # what SRMP has only one answer for: 400
 
 
