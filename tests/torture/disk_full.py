@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,6 +68,7 @@ def run(mount_point: Path, size_mib: int = 24) -> dict[str, Any]:
         raise RuntimeError("cannot mount a tmpfs here (needs root)")
     config = mount_point.parent / "full.toml"
     config.write_text('[store]\nsegment_size = "1MiB"\ngroup_commit_bytes_max = "512KiB"\n')
+    gateway: GatewayProcess | None = None
     try:
         filler = mount_point / "filler"  # someone else's file, deleted to free space
         filler.write_bytes(b"\0" * (4 << 20))
@@ -119,4 +121,9 @@ def run(mount_point: Path, size_mib: int = 24) -> dict[str, Any]:
                 "acknowledged": len(acked), "refused": refusals, "resumed": resumed,
                 "lost": lost, "duplicated": duplicated}
     finally:
+        if gateway is not None:  # a failed assertion must not leave it running
+            gateway.stop(signal.SIGKILL)
+        # The gateway's log is on the small filesystem: kept beside it, for a failure's cause.
+        for log in mount_point.glob("gateway-*.log"):
+            shutil.copyfile(log, mount_point.parent / log.name)
         unmount(mount_point)
