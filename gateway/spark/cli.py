@@ -36,8 +36,9 @@ def add_commands(commands: Any) -> None:
                       help="micro-batch interval when running continuously (default 10s)")
     ingest.add_argument("--consumer", default="spark",
                         help="consumer name registered at the gateway (default spark)")
-    ingest.add_argument("--starting-offsets", choices=("earliest", "latest"),
-                        default="earliest", help="where a new checkpoint starts")
+    ingest.add_argument("--starting-offsets", type=_starting, default="earliest",
+                        metavar="WHERE", help="where a new checkpoint starts: earliest "
+                        "(default), latest, or a JSON object of queue -> sequence")
     ingest.add_argument("--max-messages-per-batch", type=_count, default=0, metavar="N",
                         help="admission control: at most N messages per micro-batch")
     ingest.add_argument("--max-messages-per-partition", type=_count, default=20_000,
@@ -67,6 +68,20 @@ def _duration(text: str) -> float:
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be positive")
     return seconds
+
+
+def _starting(text: str) -> str:
+    """earliest, latest or a JSON object (the source checks its queues and sequences)."""
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected earliest, latest or a JSON "
+                                         "object of queue -> sequence")
+    return text
 
 
 def _count(text: str) -> int:

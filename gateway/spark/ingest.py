@@ -2,20 +2,29 @@
 JSON Lines) files with a checkpoint — exactly once, because Spark's file sink commits each
 micro-batch through ``_spark_metadata`` and the source's ranges replay byte for byte.
 
-Read the output through Spark (``spark.read.parquet(OUTPUT)``): a killed batch can leave
-part-files that ``_spark_metadata`` does not list, and globbing would count them.
+Read the output through Spark (``spark.read.parquet(OUTPUT)``): Spark's file sink writes
+part-files straight into the output, so a batch being written, or one killed mid-write (a
+0-byte or truncated part-file), is in the directory without being in ``_spark_metadata``. A
+job sets such orphans aside under ``_orphans/`` when it starts (tools that read the directory
+themselves, as pyarrow does, skip names starting with ``_``).
+
+The summary counts rows through a query listener: ``recentProgress`` keeps only the last
+``spark.sql.streaming.numRecentProgressUpdates`` (100) batches.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
+from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
-__all__ = ["IngestJob", "run_ingest", "start_query", "PARQUET_OPTIONS"]
+__all__ = ["IngestJob", "run_ingest", "start_query", "set_aside_orphans", "PARQUET_OPTIONS"]
 
 log = logging.getLogger("entrepot.spark")
 
@@ -81,8 +90,110 @@ def start_query(spark: Any, job: IngestJob) -> Any:
     return writer.start()
 
 
+_BATCH_IDS_KEPT = 10_000  # batch ids listed in a summary; "batch_count" counts them all
+_TERMINATION_WAIT_S = 60.0  # for the listener's last events after the query ended
+
+
+class _Progress:
+    """Rows and batches of one query, from Spark's listener bus (a running sum: nothing
+    grows with the run but the last ``_BATCH_IDS_KEPT`` batch ids)."""
+
+    def __init__(self) -> None:
+        from pyspark.sql.streaming.listener import StreamingQueryListener
+
+        progress = self
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                return None
+
+            def onQueryProgress(self, event: Any) -> None:
+                progress.add(str(event.progress.id), int(event.progress.batchId),
+                             int(event.progress.numInputRows))
+
+            def onQueryIdle(self, event: Any) -> None:
+                return None
+
+            def onQueryTerminated(self, event: Any) -> None:
+                progress.ended(str(event.id))
+
+        self.listener = Listener()
+        self.query_id = ""
+        self.rows = 0
+        self.batch_count = 0
+        self.batches: deque[int] = deque(maxlen=_BATCH_IDS_KEPT)
+        self._early: list[tuple[str, int, int]] = []  # before the query's id is known
+        self._lock = threading.Lock()
+        self._terminated = threading.Event()
+        self._ended_ids: set[str] = set()
+
+    def follow(self, query_id: str) -> None:
+        with self._lock:
+            self.query_id = query_id
+            early, self._early = self._early, []
+            if query_id in self._ended_ids:
+                self._terminated.set()
+        for event in early:
+            self.add(*event)
+
+    def add(self, query_id: str, batch_id: int, rows: int) -> None:
+        with self._lock:
+            if not self.query_id:
+                if len(self._early) < _BATCH_IDS_KEPT:
+                    self._early.append((query_id, batch_id, rows))
+                return
+            if query_id != self.query_id or not rows:
+                return
+            self.rows += rows
+            self.batch_count += 1
+            self.batches.append(batch_id)
+
+    def ended(self, query_id: str) -> None:
+        with self._lock:
+            if query_id == self.query_id:
+                self._terminated.set()
+            elif not self.query_id and len(self._ended_ids) < 64:
+                self._ended_ids.add(query_id)
+
+    def wait_for_the_end(self) -> bool:
+        """True once the listener saw the query end, so every progress event is counted."""
+        return self._terminated.wait(_TERMINATION_WAIT_S)
+
+
+def set_aside_orphans(spark: Any, job: IngestJob) -> int:
+    """Move the output's part-files that ``_spark_metadata`` does not list (what killed
+    batches left) into ``_orphans/``; returns how many. Local outputs only."""
+    output = job.output.removeprefix("file://")
+    root = Path(output)
+    if "://" in output or not (root / "_spark_metadata").is_dir():
+        return 0
+    listed = spark.read.format(job.fmt).schema("seq BIGINT").load(str(root)).inputFiles()
+    committed = {os.path.basename(path) for path in listed}
+    orphans = [p for p in root.iterdir()
+               if p.is_file() and p.name.startswith("part-") and p.name not in committed]
+    if orphans:
+        (root / "_orphans").mkdir(exist_ok=True)
+        for path in orphans:
+            os.replace(path, root / "_orphans" / path.name)
+        log.warning("%s: set %d part-files of killed batches aside in _orphans/ (not in "
+                    "_spark_metadata)", job.output, len(orphans))
+    return len(orphans)
+
+
 def _run(spark: Any, job: IngestJob) -> dict[str, Any]:
+    orphans = set_aside_orphans(spark, job)
+    progress = _Progress()
+    spark.streams.addListener(progress.listener)
+    try:
+        return _run_query(spark, job, progress, orphans)
+    finally:
+        spark.streams.removeListener(progress.listener)
+
+
+def _run_query(spark: Any, job: IngestJob, progress: _Progress, orphans: int
+               ) -> dict[str, Any]:
     query = start_query(spark, job)
+    progress.follow(str(query.id))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -103,9 +214,11 @@ def _run(spark: Any, job: IngestJob) -> dict[str, Any]:
         failure = query.exception()
         if failure is not None:
             raise RuntimeError(str(failure))
-        progress = [p for p in query.recentProgress if p["numInputRows"]]
-        return {"rows": sum(int(p["numInputRows"]) for p in progress),
-                "batches": [int(p["batchId"]) for p in progress],
+        if not progress.wait_for_the_end():
+            log.warning("the query's last progress events did not arrive within %.0f s: the "
+                        "counts may be short", _TERMINATION_WAIT_S)
+        return {"rows": progress.rows, "batches": list(progress.batches),
+                "batch_count": progress.batch_count, "orphans_set_aside": orphans,
                 "output": job.output, "checkpoint": job.checkpoint}
     finally:
         if query.isActive:

@@ -4,41 +4,72 @@ Spark's checkpoint (docs/spark.md).
 Offsets are ``{"<queue path>": <next sequence to read>}``. Before a micro-batch runs, Spark
 writes its ``[start, end)`` to the checkpoint; executors read each partition's range (the
 gateway answers the same records every time, or 410 when they were trimmed: never a short
-answer); ``commit(end)`` (one batch late) moves this query's registered consumer, which is
-what lets the gateway drop what every consumer has passed. The consumer is registered when a
-query first plans, so retention never runs ahead of a query that has not committed yet.
+answer). Spark calls ``latestOffset(start, ...)`` only once the batch ending at ``start`` is in
+its commit log, so that call moves this query's registered consumer to ``start`` — also after
+the last batch of an ``availableNow`` run and after a restart on a checkpoint whose last batch
+committed just before a crash. ``commit(end)`` (which Spark sends one batch late) moves it too;
+both are idempotent at the gateway. The consumer is registered when a query first plans, so
+retention never runs ahead of a query that has not committed yet.
 
-Options (strings, case-insensitive): ``url`` (required), ``queues`` (comma-separated; or
-``queue``), ``consumer`` (default ``spark``), ``token`` (API key, sent as Bearer), ``cafile``,
-``startingOffsets`` (``earliest`` | ``latest``), ``maxMessagesPerBatch``, ``maxBytesPerBatch``
-(estimated from the queue's average message size), ``maxMessagesPerPartition`` (default
-20000), ``timeoutSeconds`` (30), ``attempts`` (5).
+Options are case-insensitive; an unknown one is refused when the source is loaded
+(``OPTIONS`` lists them; docs/spark.md has the table).
 """
 
 from __future__ import annotations
 
+import codecs
+import difflib
+import json
 import logging
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource, DataSourceReader, DataSourceStreamReader, InputPartition)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow)
+from pyspark.sql.types import (
+    BinaryType, DataType, IntegerType, LongType, MapType, StringType, StructField, StructType,
+    TimestampType)
 
-from gateway.range_wire import decode_records
-from gateway.spark.arrow import SCHEMA_DDL, record_batch
+from gateway.range_wire import RangeRecord, decode_records
+from gateway.spark.arrow import record_batch
 from gateway.spark.client import ClientOptions, GatewayClient, RangeGone
 
-__all__ = ["EntrepotDataSource", "RangePartition", "SourceOptions", "SourceOptionError"]
+__all__ = ["EntrepotDataSource", "RangePartition", "SourceOptions", "SourceOptionError",
+           "OPTIONS", "source_schema", "fair_shares"]
 
 log = logging.getLogger("entrepot.spark")
 _RANGE_WIDTH_MAX = 100_000  # what one range read may span (gateway.web.rest_range)
 
+# Every option the source takes, as documented; matched case-insensitively.
+OPTIONS = ("url", "queues", "queue", "consumer", "token", "cafile", "startingOffsets",
+           "endingOffsets", "maxMessagesPerBatch", "maxBytesPerBatch",
+           "maxMessagesPerPartition", "timeoutSeconds", "attempts", "bodyFormat")
+_KNOWN = {name.lower(): name for name in OPTIONS}
+_CONSUMER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # as the gateway takes it
+_EARLIEST, _LATEST = -2, -1  # Kafka's numbers for them in a JSON offsets map
+
 
 class SourceOptionError(ValueError):
     """A bad option of the ``entrepot`` source; the message names it and its value."""
+
+
+def source_schema(body_format: str = "binary") -> StructType:
+    """The source's columns (``body`` is a string with ``bodyFormat=string``)."""
+    return StructType([
+        StructField("queue", StringType()), StructField("seq", LongType()),
+        StructField("id", StringType()), StructField("label", StringType()),
+        StructField("priority", IntegerType()), StructField("class", StringType()),
+        StructField("correlation_id", StringType()), StructField("sent_at", TimestampType()),
+        StructField("arrived_at", TimestampType()), StructField("content_type", StringType()),
+        StructField("properties", MapType(StringType(), StringType())),
+        StructField("body", StringType() if body_format == "string" else BinaryType()),
+    ])
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,14 +77,25 @@ class SourceOptions:
     client: ClientOptions
     queues: tuple[str, ...]
     consumer: str
-    starting: str
+    # Per queue: "earliest", "latest" or a sequence (a JSON map names one per queue).
+    starting: Mapping[str, str | int]
     max_rows: int
     max_bytes: int
     per_partition: int
+    # Per queue for a batch read: "latest" or an exclusive end; None when not given.
+    ending: Mapping[str, str | int] | None = None
+    body_format: str = "binary"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         opts = {k.lower(): v for k, v in options.items()}
+        unknown = sorted(k for k in opts if k not in _KNOWN)
+        if unknown:
+            name = unknown[0]
+            close = difflib.get_close_matches(name, list(_KNOWN), n=1)
+            hint = f" (did you mean {_KNOWN[close[0]]}?)" if close else ""
+            raise SourceOptionError(f"option {name!r} is unknown{hint}; the entrepot source "
+                                    f"takes {', '.join(OPTIONS)}")
         url = opts.get("url", "")
         if not url.startswith(("http://", "https://")):
             raise SourceOptionError(f"option url={url!r}: expected the gateway's http(s) URL")
@@ -61,10 +103,17 @@ class SourceOptions:
                        if q.strip())
         if not queues:
             raise SourceOptionError("option queues: name at least one queue")
-        starting = opts.get("startingoffsets", "earliest").lower()
-        if starting not in ("earliest", "latest"):
-            raise SourceOptionError(f"option startingOffsets={starting!r}: expected earliest "
-                                    "or latest")
+        if len(set(queues)) != len(queues):
+            raise SourceOptionError(f"option queues={','.join(queues)!r}: a queue is named "
+                                    "twice")
+        starting = _offsets(opts.get("startingoffsets", "earliest"), queues, "startingOffsets",
+                            ("earliest", "latest"))
+        ending = (None if "endingoffsets" not in opts else
+                  _offsets(opts["endingoffsets"], queues, "endingOffsets", ("latest",)))
+        body_format = opts.get("bodyformat", "binary").lower()
+        if body_format not in ("binary", "string"):
+            raise SourceOptionError(f"option bodyFormat={opts['bodyformat']!r}: expected "
+                                    "binary or string")
         per_partition = _int(opts, "maxmessagesperpartition", 20_000, 1)
         if per_partition > _RANGE_WIDTH_MAX:
             raise SourceOptionError(f"option maxMessagesPerPartition={per_partition}: at "
@@ -73,9 +122,51 @@ class SourceOptions:
                                timeout_s=float(_int(opts, "timeoutseconds", 30, 1)),
                                attempts=_int(opts, "attempts", 5, 1),
                                cafile=opts.get("cafile", ""))
-        return cls(client, queues, opts.get("consumer", "spark"), starting,
-                   _int(opts, "maxmessagesperbatch", 0, 0), _int(opts, "maxbytesperbatch", 0, 0),
-                   per_partition)
+        consumer = opts.get("consumer", "spark")
+        if not _CONSUMER_NAME.match(consumer):
+            raise SourceOptionError(f"option consumer={consumer!r}: use 1-64 letters, digits, "
+                                    "'.', '_' or '-'")
+        max_rows = _int(opts, "maxmessagesperbatch", 0, 0)
+        if 0 < max_rows < len(queues):
+            raise SourceOptionError(f"option maxMessagesPerBatch={max_rows}: at least one "
+                                    f"message per queue ({len(queues)})")
+        return cls(client, queues, consumer, starting, max_rows,
+                   _int(opts, "maxbytesperbatch", 0, 0), per_partition, ending, body_format)
+
+
+def _offsets(raw: str, queues: Sequence[str], option: str, words: tuple[str, ...]
+             ) -> dict[str, str | int]:
+    """``earliest``/``latest`` for every queue, or a JSON object naming each queue's
+    sequence (``-2`` earliest, ``-1`` latest, as Kafka's source)."""
+    text = raw.strip()
+    if text.lower() in words:
+        return {q: text.lower() for q in queues}
+    expected = (f"expected {' or '.join(words)}, or a JSON object of queue -> sequence "
+                f"naming each of {', '.join(queues)}")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise SourceOptionError(f"option {option}={raw!r}: {expected}") from None
+    if not isinstance(doc, dict):
+        raise SourceOptionError(f"option {option}={raw!r}: {expected}")
+    missing = [q for q in queues if q not in doc]
+    extra = [k for k in doc if k not in queues]
+    if missing or extra:
+        what = (f"no offset for {', '.join(missing)}" if missing
+                else f"{', '.join(extra)} is not in option queues")
+        raise SourceOptionError(f"option {option}: {what} ({expected})")
+    numbers = {_LATEST: "latest", _EARLIEST: "earliest"}
+    result: dict[str, str | int] = {}
+    for queue in queues:
+        value = doc[queue]
+        if isinstance(value, bool) or not isinstance(value, int) or (
+                value < 1 and numbers.get(value) not in words):
+            allowed = ", ".join(f"{n} ({numbers[n]})" for n in sorted(numbers)
+                                if numbers[n] in words)
+            raise SourceOptionError(f"option {option}: {queue}={value!r}: expected a "
+                                    f"sequence >= 1 or {allowed}")
+        result[queue] = numbers.get(value, value) if value < 1 else value
+    return result
 
 
 def _int(opts: Mapping[str, str], key: str, default: int, low: int) -> int:
@@ -85,10 +176,120 @@ def _int(opts: Mapping[str, str], key: str, default: int, low: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise SourceOptionError(f"option {key}={raw!r}: expected an integer") from None
+        raise SourceOptionError(f"option {_KNOWN[key]}={raw!r}: expected an integer") from None
     if value < low:
-        raise SourceOptionError(f"option {key}={value}: expected at least {low}")
+        raise SourceOptionError(f"option {_KNOWN[key]}={value}: expected at least {low}")
     return value
+
+
+def fair_shares(budget: int, backlogs: Sequence[int]) -> list[int]:
+    """Split a batch's message budget between queues so that none starves: each queue with a
+    backlog first gets up to an equal part of half the budget, the rest goes in proportion to
+    what remains of each backlog (largest remainders first, then list order). Never more
+    than a backlog; the whole budget when the backlogs exceed it."""
+    shares = [0] * len(backlogs)
+    active = [i for i, b in enumerate(backlogs) if b > 0]
+    if sum(backlogs[i] for i in active) <= budget:
+        return [max(0, b) for b in backlogs]
+    floor = max(1, budget // (2 * len(active)))
+    left = budget
+    for i in active:  # the guaranteed part, in list order while the budget lasts
+        shares[i] = min(backlogs[i], floor, left)
+        left -= shares[i]
+    rest = {i: backlogs[i] - shares[i] for i in active if backlogs[i] > shares[i]}
+    total = sum(rest.values())
+    if left and total:
+        exact = {i: left * r / total for i, r in rest.items()}
+        given = {i: min(rest[i], int(x)) for i, x in exact.items()}
+        for i, n in given.items():
+            shares[i] += n
+        left -= sum(given.values())
+        order = sorted(rest, key=lambda i: (-(exact[i] - given[i]), i))
+        while left:  # rounding leftovers, one each; a full queue is skipped
+            open_ = [i for i in order if shares[i] < backlogs[i]]
+            if not open_:
+                break
+            for i in open_[:left]:
+                shares[i] += 1
+                left -= 1
+    return shares
+
+
+class _Shape:
+    """The rows as the query wants them: the columns of its schema (a user schema may be
+    any projection of the source's columns, in any order) and the body as bytes or text."""
+
+    def __init__(self, options: SourceOptions, schema: Any) -> None:
+        source = source_schema(options.body_format)
+        self.body_format = options.body_format
+        if isinstance(schema, str) or schema is None:
+            schema = source
+        if not isinstance(schema, StructType):
+            raise SourceOptionError(f"schema {schema!r}: expected a StructType")
+        by_name = {f.name.lower(): f for f in source.fields}
+        self.columns: list[int] = []
+        names = [f.name for f in source.fields]
+        for wanted in schema.fields:
+            have = by_name.get(wanted.name.lower())
+            if have is None:
+                raise SourceOptionError(
+                    f"schema: column {wanted.name!r} is not a column of the entrepot source; "
+                    f"a schema given with .schema() must pick from {source.simpleString()}")
+            if not _same_type(wanted.dataType, have.dataType):
+                hint = ""
+                if have.name == "body":
+                    hint = (" (set option bodyFormat=string for a text body)"
+                            if isinstance(wanted.dataType, StringType)
+                            else " (bodyFormat=string makes it a string)")
+                raise SourceOptionError(
+                    f"schema: column {wanted.name!r} is {wanted.dataType.simpleString()} but "
+                    f"the source gives {have.dataType.simpleString()}{hint}")
+            self.columns.append(names.index(have.name))
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.arrow = to_arrow_schema(schema, timezone="UTC")
+
+    def __call__(self, batch: pa.RecordBatch, records: Sequence[RangeRecord]
+                 ) -> pa.RecordBatch:
+        arrays = list(batch.columns)
+        if self.body_format == "string":
+            arrays[11] = _text_bodies(arrays[11], arrays[9], records)
+        return pa.RecordBatch.from_arrays([arrays[i] for i in self.columns],
+                                          schema=self.arrow)
+
+
+def _same_type(a: DataType, b: DataType) -> bool:
+    if isinstance(a, MapType) and isinstance(b, MapType):
+        return _same_type(a.keyType, b.keyType) and _same_type(a.valueType, b.valueType)
+    return type(a) is type(b)
+
+
+def _text_bodies(bodies: pa.Array, content_types: pa.Array,
+                 records: Sequence[RangeRecord]) -> pa.Array:
+    """Bodies as text: UTF-8 unless the message's content type names another charset;
+    bytes that do not decode become U+FFFD."""
+    plain = pc.match_substring(content_types, "charset=", ignore_case=True)
+    if not pc.any(plain).as_py():
+        try:
+            return bodies.cast(pa.string())  # valid UTF-8 throughout: no copy per row
+        except pa.ArrowInvalid:
+            pass
+    texts = []
+    for record, ctype in zip(records, content_types.to_pylist()):
+        texts.append(record.body.decode(_charset(ctype or ""), "replace"))
+    return pa.array(texts, pa.string())
+
+
+def _charset(content_type: str) -> str:
+    for param in content_type.split(";")[1:]:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset":
+            name = value.strip().strip('"')
+            try:
+                return codecs.lookup(name).name
+            except LookupError:
+                return "utf-8"
+    return "utf-8"
 
 
 @dataclass
@@ -99,20 +300,34 @@ class RangePartition(InputPartition):
 
 
 class EntrepotDataSource(DataSource):
-    """``spark.readStream.format("entrepot")`` (and ``spark.read`` for a one-off batch)."""
+    """``spark.readStream.format("entrepot")`` (and ``spark.read`` for a one-off batch).
+
+    The options are checked here, when ``load()`` creates the source. A schema given with
+    ``.schema()`` reaches the source only when a reader is made (Spark does not pass it at
+    load): it must be a projection of the source's columns, checked then."""
+
+    def __init__(self, options: MutableMapping[str, str]) -> None:
+        super().__init__(options)
+        self.parsed = SourceOptions.parse(options)
 
     @classmethod
     def name(cls) -> str:
         return "entrepot"
 
-    def schema(self) -> str:
-        return SCHEMA_DDL
+    def schema(self) -> StructType:
+        return source_schema(self.parsed.body_format)
 
-    def streamReader(self, schema: Any) -> EntrepotStreamReader:
-        return EntrepotStreamReader(SourceOptions.parse(self.options))
+    def streamReader(self, schema: StructType) -> EntrepotStreamReader:
+        if self.parsed.ending is not None:
+            raise SourceOptionError("option endingOffsets is for batch reads (spark.read); a "
+                                    "stream runs on")
+        return EntrepotStreamReader(self.parsed, schema)
 
-    def reader(self, schema: Any) -> EntrepotBatchReader:
-        return EntrepotBatchReader(SourceOptions.parse(self.options))
+    def reader(self, schema: StructType) -> EntrepotBatchReader:
+        if "latest" in self.parsed.starting.values():
+            raise SourceOptionError("option startingOffsets=latest: a batch read would be "
+                                    "empty; use earliest or a JSON map of sequences")
+        return EntrepotBatchReader(self.parsed, schema)
 
 
 def _partitions(options: SourceOptions, start: Mapping[str, int], end: Mapping[str, int]
@@ -125,7 +340,7 @@ def _partitions(options: SourceOptions, start: Mapping[str, int], end: Mapping[s
     return parts
 
 
-def _read(options: SourceOptions, partition: RangePartition) -> Iterator[Any]:
+def _read(options: SourceOptions, shape: _Shape, partition: RangePartition) -> Iterator[Any]:
     """The partition's records as Arrow batches; anything short of the whole range raises."""
     client = GatewayClient(options.client)
     data, covered = client.range(partition.queue, partition.start, partition.end)
@@ -136,17 +351,19 @@ def _read(options: SourceOptions, partition: RangePartition) -> Iterator[Any]:
     if records and not partition.start <= records[0].seq <= records[-1].seq < partition.end:
         raise RuntimeError(f"{partition.queue}: records outside [{partition.start}, "
                            f"{partition.end})")
-    yield record_batch(partition.queue, records)
+    yield shape(record_batch(partition.queue, records), records)
 
 
 class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # Instances live in the driver's long-lived source runner (offsets, commit) and in
     # every executor task (read): __init__ stays cheap and does no I/O.
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: Any = None) -> None:
         self.options = options
+        self.shape = _Shape(options, schema)
         self._client = GatewayClient(options.client)
         self._target: dict[str, int] | None = None
         self._registered = False
+        self._committed: dict[str, int] = {}  # what this runner last committed, per queue
 
     def _heads(self) -> dict[str, dict[str, Any]]:
         return {q: self._client.head(q) for q in self.options.queues}
@@ -167,9 +384,18 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, int]:
         offsets = {}
         for queue, head in self._heads().items():
-            position = self._client.register(queue, self.options.consumer,
-                                             self.options.starting)
-            offsets[queue] = position if self.options.starting == "earliest" else head["next"]
+            spec = self.options.starting[queue]
+            if isinstance(spec, int):
+                first, end = int(head["first"]), int(head["next"])
+                if not first <= spec <= end:
+                    raise SourceOptionError(
+                        f"option startingOffsets: {queue}={spec} is outside what the gateway "
+                        f"can read, [{first}, {end}]")
+                self._client.register(queue, self.options.consumer, spec)
+                offsets[queue] = spec
+                continue
+            position = self._client.register(queue, self.options.consumer, spec)
+            offsets[queue] = position if spec == "earliest" else int(head["next"])
         self._registered = True
         return offsets
 
@@ -189,9 +415,11 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: Mapping[str, int], limit: ReadLimit) -> dict[str, int]:
         start = {q: int(start.get(q, 1)) for q in self.options.queues}
         self._register(start)
+        # Spark asks for the next batch only once the batch ending at ``start`` is in its
+        # commit log: the consumer may move there (the last batch of a run included).
+        self._commit(start)
         heads = self._heads()
-        budget = self._budget(limit, heads)
-        end = {}
+        lows, highs = [], []
         for queue in self.options.queues:
             low = start[queue]
             head = int(heads[queue]["next"])
@@ -199,12 +427,13 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise RuntimeError(f"{queue}: the gateway's head {head} is behind the "
                                    f"checkpoint's offset {low}")
             high = min(head, self._target[queue]) if self._target else head
-            high = max(high, low)
-            if budget is not None:
-                high = min(high, low + budget)
-                budget -= high - low
-            end[queue] = high
-        return end
+            lows.append(low)
+            highs.append(max(high, low))
+        budget = self._budget(limit, heads)
+        if budget is None:
+            return dict(zip(self.options.queues, highs))
+        shares = fair_shares(budget, [h - lo for lo, h in zip(lows, highs)])
+        return {q: lo + n for q, lo, n in zip(self.options.queues, lows, shares)}
 
     def _budget(self, limit: ReadLimit, heads: Mapping[str, Mapping[str, Any]]) -> int | None:
         if isinstance(limit, ReadMaxRows):
@@ -221,33 +450,57 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
-        return _read(self.options, partition)
+        return _read(self.options, self.shape, partition)
 
     def commit(self, end: Mapping[str, int]) -> None:
-        # A retention hint (the checkpoint is the truth): a failure is logged, and the next
-        # commit covers it.
-        for queue, position in end.items():
+        self._commit({q: int(p) for q, p in end.items()})
+
+    def _commit(self, positions: Mapping[str, int]) -> None:
+        """Move the consumer (a retention hint: the checkpoint is the truth). A failure is
+        logged and retried by the next call; the gateway ignores a position it has passed."""
+        for queue, position in positions.items():
+            if self._committed.get(queue, 0) >= position:
+                continue
             try:
-                self._client.commit(queue, self.options.consumer, int(position))
+                self._client.commit(queue, self.options.consumer, position)
             except Exception as exc:  # noqa: BLE001 - must not fail the query
                 log.warning("commit of %s at %s failed: %s", queue, position, exc)
+                continue
+            self._committed[queue] = position
 
     def stop(self) -> None:
         return None
 
 
 class EntrepotBatchReader(DataSourceReader):
-    """Everything readable now, ``[first, next)`` of each queue; registers no consumer."""
+    """``[startingOffsets, endingOffsets)`` of each queue (``[first, next)`` by default) read
+    once; registers no consumer."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: Any = None) -> None:
         self.options = options
+        self.shape = _Shape(options, schema)
 
     def partitions(self) -> list[RangePartition]:
         client = GatewayClient(self.options.client)
-        heads = {q: client.head(q) for q in self.options.queues}
-        return _partitions(self.options, {q: int(h["first"]) for q, h in heads.items()},
-                           {q: int(h["next"]) for q, h in heads.items()})
+        start, end = {}, {}
+        for queue in self.options.queues:
+            head = client.head(queue)
+            first, head_next = int(head["first"]), int(head["next"])
+            low = self.options.starting[queue]
+            high = (self.options.ending or {}).get(queue, "latest")
+            start[queue] = first if low == "earliest" else int(low)
+            end[queue] = head_next if high == "latest" else int(high)
+            if start[queue] < first:
+                raise RangeGone(f"option startingOffsets: {queue}={start[queue]} is gone; "
+                                f"the oldest readable is {first}", 410)
+            if end[queue] > head_next:
+                raise SourceOptionError(f"option endingOffsets: {queue}={end[queue]} is "
+                                        f"beyond the queue's head {head_next}")
+            if end[queue] < start[queue]:
+                raise SourceOptionError(f"{queue}: endingOffsets {end[queue]} is below "
+                                        f"startingOffsets {start[queue]}")
+        return _partitions(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
-        return _read(self.options, partition)
+        return _read(self.options, self.shape, partition)

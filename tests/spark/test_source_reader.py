@@ -11,7 +11,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from gateway.spark.client import GatewayRequestError, RangeGone
 from gateway.spark.source import (
-    EntrepotDataSource, RangePartition, SourceOptionError, SourceOptions)
+    EntrepotDataSource, RangePartition, SourceOptionError, SourceOptions, fair_shares)
 from tests.helpers import GatewayProcess
 from tests.spark.support import call, create_queue, head, payload, produce
 
@@ -41,24 +41,57 @@ def test_offsets_limits_partitions_and_reads(spark_gateway: GatewayProcess) -> N
     assert head(spark_gateway.url, a)["consumers"] == {"t1": 1}, "registered when planned"
     assert isinstance(reader.getDefaultReadLimit(), ReadMaxRows)
     end = reader.latestOffset(start, ReadMaxRows(20))
-    assert end == {a: 21, b: 1}, "the budget is spent on the first queue first"
-    assert reader.latestOffset(end, ReadAllAvailable()) == {a: 31, b: 6}
+    assert end == {a: 16, b: 6}, "b's whole backlog fits its share; a takes the rest"
     parts = reader.partitions(start, end)
-    assert [(p.queue, p.start, p.end) for p in parts] == [(a, 1, 9), (a, 9, 17), (a, 17, 21)]
+    assert [(p.queue, p.start, p.end) for p in parts] == [(a, 1, 9), (a, 9, 16), (b, 1, 6)]
     assert reader.partitions(end, end) == []
     [batch] = list(reader.read(parts[1]))
     rows = batch.to_pylist()
-    assert [r["seq"] for r in rows] == list(range(9, 17))
+    assert [r["seq"] for r in rows] == list(range(9, 16))
     assert rows[0]["body"] == payload(8, 64) and rows[0]["label"] == "i8"
     assert rows[0]["class"] == "MQMSG_CLASS_NORMAL" and rows[0]["correlation_id"] == "corr"
     assert rows[0]["sent_at"].year == 2026 and rows[0]["arrived_at"] > rows[0]["sent_at"]
     assert rows[0]["id"].startswith("{") and rows[0]["queue"] == a
-    assert list(reader.read(RangePartition(a, 9, 17)))[0].equals(batch), "same bytes again"
-    # commit moves the consumer; retention trims what it passed; the range is then gone.
-    reader.commit(end)
-    assert head(spark_gateway.url, a)["first"] == 21
-    with pytest.raises(RangeGone, match=r"\[9, 21\)"):
+    assert list(reader.read(RangePartition(a, 9, 16)))[0].equals(batch), "same bytes again"
+    # Spark asks for the next batch once this one is committed: that moves the consumer,
+    # retention trims what it passed, and the range is then gone.
+    assert reader.latestOffset(end, ReadAllAvailable()) == {a: 31, b: 6}
+    assert head(spark_gateway.url, a)["consumers"] == {"t1": 16}
+    assert head(spark_gateway.url, a)["first"] == 16
+    with pytest.raises(RangeGone, match=r"\[9, 16\)"):
         list(reader.read(parts[1]))
+    reader.commit({a: 31, b: 6})  # Spark's own commit call, one batch late
+    assert head(spark_gateway.url, b)["consumers"] == {"t1": 6}
+    assert head(spark_gateway.url, a)["first"] == 31
+
+
+def test_a_fast_fed_first_queue_does_not_starve_the_second(
+        spark_gateway: GatewayProcess) -> None:
+    fast, slow = _queue(spark_gateway), _queue(spark_gateway)
+    produce(spark_gateway.url, fast, 0, 3000, size=16)
+    produce(spark_gateway.url, slow, 0, 3000, size=16)
+    reader = _reader(spark_gateway, f"{fast},{slow}", consumer="fair", maxMessagesPerBatch="1000")
+    offsets = reader.initialOffset()
+    taken: list[tuple[int, int]] = []
+    for batch in range(4):
+        end = reader.latestOffset(offsets, ReadMaxRows(1000))
+        taken.append((end[fast] - offsets[fast], end[slow] - offsets[slow]))
+        offsets = end
+        produce(spark_gateway.url, fast, 3000 + batch * 1000, 1000, size=16)  # fed on
+    # Shares follow the backlogs (the fast queue's grows); half the budget is split equally.
+    assert taken == [(500, 500), (545, 455), (587, 413), (624, 376)]
+    assert all(n >= 250 for pair in taken for n in pair)
+
+
+@pytest.mark.parametrize("budget, backlogs, shares", [
+    (1000, [3000, 3000], [500, 500]),
+    (1000, [1_000_000, 10], [990, 10]),
+    (1000, [0, 5000, 5000], [0, 500, 500]),
+    (10, [100, 100, 100], [4, 3, 3]),
+    (50, [10, 20], [10, 20]),
+])
+def test_fair_shares(budget: int, backlogs: list[int], shares: list[int]) -> None:
+    assert fair_shares(budget, backlogs) == shares
 
 
 def test_available_now_freezes_its_target(spark_gateway: GatewayProcess) -> None:
@@ -107,9 +140,13 @@ def test_unknown_queue_is_a_clear_error(spark_gateway: GatewayProcess) -> None:
     ({"url": "http://127.0.0.1:1", "queues": "q", "startingOffsets": "middle"},
      "startingOffsets"),
     ({"url": "http://127.0.0.1:1", "queues": "q", "maxMessagesPerBatch": "ten"},
-     "maxmessagesperbatch='ten'"),
+     "maxMessagesPerBatch='ten'"),
     ({"url": "http://127.0.0.1:1", "queues": "q", "maxMessagesPerPartition": "200000"},
      "at most 100000"),
+    ({"url": "http://127.0.0.1:1", "queues": "q", "consumer": "my job"},
+     "option consumer='my job'"),
+    ({"url": "http://127.0.0.1:1", "queues": "a,b,c", "maxMessagesPerBatch": "2"},
+     "maxMessagesPerBatch=2: at least one message per queue"),
 ])
 def test_bad_options_name_themselves(options: dict[str, str], fragment: str) -> None:
     with pytest.raises(SourceOptionError, match=fragment):

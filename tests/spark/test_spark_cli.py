@@ -4,8 +4,10 @@ session, and the command line refusing bad values with exit 2 (or 1 for a failed
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,53 @@ def test_parquet_ingest_has_no_dictionaries_for_ids_and_bodies(
     assert any("DICTIONARY" in e for e in encodings["queue"])
 
 
+def test_summary_counts_every_batch_and_report_latency_reaches_the_table(
+        spark: Any, spark_gateway: GatewayProcess, tmp_path: Path) -> None:
+    create_queue(spark_gateway.url, "countfeed")
+    produce(spark_gateway.url, "countfeed", 0, 100, size=48)  # sent (and arrived) now
+    time.sleep(1.5)  # a gap between arrival and ingestion (only a lower bound is checked)
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "2")
+    try:
+        summary = run_ingest(IngestJob(source=spark_gateway.url, queues=("countfeed",),
+                                       output=str(tmp_path / "table"),
+                                       checkpoint=str(tmp_path / "checkpoint"),
+                                       master="local[1]", available_now=True,
+                                       consumer="count", max_messages_per_batch=20))
+    finally:
+        spark.conf.unset("spark.sql.streaming.numRecentProgressUpdates")
+    assert summary["rows"] == 100, "counted past Spark's recent progress"
+    assert (summary["batch_count"], summary["batches"]) == (5, [0, 1, 2, 3, 4])
+    report = run_report(str(tmp_path / "table"), str(tmp_path / "report"),
+                        master="local[1]")
+    assert report["rows"] == 100
+    document = json.loads((tmp_path / "report" / "report.json").read_text())
+    [latency] = document["latency_ms"]
+    assert latency["messages"] == 100
+    assert latency["p50"] >= 1500, "sent -> in the table includes the wait before ingestion"
+    [gateway] = document["gateway_latency_ms"]  # the part up to the gateway, beside it
+    assert gateway["messages"] == 100
+
+
+def test_a_killed_batchs_part_file_is_set_aside(spark: Any, spark_gateway: GatewayProcess,
+                                                tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    create_queue(spark_gateway.url, "orphanfeed")
+    produce(spark_gateway.url, "orphanfeed", 0, 30, size=48)
+    job = IngestJob(source=spark_gateway.url, queues=("orphanfeed",),
+                    output=str(tmp_path / "table"), checkpoint=str(tmp_path / "checkpoint"),
+                    master="local[1]", available_now=True, consumer="orphan")
+    run_ingest(job)
+    killed = tmp_path / "table" / "part-00000-0f0e0d0c-killed-c000.snappy.parquet"
+    killed.write_bytes(b"")  # what a batch killed while writing leaves
+    produce(spark_gateway.url, "orphanfeed", 30, 30, size=48)
+    summary = run_ingest(job)
+    table = pq.read_table(tmp_path / "table")  # a reader that lists the directory itself
+    assert sorted(table.column("seq").to_pylist()) == list(range(1, 61))
+    assert not killed.exists() and (tmp_path / "table" / "_orphans" / killed.name).exists()
+    assert (summary["rows"], summary["orphans_set_aside"]) == (30, 1)
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gateway", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=60)
@@ -70,6 +119,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
       "--checkpoint", "c", "--trigger", "soon"], 2, "'soon'"),
     (["spark-ingest", "--source", "http://127.0.0.1:1", "--queue", "q", "--output", "o",
       "--checkpoint", "c", "--max-messages-per-batch", "0"], 2, "'0'"),
+    (["spark-ingest", "--source", "http://127.0.0.1:1", "--queue", "q", "--output", "o",
+      "--checkpoint", "c", "--starting-offsets", "[1]"], 2, "'[1]': expected earliest"),
     (["spark-ingest", "--queue", "q"], 2, "--source"),
     (["spark-report", "--input", "/nonexistent/table", "--output", "o"], 1,
      "no such table"),

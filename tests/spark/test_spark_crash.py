@@ -92,6 +92,7 @@ def test_sigkill_of_the_ingest_driver_loses_and_duplicates_nothing(
         assert sum(mid_batch) >= 2, f"kills mid-batch: {mid_batch}"
         total = sent[0]
         assert head(gw.url, Q)["next"] == total + 1
+        assert head(gw.url, Q)["consumers"] == {"spark": total + 1}, "no lag after the kills"
         check_table(spark, str(tmp_path / "table"), total)
         df = spark.read.parquet(str(tmp_path / "table"))
         on_disk = {p.name for p in (tmp_path / "table").glob("*.parquet")}
