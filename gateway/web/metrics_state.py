@@ -8,7 +8,7 @@ figures are exact at the moment of the scrape.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.core import (
@@ -36,15 +36,24 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         doc = snapshot(self._state, self._dead, None)
-        yield from _queues(doc)
-        yield _queue_events(self._state)
         services = self._state.services
+        # A queue's label is the one its counters use (gateway.queues.events), taken now if
+        # there is room: the per-queue gauges are bounded by metrics.queues_max like them.
+        label: Callable[[str], str] = (services.queue_manager.events.label
+                                       if services is not None else str)
+        yield from _queues(doc, label, _heads(self._state))
+        yield _queue_events(self._state)
         yield from _links(doc, services.links.counts if services is not None else Tally())
         yield from _mapping(self._state)
         dead = GaugeMetricFamily("entrepot_dead_letters", "Dead letters held, by queue and "
-                                 "message class.", labels=["queue", "class"])
+                                 "message class (MSMQ's MQMSG_CLASS_* name).",
+                                 labels=["queue", "class"])
+        held: dict[tuple[str, str], int] = {}
         for item in doc["dead_letters"]:
-            dead.add_metric([item["queue"], item["class"]], item["messages"])
+            where = (label(item["queue"]), item["class"])
+            held[where] = held.get(where, 0) + item["messages"]
+        for (queue, name), count in sorted(held.items()):
+            dead.add_metric([queue, name], count)
         yield dead
         yield _expired(self._state)
         store = doc.get("store")
@@ -75,21 +84,57 @@ def _expired(state: GatewayState) -> Metric:
     return expired
 
 
-def _queues(doc: dict[str, Any]) -> Iterator[Metric]:
+def _heads(state: GatewayState) -> dict[str, int]:
+    """queue -> the sequence its next message will get (the range API's ``next``), for the
+    queues with range consumers."""
+    services = state.services
+    if services is None or not state.ready:
+        return {}
+    qm, consumers = services.queue_manager, services.consumers
+    return {queue.path.display: qm.store.readable_end(queue.queue_id)
+            for queue in qm.all_queues() if consumers.positions(queue)}
+
+
+def _queues(doc: dict[str, Any], label: Callable[[str], str], heads: dict[str, int]
+            ) -> Iterator[Metric]:
+    """Each queue under its label; those under ``_other`` summed (their oldest age the
+    largest, their consumers one ``consumer="_other"`` lag, the largest)."""
     depth = GaugeMetricFamily("entrepot_queue_messages", "Messages in a queue.", labels=["queue"])
     size = GaugeMetricFamily("entrepot_queue_bytes", "Bytes a queue's messages occupy.",
                              labels=["queue"])
     age = GaugeMetricFamily("entrepot_queue_oldest_age_seconds",
                             "Age of the oldest message waiting in a queue.", labels=["queue"])
-    lag = GaugeMetricFamily("entrepot_consumer_position", "Committed position of a "
-                            "registered range consumer.", labels=["queue", "consumer"])
+    position = GaugeMetricFamily("entrepot_consumer_position", "Committed position of a "
+                                 "registered range consumer.", labels=["queue", "consumer"])
+    lag = GaugeMetricFamily("entrepot_consumer_lag", "Messages between a range consumer's "
+                            "committed position and its queue's head (the range API's lag).",
+                            labels=["queue", "consumer"])
+    rows: dict[str, list[float]] = {}
+    positions: dict[tuple[str, str], int] = {}
+    lags: dict[tuple[str, str], int] = {}
     for queue in doc["queues"]:
-        depth.add_metric([queue["path"]], queue["messages"])
-        size.add_metric([queue["path"]], queue["bytes"])
-        age.add_metric([queue["path"]], queue["oldest_age_s"])
-        for name, position in queue["consumers"].items():
-            lag.add_metric([queue["path"], name], position)
-    yield from (depth, size, age, lag)
+        name = label(queue["path"])
+        row = rows.setdefault(name, [0, 0, 0.0])
+        row[0] += queue["messages"]
+        row[1] += queue["bytes"]
+        row[2] = max(row[2], queue["oldest_age_s"])
+        head = heads.get(queue["path"])
+        for consumer, at in queue["consumers"].items():
+            behind = max(0, (head if head is not None else at) - at)
+            if name == OTHER:  # positions of different queues are not comparable
+                lags[(OTHER, OTHER)] = max(lags.get((OTHER, OTHER), 0), behind)
+            else:
+                positions[(name, consumer)] = at
+                lags[(name, consumer)] = behind
+    for name, (messages, size_bytes, oldest) in sorted(rows.items()):
+        depth.add_metric([name], messages)
+        size.add_metric([name], size_bytes)
+        age.add_metric([name], oldest)
+    for key, at in sorted(positions.items()):
+        position.add_metric(list(key), at)
+    for key, behind in sorted(lags.items()):
+        lag.add_metric(list(key), behind)
+    yield from (depth, size, age, position, lag)
 
 
 def _queue_events(state: GatewayState) -> Metric:

@@ -27,21 +27,37 @@ __all__ = ["make_middlewares", "NEVER_REFUSED"]
 NEVER_REFUSED = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
-# The queue tree is one aiohttp route (gateway.web.rest_queues): its label is the API's
-# path template instead (as the OpenAPI document names it), so that sends, receives (long
-# polls among them), browses and purges are told apart. The shapes are fixed: bounded.
+# Every route label is a path of the OpenAPI document (gateway.web.openapi), or UNMATCHED for
+# a request the API does not serve; the label values are fixed whatever clients send.
+UNMATCHED = "unmatched"
+# The queue tree is one aiohttp route (gateway.web.rest_queues): its label is the template of
+# the operation, so that sends, receives (long polls among them), browses and purges are told
+# apart.
 _QUEUE_TREE = "/v1/queues/{tail}"
 _QUEUE_LEAVES = frozenset({"messages", "receive", "purge", "requeue", "head", "range",
                            "consumers"})
+# Routes whose last segment is an action (gateway.web.rest_tx, rest_links): one template per
+# action the API knows, so that commit, abort and prepare latencies are told apart.
+_ACTIONS = {"/v1/transactions/{id}/{action}": frozenset({"prepare", "commit", "abort"}),
+            "/v1/links/{id}/{action}": frozenset({"pause", "resume"})}
+_SRMP_ROUTE = "srmp-"  # gateway.web.srmp_routes names its route per virtual directory
 
 
 def _route_label(request: web.Request) -> str:
     resource = request.match_info.route.resource
     if resource is None:
-        return "unmatched"
-    if resource.canonical == _QUEUE_TREE:
+        return UNMATCHED
+    canonical = resource.canonical
+    if canonical == _QUEUE_TREE:
         return _queue_route(request.match_info.get("tail", ""))
-    return resource.canonical
+    actions = _ACTIONS.get(canonical)
+    if actions is not None:
+        action = request.match_info.get("action", "")
+        return canonical.replace("{action}", action) if action in actions else UNMATCHED
+    name = resource.name
+    if name is not None and name.startswith(_SRMP_ROUTE):  # the configured directory
+        return f"/{name[len(_SRMP_ROUTE):]}/{{path}}"
+    return canonical
 
 
 def _queue_route(tail: str) -> str:
@@ -60,7 +76,7 @@ def _queue_route(tail: str) -> str:
         return "/v1/queues/{path}/consumers/{name}"
     if len(rest) == 3 and rest[0] == "consumers" and rest[2] == "commit":
         return "/v1/queues/{path}/consumers/{name}/commit"
-    return "/v1/queues/{path}/unknown"
+    return UNMATCHED
 
 
 def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,

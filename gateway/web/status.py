@@ -81,16 +81,21 @@ class DeadLetterClasses:
 class MessageRates:
     """Messages sent to and received from each queue per second, over about the last minute:
     the queue manager's counts since start (gateway.queues.events) sampled at each status
-    snapshot, a sample kept every few seconds (a bounded number of them)."""
+    snapshot, a sample kept every few seconds (a bounded number of them).
 
-    def __init__(self) -> None:
+    The first sample is the counts' start (all zero, at ``started``, a ``time.monotonic()``
+    reading; by default when this object is made, with the application): a single look
+    gets the average since start, and the window slides once a minute's samples exist."""
+
+    def __init__(self, started: float | None = None) -> None:
         self._samples: collections.deque[tuple[float, dict[str, tuple[int, int]]]] = (
             collections.deque(maxlen=int(_RATE_WINDOW_S / _RATE_SPACING_S) + 1))
+        self._samples.append((time.monotonic() if started is None else started, {}))
 
     def rates(self, counts: dict[str, dict[str, int]], now: float
               ) -> dict[str, tuple[float, float]] | None:
-        """queue -> (sent, received) per second since the oldest sample of the window; None
-        at the first look (no interval yet)."""
+        """queue -> (sent, received) per second since the oldest sample of the window (the
+        start, until the window has slid past it); None only when no time has passed."""
         current = {name: (per.get("sent", 0), per.get("received", 0))
                    for name, per in counts.items()}
         if not self._samples or now - self._samples[-1][0] >= _RATE_SPACING_S:
@@ -154,8 +159,8 @@ def snapshot(state: GatewayState, dead: DeadLetterClasses, errors: RecentErrors 
             "oldest_age_s": _oldest_age_s(qm, queue, now_ms),
             "transactional": queue.settings.transactional,
             "consumers": consumers.positions(queue)})
-        if rates is not None:  # null at the first look, and for a queue past
-            # metrics.queues_max (not counted on its own)
+        if rates is not None:  # null for a queue past metrics.queues_max (not counted
+            # on its own)
             found = per_s.get(queue.path.display, None if counted_full else (0.0, 0.0)
                               ) if per_s is not None else None
             doc["queues"][-1].update(

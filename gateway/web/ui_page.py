@@ -22,7 +22,8 @@ tr.bad td{background:#fdecea} code{font-size:.9em}
 <table id="queues"><thead><tr><th>queue</th><th>messages</th><th>size</th>
 <th>oldest</th><th>sent</th><th>received</th><th>range consumers</th></tr></thead>
 <tbody></tbody></table>
-<p class="muted">sent and received: messages per second over about the last minute.</p>
+<p class="muted">sent and received: messages per second over about the last minute (since
+start until the page has watched a minute).</p>
 <h2>Links</h2>
 <table id="links"><thead><tr><th>id</th><th>destination</th><th>kind</th><th>state</th>
 <th>backlog</th><th>unacked</th><th>retries</th><th>last error</th></tr></thead>

@@ -37,6 +37,10 @@ async def test_state_metrics(aiohttp_client: Any, settings_factory: Callable[...
         "Mq-Time-To-Be-Received": "0.05", "Mq-Journal": "deadletter"})
     await client.put("/v1/queues/feed", json={})
     await client.put("/v1/queues/feed/consumers/spark", json={})
+    for _ in range(3):
+        await client.post("/v1/queues/feed/messages", data=b"row")
+    [spark] = (await (await client.get("/v1/queues/feed/consumers")).json())["consumers"]
+    assert spark["lag"] == 3
     text = ""
     for _ in range(600):  # an upper bound only
         text = await (await client.get("/metrics")).text()
@@ -47,6 +51,7 @@ async def test_state_metrics(aiohttp_client: Any, settings_factory: Callable[...
     assert _value(text, "entrepot_queue_bytes", queue="orders") > 0
     assert _value(text, "entrepot_queue_oldest_age_seconds", queue="orders") >= 0
     assert _value(text, "entrepot_consumer_position", queue="feed", consumer="spark") == 1
+    assert _value(text, "entrepot_consumer_lag", queue="feed", consumer="spark") == spark["lag"]
     assert _value(text, "entrepot_dead_letters", queue="system$;deadletter",
                   **{"class": "MQMSG_CLASS_NACK_RECEIVE_TIMEOUT"}) == 1
     assert _value(text, "entrepot_store_used_bytes") > 0
@@ -110,6 +115,7 @@ async def test_queue_labels_are_bounded(aiohttp_client: Any,
     client = await ready_client(aiohttp_client, settings_factory(metrics__queues_max=2))
     for name in ("q1", "q2", "q3", "q4"):
         await client.put(f"/v1/queues/{name}", json={})
+    await client.put("/v1/queues/q4/consumers/spark", json={})
     for name, sends in (("q1", 1), ("q2", 2), ("q3", 3), ("q4", 4)):
         for _ in range(sends):
             await client.post(f"/v1/queues/{name}/messages", data=b"x")
@@ -119,6 +125,32 @@ async def test_queue_labels_are_bounded(aiohttp_client: Any,
     assert _value(text, "entrepot_queue_messages_total", queue="_other", event="sent") == 7
     named = set(re.findall(r'^entrepot_queue_messages_total\{[^}]*queue="([^"]*)"', text, re.M))
     assert named == {"q1", "q2", "_other"}
+    # The gauges of queues now use the same labels: the rest summed (their ages the largest).
+    for gauge in ("entrepot_queue_messages", "entrepot_queue_bytes",
+                  "entrepot_queue_oldest_age_seconds"):
+        shown = set(re.findall(rf'^{gauge}\{{queue="([^"]*)"\}}', text, re.M))
+        assert shown == {"q1", "q2", "_other"}, (gauge, shown)
+    assert _value(text, "entrepot_queue_messages", queue="q2") == 2
+    assert _value(text, "entrepot_queue_messages", queue="_other") == 7
+    assert (_value(text, "entrepot_queue_bytes", queue="_other")
+            >= 7 * _value(text, "entrepot_queue_bytes", queue="q1"))
+    # A consumer of a queue under _other: one lag, the largest, and no position.
+    assert _value(text, "entrepot_consumer_lag", queue="_other", consumer="_other") == 4
+    assert "entrepot_consumer_position{" not in text
+
+
+async def test_dead_letters_of_a_queue_past_the_bound_are_under_other(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    client = await ready_client(aiohttp_client, settings_factory(metrics__queues_max=1))
+    await client.put("/v1/queues/q1", json={})
+    await client.post("/v1/queues/q1/messages", data=b"x")
+    await client.post("/v1/queues/q1/messages", data=b"late", headers={
+        "Mq-Time-To-Be-Received": "0.05", "Mq-Journal": "deadletter"})
+    text = await _scrape_until(client, lambda text: "entrepot_dead_letters{" in text)
+    dead = set(re.findall(r'^entrepot_dead_letters\{[^}]*queue="([^"]*)"', text, re.M))
+    assert dead == {"_other"}, dead
+    assert _value(text, "entrepot_dead_letters", queue="_other",
+                  **{"class": "MQMSG_CLASS_NACK_RECEIVE_TIMEOUT"}) == 1
 
 
 async def test_route_labels_separate_send_receive_browse_and_purge(
@@ -205,3 +237,41 @@ async def test_a_transaction_counts_its_sends_and_receives_at_commit_only(
     text = await (await client.get("/metrics")).text()
     assert _value(text, name, queue="private$/a", event="received") == 1
     assert _value(text, name, queue="private$/b", event="sent") == 1
+
+
+async def test_every_route_label_is_a_path_of_the_openapi_document(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    """Route labels are the templates ``/v1/openapi.json`` names (a transaction's commit,
+    abort and prepare apart, SRMP under its virtual directory), or ``unmatched`` for what
+    the API does not serve: an unknown action or path never becomes a label value."""
+    dead = free_port()  # nothing listens there
+    client = await ready_client(aiohttp_client, settings_factory(
+        outbound__allow=[f"http://127.0.0.1:{dead}"]))
+    spec = set((await (await client.get("/v1/openapi.json")).json())["paths"])
+    await client.put("/v1/queues/private$/a", json={"transactional": True})
+    for action in ("commit", "abort", "prepare"):
+        tx = str((await (await client.post("/v1/transactions")).json())["id"])
+        assert (await client.post(f"/v1/transactions/{tx}/{action}")).status == 200
+    assert (await client.post(f"/v1/transactions/{tx}/bogus-action")).status == 404
+    sent = await client.post("/v1/messages", data=b"x", headers={
+        "Mq-Destination": f"DIRECT=HTTP://127.0.0.1:{dead}/msmq/private$/q"})
+    assert sent.status == 201, await sent.text()
+    [link] = (await (await client.get("/v1/links")).json())["links"]
+    for action in ("pause", "resume", "bogus-action"):
+        await client.post(f"/v1/links/{link['id']}/{action}")
+    srmp = await client.post("/msmq/private$/a", data=b"not an SRMP message",
+                             headers={"Content-Type": "text/xml"})
+    assert srmp.status < 500
+    assert (await client.post("/MSMQ/private$/a", data=b"x")).status < 500
+    assert (await client.get("/v1/queues/private$/a/bogus-leaf")).status == 404
+    assert (await client.get("/no/such/path")).status == 404
+    text = await (await client.get("/metrics")).text()
+    routes = set(re.findall(r'^entrepot_http_requests_total\{[^}]*route="([^"]*)"', text, re.M))
+    assert routes - spec == {"unmatched"}, routes - spec
+    for path in ("/v1/transactions/{id}/commit", "/v1/transactions/{id}/abort",
+                 "/v1/transactions/{id}/prepare", "/v1/links/{id}/pause",
+                 "/v1/links/{id}/resume", "/msmq/{path}", "/v1/queues/{path}"):
+        assert path in routes, path
+    count = "entrepot_http_request_duration_seconds_count"
+    assert _value(text, count, route="/msmq/{path}", method="POST") == 2
+    assert _value(text, count, route="/v1/transactions/{id}/commit", method="POST") == 1

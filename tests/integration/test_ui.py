@@ -67,8 +67,8 @@ async def test_status_json_has_version_uptime_disk_and_message_rates(
     first = await (await client.get("/ui/status.json", headers=BASIC)).json()
     assert first["version"] == version("entrepot") and first["uptime_s"] >= 0
     assert 0 < first["disk"]["free_bytes"] <= first["disk"]["total_bytes"]
-    assert first["queues"] and all(q["sent_per_s"] is None for q in first["queues"]), \
-        "no rate before there is an interval to measure"
+    assert first["queues"] and all(q["sent_per_s"] == 0 for q in first["queues"]), \
+        "nothing sent yet: a rate of 0, not a missing one"
     bearer = {"Authorization": f"Bearer {KEY}"}
     await client.put("/v1/queues/orders", json={}, headers=bearer)
     for _ in range(3):
@@ -76,10 +76,28 @@ async def test_status_json_has_version_uptime_disk_and_message_rates(
     await client.post("/v1/queues/orders/receive", headers=bearer)
     second = await (await client.get("/ui/status.json", headers=BASIC)).json()
     [orders] = [q for q in second["queues"] if q["path"] == "orders"]
-    # Per second since the first look (under a minute ago; rounded to 3 decimals): both
-    # moved, sends thrice as much.
+    # Per second since start (under a minute ago; rounded to 3 decimals): both moved, sends
+    # thrice as much.
     assert orders["sent_per_s"] > 0 and orders["received_per_s"] > 0
     assert abs(orders["sent_per_s"] - 3 * orders["received_per_s"]) <= 0.005
+
+
+async def test_one_look_at_the_status_gives_message_rates(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    """A script reading the status once gets rates: per second since start until a sample
+    a minute old exists."""
+    client = await ready_client(aiohttp_client, settings_factory(auth__admin_key_sha256=_sha(KEY)))
+    bearer = {"Authorization": f"Bearer {KEY}"}
+    await client.put("/v1/queues/orders", json={}, headers=bearer)
+    for _ in range(3):
+        await client.post("/v1/queues/orders/messages", data=b"x", headers=bearer)
+    await client.post("/v1/queues/orders/receive", headers=bearer)
+    doc = await (await client.get("/ui/status.json", headers=BASIC)).json()
+    [orders] = [q for q in doc["queues"] if q["path"] == "orders"]
+    assert orders["sent_per_s"] > 0 and orders["received_per_s"] > 0, orders
+    assert abs(orders["sent_per_s"] - 3 * orders["received_per_s"]) <= 0.005
+    # Averaged since start: no more than the messages over the gateway's uptime so far.
+    assert orders["sent_per_s"] >= 3 / (doc["uptime_s"] + 1)
 
 
 @pytest.mark.skipif(find_browser() is None and not os.environ.get("CI"),

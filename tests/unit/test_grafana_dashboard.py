@@ -74,3 +74,19 @@ async def test_operations_page_names_every_metric_family(aiohttp_client: Any,
                 else name for name in ours}
     assert families - documented == set(), "exported but not documented"
     assert documented - families == set(), "documented but not exported"
+
+
+def test_a_lag_panel_shows_a_lag_and_matches_series_of_one_gateway() -> None:
+    """A panel titled "lag" graphs the lag the gateway exports, not a committed position
+    (nor a position dressed up by arithmetic); a vector match keeps two gateways' queues of
+    the same name apart (``on(...)`` names ``instance``)."""
+    doc = json.loads((REPO_ROOT / "config" / "grafana-dashboard.json").read_text())
+    lag_panels = [p for p in doc["panels"] if "lag" in p["title"].lower()]
+    assert lag_panels, "a panel shows the range consumers' lag"
+    for panel in lag_panels:
+        for target in panel["targets"]:
+            names = set(_NAME.findall(target["expr"]))
+            assert names == {"entrepot_consumer_lag"}, (panel["title"], target["expr"])
+    for expr in _dashboard_exprs():
+        for labels in re.findall(r"\bon\s*\(([^)]*)\)", expr):
+            assert "instance" in {x.strip() for x in labels.split(",")}, expr
