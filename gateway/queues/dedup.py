@@ -161,8 +161,8 @@ class DedupWindow:
         if entry is None or entry.at_ms < self._horizon_ms():
             return None
         if entry.digest != digest:
-            raise Unprocessable(f"Idempotency-Key {key!r} was used for another request "
-                                "within the duplicate-detection window",
+            raise Unprocessable(f"Idempotency-Key {client_key(key)!r} was used for another "
+                                "request within the duplicate-detection window",
                                 type_slug="idempotency-key-reused")
         return entry.answer
 
@@ -394,6 +394,12 @@ def _current_key(key: str, digest: str, answer: dict[str, object]) -> str:
     if kind in ("srmp", "forward") and answer == {"id": message_id}:
         return destination_key(key, digest)
     return key
+
+
+def client_key(key: str) -> str:
+    """An ``Idempotency-Key`` as its client sent it: without the principal's scope that
+    keeps one partner's keys apart from another's (``scope\0key``)."""
+    return key.partition("\0")[2] if "\0" in key else key
 
 
 def _now_ms() -> int:

@@ -3,10 +3,12 @@
 A format name is local when it names this gateway (one of its host names) or the local
 machine (``DIRECT=OS:.``). Remote destinations are forwarded by links; with no link for them
 the send is refused (422) and nothing is stored. A multiple-element format name sends a copy to
-each destination, all in one atomic store commit. In a transaction, a destination that is not
-transactional gets no copy: the copy goes to ``system$;deadxact`` with class
-NACK_NOT_TRANSACTIONAL_Q and a negative acknowledgement goes to the admin queue
-(docs/rest-api.md §Sends by format name).
+each destination, all in one atomic store commit. When such a send is transactional
+(``Mq-Transaction: single``, or no header and a transactional local destination), a local
+destination that is not transactional gets no copy: the copy goes to ``system$;deadxact`` with
+class NACK_NOT_TRANSACTIONAL_Q and a negative acknowledgement goes to the admin queue. A send
+in an explicit transaction, or to one local queue, refuses such a queue instead (the table in
+docs/rest-api.md §Sends by format name, which a test runs row by row).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from mapping.formatnames import (
 from mapping.rules import RuleSet
 
 __all__ = ["LocalNames", "local_host_names", "redirect_inbound", "resolve_local",
-           "split_destinations", "send_to_destinations"]
+           "split_destinations", "remote_positions", "send_to_destinations"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +99,20 @@ def split_destinations(text: str, local: LocalNames) -> tuple[list[str], list[st
     Raises:
         QueueError: 400 for a bad format name; 422 for a remote element SRMP cannot reach.
     """
-    paths, urls = _split(text, local)  # senders repeat the same few names: parsed once
+    paths, urls, _ = _split(text, local)  # senders repeat the same few names: parsed once
     return list(paths), list(urls)
 
 
+def remote_positions(text: str, local: LocalNames) -> list[int]:
+    """Where the remote elements of the format name ``text`` stand among all its elements
+    (``split_destinations`` lists the local and the remote ones apart), so an answer can
+    list the copies in the order the client named the destinations."""
+    return list(_split(text, local)[2])
+
+
 @functools.lru_cache(maxsize=1024)
-def _split(text: str, local: LocalNames) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _split(text: str, local: LocalNames
+           ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]:
     try:
         parsed = parse_format_name(text)
     except FormatNameError as exc:
@@ -111,16 +121,18 @@ def _split(text: str, local: LocalNames) -> tuple[tuple[str, ...], tuple[str, ..
         parsed.elements if isinstance(parsed, MultipleFormatName) else (parsed,))
     paths: list[str] = []
     urls: list[str] = []
-    for element in elements:
+    remote_at: list[int] = []
+    for position, element in enumerate(elements):
         if isinstance(element, DirectFormatName) and local.owns(element):
             paths.append(element.display_queue or element.queue)
         elif isinstance(element, DirectFormatName) and element.protocol in ("http", "https"):
             urls.append(element.url())
+            remote_at.append(position)
         else:
             raise Unprocessable(f"{element.format_name()} is not on this gateway and "
                                 "SRMP links reach only DIRECT=HTTP(S) format names",
                                 type_slug="no-route")
-    return tuple(paths), tuple(urls)
+    return tuple(paths), tuple(urls), tuple(remote_at)
 
 
 def resolve_local(text: str, local: LocalNames) -> list[str]:
@@ -138,16 +150,19 @@ def resolve_local(text: str, local: LocalNames) -> list[str]:
 async def send_to_destinations(qm: QueueManager, paths: list[str], body: bytes,
                                properties: MessageProperties, *, transactional: bool,
                                remote: Sequence[tuple[Queue, str]] = (),
+                               remote_at: Sequence[int] = (),
                                dedup_key: tuple[str, str] | None = None
                                ) -> dict[str, object]:
     """One copy per destination in one atomic commit (a remote one in its outgoing queue,
-    ``remote`` = (outgoing queue, destination URL)); returns the answer: the stored copies
-    and the destinations whose copy was dead-lettered. With ``dedup_key`` (key, digest) the
-    answer is remembered in the duplicate window in the same commit."""
+    ``remote`` = (outgoing queue, destination URL)); returns the answer: the stored copies,
+    in the destinations' order (``remote_at``: the remote ones' places, as
+    ``remote_positions`` gives them; without it the remote ones come first), and the
+    destinations whose copy was dead-lettered. With ``dedup_key`` (key, digest) the answer
+    is remembered in the duplicate window in the same commit."""
     specs: list[sending.Send] = []
     try:
-        return await _send(qm, paths, body, properties, transactional, remote, dedup_key,
-                           specs)
+        return await _send(qm, paths, body, properties, transactional, remote, remote_at,
+                           dedup_key, specs)
     except BaseException:
         sending.release(qm.store, specs)
         raise
@@ -155,10 +170,14 @@ async def send_to_destinations(qm: QueueManager, paths: list[str], body: bytes,
 
 async def _send(qm: QueueManager, paths: list[str], body: bytes,
                 properties: MessageProperties, transactional: bool,
-                remote: Sequence[tuple[Queue, str]], dedup_key: tuple[str, str] | None,
-                specs: list[sending.Send]) -> dict[str, object]:
+                remote: Sequence[tuple[Queue, str]], remote_at: Sequence[int],
+                dedup_key: tuple[str, str] | None, specs: list[sending.Send]
+                ) -> dict[str, object]:
     now_ms = int(time.time() * 1000)
-    stored: list[tuple[Queue, ReceivedMessage]] = []
+    remote_places = list(remote_at) or list(range(len(remote)))
+    taken = set(remote_places)
+    local_places = [n for n in range(len(remote) + len(paths)) if n not in taken]
+    stored: list[tuple[int, ReceivedMessage]] = []
     dead: list[dict[str, str]] = []
     for outgoing, url in remote:
         assert qm.wire_ids is not None
@@ -178,8 +197,8 @@ async def _send(qm: QueueManager, paths: list[str], body: bytes,
                                   url, seq, props, body)
         # Durable in the outgoing queue until its link delivers it, express or not.
         specs.append(sending.message(outgoing, props, body, seq=seq, express=False))
-        stored.append((outgoing, message))
-    for path in paths:
+        stored.append((remote_places[len(stored)], message))
+    for place, path in zip(local_places, paths):
         queue = qm.queue(path)
         props = replace(properties, transactional=transactional, arrived_at_ms=now_ms,
                         sent_at_ms=properties.sent_at_ms or now_ms,
@@ -199,9 +218,10 @@ async def _send(qm: QueueManager, paths: list[str], body: bytes,
                                                                   seq),
                                   queue.path.display, seq, props, body)
         specs.append(sending.message(queue, props, body, seq=seq))
-        stored.append((queue, message))
+        stored.append((place, message))
     if not specs:
         raise BadRequest("no destination", type_slug="bad-request")
+    stored.sort(key=lambda placed: placed[0])
     answer = answer_of([m for _, m in stored], dead)
     if dedup_key is not None:  # remembered in the same commit as the messages
         assert qm.dedup is not None

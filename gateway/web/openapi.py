@@ -26,7 +26,7 @@ def _anycase(word: str) -> str:
 
 
 # MS-MQMQ 2.1.1 name characters (mapping.names): printable ASCII but space " + , ; \ and /.
-_NAME_CHARS = "[!#-*\\-.0-:<-\\[\\]-\\u007f]"
+_NAME_CHARS = "[!#-*\\-.0-:<-\\[\\]-~]"
 _QUEUE_PATTERN = (
     f"^(?:{_anycase('system$;')}(?:{_anycase('deadletter')}|{_anycase('deadxact')}|"
     f"{_anycase('journal')})|(?:{_anycase('private$/')})?{_NAME_CHARS}{{1,124}}"
@@ -80,6 +80,9 @@ _MQ_HEADERS = [
 ]
 
 
+_IDEMPOTENCY_KEY = next(h for h in _MQ_HEADERS if h["name"] == "Idempotency-Key")
+
+
 def _query(name: str, schema: dict[str, Any], text: str, *, required: bool = False
            ) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": required, "schema": schema,
@@ -97,6 +100,8 @@ def _object(properties: dict[str, Any], required: tuple[str, ...] = (), *,
 
 
 # A byte count or a size as operators write it (gateway.units.parse_size), whole bytes.
+# A header value's characters (RFC 9110 field-value): no control character but tab.
+_HEADER_TEXT = "^[^\\u0000-\\u0008\\u000a-\\u001f\\u007f]*$"
 _SIZE = {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 2**53},
                    {"type": "string", "pattern": "^[0-9]{1,12}(?:[Bb]|[KkMmGgTt][Ii]?[Bb])?$"}]}
 _SEQ = {"type": "integer", "minimum": 0, "maximum": 2**62}
@@ -119,11 +124,13 @@ _BATCH_BODY = _object({"messages": {
         "queue": {"type": "string"},
         "body_base64": {"type": "string", "contentEncoding": "base64",
                         "description": "The body (\"\" for an empty one)."},
-        "properties": {**_object({key: {"type": ["string", "integer"]}
+        "properties": {**_object({key: {"type": ["string", "integer"],
+                                        "pattern": _HEADER_TEXT}
                                   for key in sorted(BATCH_PROPERTY_KEYS)}),
                        "description": "The send headers' names without Mq- (label, priority, "
                                       "time_to_be_received, correlation_id, ...), as they "
-                                      "would be written in the header."}},
+                                      "would be written in the header: a string (no control "
+                                      "character but tab, as in a header) or an integer."}},
         required=("queue", "body_base64"))}},
     required=("messages",))
 
@@ -417,8 +424,9 @@ def document() -> dict[str, Any]:
                 "ids": {"type": "array", "items": _STR},
                 "messages": {"type": "array", "items": _ref("Stored")}}),
                 "Stored, in the order sent.", {"Location": {
-                    **_LOCATION, "description": "For a batch of one message: that message."}}
-            )}, body=_BATCH_BODY)},
+                    **_LOCATION, "description": "For a batch of one message: that message."},
+                    "Idempotency-Replayed": _REPLAYED}
+            )}, params=[_IDEMPOTENCY_KEY], body=_BATCH_BODY)},
         "/v1/admin/backup": {"post": _op(
             "backup", "Back up the running store into {dest}.", {"200": ok(_answer({
                 "dest": _STR, "files": _INT, "bytes": _INT, "seconds": {"type": "number"}}))},

@@ -35,6 +35,7 @@ class HeaderError(ValueError):
     def __init__(self, header: str, detail: str, *, type_slug: str = "bad-header") -> None:
         super().__init__(f"{header}: {detail}")
         self.header = header
+        self.detail = detail
         self.type_slug = type_slug
 
 

@@ -10,7 +10,12 @@ from aiohttp import web
 from gateway import jsonio
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.auth_middleware import principal_of, require, require_admin, scoped_key
-from gateway.queues.destinations import redirect_inbound, send_to_destinations, split_destinations
+from gateway.queues.destinations import (
+    redirect_inbound,
+    remote_positions,
+    send_to_destinations,
+    split_destinations,
+)
 from gateway.errors import ProblemError
 from gateway.web.reply_addresses import check_request_replies
 from gateway.web.rest_codec import (
@@ -47,7 +52,8 @@ async def send_by_format_name(request: web.Request) -> web.Response:
         raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
     check_request_replies(request, send.properties)
     rules = state.mapping.rules if state.mapping is not None else None
-    paths, urls = split_destinations(redirect_inbound(destination, rules), state.local)
+    redirected = redirect_inbound(destination, rules)
+    paths, urls = split_destinations(redirected, state.local)
     for path in paths:
         require(request, "send", path)
     if urls:
@@ -96,6 +102,7 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     try:
         answer = await send_to_destinations(
             qm, paths, body, send.properties, transactional=transactional, remote=remote,
+            remote_at=remote_positions(redirected, state.local),
             dedup_key=(key, digest) if key is not None else None)
     finally:
         if key is not None:

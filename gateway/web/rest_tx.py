@@ -4,26 +4,36 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import time
 
 from aiohttp import web
 
 from gateway import jsonio
 from gateway.web.appkeys import STATE_KEY
-from gateway.web.auth_middleware import principal_of, require, require_admin
-from gateway.queues.batch import send_batch
+from gateway.web.auth_middleware import principal_of, require, require_admin, scoped_key
+from gateway.queues.batch import batch_answer, send_batch
 from gateway.errors import ProblemError
 from gateway.msmq.message import MessageProperties
 from gateway.queues.manager import QueueManager
 from gateway.web.rest_body import parse_json
 from gateway.web.reply_addresses import check_request_replies
-from gateway.web.rest_codec import HeaderError, message_location, parse_send_headers
+from gateway.web.rest_codec import (
+    REPLAYED,
+    HeaderError,
+    header_text,
+    message_location,
+    parse_send_headers,
+)
 from gateway.queues.transactions import Transactions
 
 __all__ = ["routes", "BATCH_PROPERTY_KEYS"]
 
 routes = web.RouteTableDef()
 BATCH_MESSAGES_MAX = 10_000
+# What an Idempotency-Key's digest names as the destination of a batch: no queue path starts
+# with "/", so a single send of the same bytes with the same key is another request.
+_BATCH_DIGEST_DESTINATION = "/v1/batch"
 
 
 def _ready(request: web.Request) -> tuple[QueueManager, Transactions]:
@@ -78,9 +88,16 @@ async def act(request: web.Request) -> web.Response:
 async def batch(request: web.Request) -> web.Response:
     """``{"messages": [{"queue", "body_base64", "properties"}]}`` stored as one atomic
     transaction. ``properties`` takes the send headers' names without ``Mq-``
-    (``label``, ``priority``, ``time_to_be_received``, ``correlation_id``, ...)."""
+    (``label``, ``priority``, ``time_to_be_received``, ``correlation_id``, ...).
+    ``Idempotency-Key`` applies as to a single send, the whole body being the request."""
     qm, _ = _ready(request)
-    doc = parse_json(await request.read())
+    raw = await request.read()
+    doc = parse_json(raw)
+    if isinstance(doc, dict):
+        unknown = sorted(set(doc) - {"messages"})
+        if unknown:
+            raise ProblemError(400, f"{unknown[0][:64]}: unknown key (a batch is "
+                               "{\"messages\": [...]})", type_slug="bad-request")
     messages = doc.get("messages") if isinstance(doc, dict) else None
     if not isinstance(messages, list) or not 0 < len(messages) <= BATCH_MESSAGES_MAX:
         raise ProblemError(400, f"body must be {{\"messages\": [...]}} with 1 to "
@@ -90,14 +107,40 @@ async def batch(request: web.Request) -> web.Response:
     for index, (queue, _, props) in enumerate(items):
         require(request, "send", queue)
         check_request_replies(request, props, where=f"messages[{index}].properties.")
-    made = await send_batch(qm, items)
-    # One message stored: its Location, as for any send; several have no one resource.
-    location = {"Location": message_location(made[0].queue, made[0].message_id)} if len(
-        made) == 1 else None
-    return jsonio.json_response({"ids": [m.message_id for m in made],
-                                 "messages": [{"id": m.message_id, "queue": m.queue,
-                                               "seq": m.seq} for m in made]},
-                                status=201, headers=location)
+    key = scoped_key(request, _idempotency_key(request))
+    if key is None:
+        answer = batch_answer(await send_batch(qm, items))
+        return jsonio.json_response(answer, status=201, headers=_location(answer))
+    assert qm.dedup is not None
+    digest = qm.dedup.digest(raw, _BATCH_DIGEST_DESTINATION)
+    prior = await qm.dedup.seen(key, digest)
+    if prior:
+        return jsonio.json_response(prior, status=201, headers=_location(prior) | REPLAYED)
+    qm.dedup.begin(key)
+    try:
+        answer = batch_answer(await send_batch(qm, items, dedup_key=(key, digest)))
+    finally:
+        qm.dedup.failed(key)  # no-op once stored
+    return jsonio.json_response(answer, status=201, headers=_location(answer))
+
+
+def _idempotency_key(request: web.Request) -> str | None:
+    try:
+        key = header_text(request.headers, "Idempotency-Key")
+    except HeaderError as exc:
+        raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
+    if key is not None and not 0 < len(key) <= 255:
+        raise ProblemError(400, "Idempotency-Key: must be 1..255 characters",
+                           type_slug="bad-header")
+    return key
+
+
+def _location(answer: dict[str, object]) -> dict[str, str]:
+    """One message stored: its Location, as for any send; several have no one resource."""
+    messages = answer.get("messages")
+    if not isinstance(messages, list) or len(messages) != 1:
+        return {}
+    return {"Location": message_location(str(messages[0]["queue"]), str(messages[0]["id"]))}
 
 
 _ITEM_KEYS = frozenset({"queue", "body_base64", "properties"})
@@ -124,11 +167,14 @@ def _item(index: int, item: object, now_ms: int) -> tuple[str, bytes, MessagePro
                            type_slug="bad-request")
     _known({k.lower().replace("-", "_"): v for k, v in props.items()}, BATCH_PROPERTY_KEYS,
            f"{where}.properties")
-    headers = {_header(k): str(v) for k, v in props.items()}
+    keys = {_header(k): k for k in props}
+    headers = {_header(k): _header_value(f"{where}.properties.{k[:64]} ({_header(k)})", v)
+               for k, v in props.items()}
     try:
         request = parse_send_headers(headers, now_ms=now_ms)
     except HeaderError as exc:
-        raise ProblemError(400, f"{where}.properties: {exc}", type_slug=exc.type_slug) from exc
+        raise ProblemError(400, f"{where}.properties.{keys.get(exc.header, exc.header)[:64]} "
+                           f"({exc.header}): {exc.detail}", type_slug=exc.type_slug) from exc
     encoded = item.get("body_base64")
     if not isinstance(encoded, str):
         raise ProblemError(400, f"{where}.body_base64: required, the body in base64 (\"\" "
@@ -139,6 +185,31 @@ def _item(index: int, item: object, now_ms: int) -> tuple[str, bytes, MessagePro
         raise ProblemError(400, f"{where}.body_base64: not base64 ({exc})",
                            type_slug="bad-request") from exc
     return item["queue"], body, request.properties
+
+
+# What a send header's value cannot hold (RFC 9110 field-value; aiohttp's parser refuses it
+# before any handler runs): a control character other than tab.
+_NOT_IN_A_HEADER = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+_JSON_TYPES = {dict: "an object", list: "an array", bool: "a boolean", float: "a number",
+               type(None): "null"}
+
+
+def _header_value(where: str, value: object) -> str:
+    """A property as the send header it stands for: a string or an integer (the OpenAPI
+    schema), with the characters a header can carry; anything else would be stored as
+    Python's text of it."""
+    if isinstance(value, str):
+        bad = _NOT_IN_A_HEADER.search(value)
+        if bad:
+            raise ProblemError(400, f"{where}: holds the control character "
+                               f"U+{ord(bad.group()):04X} (a send header holds none but tab)",
+                               type_slug="bad-request")
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise ProblemError(400, f"{where}: expected a string or an integer, not "
+                       f"{_JSON_TYPES.get(type(value), type(value).__name__)}",
+                       type_slug="bad-request")
 
 
 def _known(doc: dict[str, object], known: frozenset[str], where: str) -> None:

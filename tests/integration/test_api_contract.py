@@ -51,6 +51,52 @@ async def test_a_batch_item_with_an_unknown_key_or_no_body_is_refused(
     assert await _count(client, "plain") == 0 and await _count(client, "other") == 0
 
 
+@pytest.mark.parametrize(("properties", "named"), [
+    ({"label": {"nested": {"deep": 1}}}, "messages[1].properties.label"),
+    ({"correlation_id": {"x": 1}}, "messages[1].properties.correlation_id"),
+    ({"label": ["a"]}, "messages[1].properties.label"),
+    ({"label": None}, "messages[1].properties.label"),
+    ({"priority": True}, "messages[1].properties.priority"),
+    ({"priority": 1.5}, "messages[1].properties.priority"),
+    ({"label": "a\u0000b"}, "messages[1].properties.label"),
+    ({"correlation_id": "a\u001fb"}, "messages[1].properties.correlation_id"),
+    ({"label": "a\u007fb"}, "messages[1].properties.label"),
+    ({"response_queue": "q\r\nx"}, "messages[1].properties.response_queue"),
+])
+async def test_a_batch_property_of_the_wrong_type_or_with_a_control_character_is_refused(
+        client: Any, properties: dict[str, object], named: str) -> None:
+    """As the OpenAPI schema says (a string or an integer), and with the characters a send
+    header can carry: a header value holds no control character but tab."""
+    good = {"queue": "other", "body_base64": "eA=="}
+    response = await client.post("/v1/batch", json={"messages": [good, {
+        "queue": "plain", "body_base64": "eA==", "properties": properties}]})
+    assert response.status == 400, await response.text()
+    assert response.content_type == PROBLEM
+    assert named in (await response.json())["detail"]
+    assert await _count(client, "plain") == 0 and await _count(client, "other") == 0
+
+
+async def test_batch_properties_take_strings_integers_and_tabs_as_headers_do(
+        client: Any) -> None:
+    response = await client.post("/v1/batch", json={"messages": [{
+        "queue": "plain", "body_base64": "eA==", "properties": {
+            "label": "a\tb \u00e9", "priority": 5, "app_specific": -7,
+            "time_to_be_received": 60, "correlation_id": 42}}]})
+    assert response.status == 201, await response.text()
+    [message] = (await (await client.get("/v1/queues/plain/messages")).json())["messages"]
+    assert (message["label"], message["priority"], message["app_specific"],
+            message["correlation_id"]) == ("a\tb \u00e9", 5, -7, "42")
+
+
+async def test_an_unknown_top_level_batch_key_is_refused_by_name(client: Any) -> None:
+    response = await client.post("/v1/batch", json={
+        "messages": [{"queue": "plain", "body_base64": "eA=="}], "extra": 1})
+    assert response.status == 400, await response.text()
+    assert response.content_type == PROBLEM
+    assert "extra" in (await response.json())["detail"]
+    assert await _count(client, "plain") == 0
+
+
 async def test_an_empty_body_is_sent_as_an_empty_string(client: Any) -> None:
     response = await client.post("/v1/batch", json={"messages": [
         {"queue": "plain", "body_base64": ""},
@@ -159,3 +205,36 @@ async def test_a_replayed_idempotency_key_says_so(client: Any, path: str,
     assert again.headers.get("Idempotency-Replayed") == "true"
     assert await again.json() == await first.json()
     assert await _count(client, "plain") == 1
+
+
+async def test_a_replayed_batch_idempotency_key_says_so_and_stores_once(client: Any) -> None:
+    batch = {"messages": [{"queue": "plain", "body_base64": "eA=="},
+                          {"queue": "other", "body_base64": "eQ=="}]}
+    headers = {"Idempotency-Key": "batch-17"}
+    first = await client.post("/v1/batch", json=batch, headers=headers)
+    again = await client.post("/v1/batch", json=batch, headers=headers)
+    assert first.status == again.status == 201, await again.text()
+    assert "Idempotency-Replayed" not in first.headers
+    assert again.headers.get("Idempotency-Replayed") == "true"
+    assert await again.json() == await first.json()
+    assert (await _count(client, "plain"), await _count(client, "other")) == (1, 1)
+    other = await client.post("/v1/batch", json={"messages": batch["messages"][:1]},
+                              headers=headers)
+    assert other.status == 422, await other.text()
+    assert (await _count(client, "plain"), await _count(client, "other")) == (1, 1)
+
+
+@pytest.mark.parametrize("path", ["/v1/queues/plain/messages", "/v1/batch"])
+async def test_a_reused_key_is_shown_as_the_client_sent_it(client: Any, path: str) -> None:
+    def send(text: str) -> Any:
+        if path == "/v1/batch":
+            return client.post(path, headers={"Idempotency-Key": "k-123"}, json={
+                "messages": [{"queue": "plain", "body_base64": base64.b64encode(
+                    text.encode()).decode()}]})
+        return client.post(path, data=text.encode(), headers={"Idempotency-Key": "k-123"})
+
+    assert (await send("one")).status == 201
+    response = await send("two")
+    assert response.status == 422, await response.text()
+    detail = (await response.json(content_type=PROBLEM))["detail"]
+    assert "Idempotency-Key 'k-123' " in detail, detail

@@ -158,7 +158,9 @@ def test_created_messages_carry_a_location_and_held_sends_a_202() -> None:
     for path in ("/v1/queues/{path}/messages", "/v1/messages", "/v1/batch"):
         created = _resolve(doc, paths[path]["post"]["responses"]["201"])
         assert "Location" in created.get("headers", {}), path
-        assert "Idempotency-Replayed" in created["headers"] or path == "/v1/batch", path
+        assert "Idempotency-Replayed" in created["headers"], path
+        params = {p["name"] for p in paths[path]["post"]["parameters"]}
+        assert "Idempotency-Key" in params, path
     for path in ("/v1/queues/{path}/messages", "/v1/messages"):
         held = _resolve(doc, paths[path]["post"]["responses"]["202"])
         assert held["content"]["application/json"]["schema"], path

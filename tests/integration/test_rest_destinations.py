@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from gateway.settings import Settings
-from tests.helpers import ready_client
+from tests.helpers import REPO_ROOT, ready_client
 
 PROBLEM = "application/problem+json"
 
@@ -113,3 +114,77 @@ async def test_inbound_redirection_maps_a_logical_address_to_the_physical_queue(
     links = (await (await client.get("/v1/links")).json())["links"]
     assert [link["destination"] for link in links] == [
         "https://www.northwindtraders.com/msmq/unknown"]
+
+
+async def test_the_copies_are_listed_in_the_destination_order(client: Any) -> None:
+    destination = ("DIRECT=OS:.\\plain,DIRECT=HTTP://remote.invalid/msmq/q,DIRECT=OS:.\\acks,"
+                   "DIRECT=HTTP://other.invalid/msmq/r")
+    response = await client.post("/v1/messages", data=b"x",
+                                 headers={"Mq-Destination": destination})
+    assert response.status == 201, await response.text()
+    queues = [m["queue"] for m in (await response.json())["messages"]]
+    assert [q.lower() for q in queues] == ["plain", "http://remote.invalid/msmq/q", "acks",
+                                           "http://other.invalid/msmq/r"]
+
+
+# ---- the table in docs/rest-api.md of transactions and plain destinations, row by row ----
+
+_QUEUES = {"t": ["private$/a", "private$/b"], "p": ["plain", "acks"]}
+
+
+def _transaction_table() -> list[tuple[str, str, str]]:
+    """(Mq-Transaction, destination letters, answer) of each row of the table that follows
+    ``<!-- transactional-destinations -->`` in docs/rest-api.md."""
+    text = (REPO_ROOT / "docs" / "rest-api.md").read_text()
+    lines = text[text.index("<!-- transactional-destinations -->"):].splitlines()[1:]
+    rows = []
+    for line in lines[2:]:  # after the header and its rule
+        if not line.startswith("|"):
+            break
+        tx, destinations, answer = (cell.strip() for cell in line.strip("|").split("|"))
+        for letters in re.findall(r"`([tp,]+)`", destinations):
+            rows.append((tx, letters, answer))
+    return rows
+
+
+def _destination(letters: str) -> list[str]:
+    seen = {"t": 0, "p": 0}
+    queues = []
+    for letter in letters.split(","):
+        queues.append(_QUEUES[letter][seen[letter]])
+        seen[letter] += 1
+    return queues
+
+
+async def test_the_documented_transaction_table_is_what_the_gateway_does(client: Any) -> None:
+    rows = _transaction_table()
+    assert {tx for tx, _, _ in rows} == {"a transaction id", "`single`", "absent", "`none`"}
+    for tx, letters, answer in rows:
+        queues = _destination(letters)
+        headers = {"Mq-Destination": ",".join(
+            "DIRECT=OS:.\\" + q.replace("/", "\\") for q in queues)}
+        if tx == "a transaction id":
+            headers["Mq-Transaction"] = (await (await client.post(
+                "/v1/transactions")).json())["id"]
+        elif tx != "absent":
+            headers["Mq-Transaction"] = tx.strip("`")
+        before = {q: await _count(client, q) for q in _QUEUES["t"] + _QUEUES["p"]}
+        response = await client.post("/v1/messages", data=b"x", headers=headers)
+        where = (tx, letters, answer, await response.text())
+        assert response.status == int(answer[:3]), where
+        if response.status >= 400:
+            problem = await response.json(content_type=PROBLEM)
+            assert problem["type"].endswith(re.findall(r"`(MQMSG_CLASS_\w+)`", answer)[0]), where
+            assert {q: await _count(client, q) for q in before} == before, where
+            continue
+        dead = [q for q in queues if q in _QUEUES["p"]] if "dead-lettered" in answer else []
+        body = await response.json()
+        if response.status == 201:
+            assert [d["queue"] for d in body["dead_lettered"]] == dead, where
+            assert [m["queue"] for m in body["messages"]] == [
+                q for q in queues if q not in dead], where
+        else:
+            assert body["queues"] == queues, where
+        for q in before:
+            stored = 1 if response.status == 201 and q in queues and q not in dead else 0
+            assert await _count(client, q) == before[q] + stored, where

@@ -70,6 +70,20 @@ async def test_bad_queue_names_are_refused(client: Any, name: str) -> None:
     assert problem["type"].endswith("MQ_ERROR_ILLEGAL_QUEUE_PATHNAME")
 
 
+@pytest.mark.parametrize("encoded, char", [("del%7Fq", "'\\x7f'"), ("a%0Ab", "'\\n'"),
+                                           ("a%0Db", "'\\r'")])
+async def test_control_characters_in_a_queue_name_are_refused_by_name(
+        client: Any, encoded: str, char: str) -> None:
+    """DEL and line breaks too: the route matches every character, the name rule names it.
+    (MS-MQMQ allows DEL in a name: only a new queue is refused one, an existing is served.)"""
+    problem = await _problem(await client.put(f"/v1/queues/{encoded}", json={}), 400)
+    assert problem["type"].endswith("MQ_ERROR_ILLEGAL_QUEUE_PATHNAME")
+    assert char in problem["detail"], problem
+    await _problem(await client.get(f"/v1/queues/{encoded}"), 404 if "7F" in encoded else 400)
+    listed = (await (await client.get("/v1/queues")).json())["queues"]
+    assert not [q["path"] for q in listed if any(c < " " or c == "\x7f" for c in q["path"])]
+
+
 async def test_send_receive_round_trip_with_properties(client: Any) -> None:
     await client.put("/v1/queues/inbox", json={})
     response = await client.post("/v1/queues/inbox/messages", data=b"hello", headers={

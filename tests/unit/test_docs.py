@@ -25,19 +25,24 @@ def _keys_in_code() -> dict[str, set[str]]:
     return sections
 
 
-def _keys_in_docs() -> dict[str, set[str]]:
-    """The first column's backticked names of the table under each ``## [section]``."""
-    sections: dict[str, set[str]] = {}
-    current: set[str] | None = None
+def _rows_in_docs() -> dict[str, list[str]]:
+    """The first column's backticked names of the table under each ``## [section]``, in
+    order, a name as often as it is listed."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
     for line in (REPO_ROOT / "docs" / "configuration.md").read_text().splitlines():
         heading = re.fullmatch(r"## \[(\[?[a-z_]+\]?)\]", line)
         if heading:
-            current = sections.setdefault(heading.group(1), set())
+            current = sections.setdefault(heading.group(1), [])
         elif line.startswith("## "):
             current = None
         elif current is not None and line.startswith("| `"):
-            current.update(re.findall(r"`([a-z_0-9]+)`", line.split("|")[1]))
+            current.extend(re.findall(r"`([a-z_0-9]+)`", line.split("|")[1]))
     return sections
+
+
+def _keys_in_docs() -> dict[str, set[str]]:
+    return {section: set(keys) for section, keys in _rows_in_docs().items()}
 
 
 def test_configuration_page_lists_every_key_in_its_section() -> None:
@@ -46,3 +51,9 @@ def test_configuration_page_lists_every_key_in_its_section() -> None:
     for section, keys in code.items():
         assert docs[section] == keys, (f"[{section}] missing: {sorted(keys - docs[section])}, "
                                        f"unknown: {sorted(docs[section] - keys)}")
+
+
+def test_configuration_page_lists_each_key_once() -> None:
+    for section, keys in _rows_in_docs().items():
+        twice = sorted({key for key in keys if keys.count(key) > 1})
+        assert not twice, f"[{section}] lists {twice} more than once"

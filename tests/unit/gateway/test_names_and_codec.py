@@ -35,7 +35,7 @@ def test_queue_paths_normalise(text: str, canonical: str, private: bool) -> None
 
 
 @pytest.mark.parametrize("text", ["", "private$/", "a b", "a\"b", "a+b", "a,b", "x" * 125,
-                                  "private$/a/b", "a\tb", "private$", "system$"])
+                                  "private$/a/b", "a\tb", "private$", "system$", "a\nb"])
 def test_invalid_queue_paths(text: str) -> None:
     with pytest.raises(QueueNameError):
         parse_queue_path(text)

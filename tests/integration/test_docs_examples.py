@@ -1,0 +1,49 @@
+"""The shell examples of README.md and docs/rest-api.md, run as written against a real
+``entrepot serve``: every ``curl`` in them must succeed (``--fail-with-body``)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from tests.helpers import REPO_ROOT, GatewayProcess, http_get
+
+# Each curl of an example fails the script on an error answer; the rest is the example's own.
+_PRELUDE = """set -euo pipefail
+curl() { command curl -sS --fail-with-body "$@"; echo; }
+"""
+
+
+def _blocks(doc: Path, start: str, end: str) -> list[str]:
+    """The fenced code blocks of ``doc`` between the text ``start`` and the text ``end``."""
+    text = doc.read_text()
+    begin = text.index(start)
+    section = text[begin:text.index(end, begin)]
+    return re.findall(r"^```[a-z]*\n(.*?)^```", section, flags=re.DOTALL | re.MULTILINE)
+
+
+def _run(gateway: GatewayProcess, blocks: list[str]) -> str:
+    assert blocks
+    script = _PRELUDE + f"G={gateway.url}\n" + "\n".join(blocks)
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=REPO_ROOT)
+    assert done.returncode == 0, (done.stdout, done.stderr, script)
+    return done.stdout
+
+
+def _messages(gateway: GatewayProcess) -> dict[str, int]:
+    status, _, body = http_get(gateway.url + "/v1/queues")
+    assert status == 200
+    return {q["path"]: q["messages"] for q in json.loads(body)["queues"]}
+
+
+def test_the_walkthrough_and_the_safe_receive_work_as_written(gateway: GatewayProcess) -> None:
+    _run(gateway, _blocks(REPO_ROOT / "README.md", "**Create queues**",
+                          "**One SRMP message**"))
+    assert _messages(gateway)["private$/payments"] == 1  # the receipt the walkthrough sent
+    out = _run(gateway, _blocks(REPO_ROOT / "docs" / "rest-api.md",
+                                "**Receiving is destructive.**", "\n## "))
+    assert "cmVjZWlwdCBmb3IgNDI=" in out  # "receipt for 42", received in the transaction
+    assert _messages(gateway)["private$/payments"] == 0  # and removed by its commit
