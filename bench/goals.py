@@ -44,11 +44,22 @@ def _at(records: Sequence[Record], scenario: str, concurrency: int = 64) -> Reco
     raise MissingRecords(f"no record: {scenario} at C = {concurrency}")
 
 
-def _ratio(scenario: str) -> Callable[[Sequence[Record]], tuple[float, str]]:
+def _ratio(scenario: str, concurrency: int = 64
+           ) -> Callable[[Sequence[Record]], tuple[float, str]]:
     def measure(records: Sequence[Record]) -> tuple[float, str]:
-        record = _at(records, scenario)
+        record = _at(records, scenario, concurrency)
         return float(record["ratio"]), (f"{record['ratio']:.2f} ({record['msgs_per_s']:,.0f} "
                                         f"vs {record['ceiling_msgs_per_s']:,.0f}/s)")
+    return measure
+
+
+def _wall(scenario: str) -> Callable[[Sequence[Record]], tuple[float, str]]:
+    """A ratio of wall clocks (the ceiling's over the scenario's), judged on local[2]."""
+    def measure(records: Sequence[Record]) -> tuple[float, str]:
+        record = _at(records, scenario, 2)
+        return float(record["ratio"]), (f"{record['ratio']:.2f} ({record['wall_s']:.1f} s vs "
+                                        f"{record['ceiling_wall_s']:.1f} s; "
+                                        f"{record['msgs_per_s']:,.0f} rows/s)")
     return measure
 
 
@@ -101,8 +112,8 @@ GOALS = [
     Goal("memory", "RSS per queued message", "<= 200 bytes",
          _field("memory", "bytes_per_message", "bytes", 0), lambda v: v <= 200,
          ("memory",), 0),
-    Goal("spark-ingest", "Spark ingest to Parquet", ">= 50,000 rows/s",
-         _field("spark-ingest", "msgs_per_s", "rows/s", 2), lambda v: v >= 50_000,
+    Goal("spark-ingest", "Spark ingest to Parquet, wall clock, 200,000 varied rows",
+         ">= 0.8 of Spark's file source", _wall("spark-ingest"), lambda v: v >= 0.8,
          ("spark-ingest",), 2),
     Goal("rest-recoverable p99", "latency", "<= 2x fsync ceiling's p99", _p99,
          lambda v: v <= 2.0, ("rest-recoverable",)),

@@ -1,11 +1,12 @@
-"""The tables of docs/performance.md, printed from a results file of ``python -m bench``.
+"""The tables of docs/performance.md, printed from results files of ``python -m bench``.
 
-    python -m bench.report bench/results/quick.json
+    python -m bench.report bench/results/quick.json bench/results/spark.json
 
-First a line saying how and where the run was made (its command, date, machine, wrk
+For each file, a line saying how and where the run was made (its command, date, machine, wrk
 version), then one row per scenario and concurrency (rate, ceiling, ratio, latency,
-acknowledged and stored), then the goals table of what the run covered (``bench.goals``).
-Every figure comes from the file; the exit status is 1 when a goal's record is missing.
+acknowledged and stored); then the goals table of what the runs covered (``bench.goals``),
+a later file's record standing for the same scenario and level of an earlier one. Every
+figure comes from the files; the exit status is 1 when a goal's record is missing.
 """
 
 from __future__ import annotations
@@ -75,27 +76,34 @@ def run_line(document: dict[str, Any]) -> str:
             f"{beside}; {document.get('elapsed_s', '?')} s.")
 
 
-def report(document: dict[str, Any]) -> str:
-    """Raises: MissingRecords when a goal of a scenario the run covered has no record."""
-    records = records_of(document)
-    ran = {r["scenario"] for r in records}
-    goals = goals_table(records, [g for g in GOALS if set(g.needs) <= ran])
-    return "\n\n".join([run_line(document), scenarios_table(records), goals])
+def report(*documents: dict[str, Any]) -> str:
+    """Raises: MissingRecords when a goal of a scenario the runs covered has no record."""
+    parts, latest = [], {}
+    for document in documents:
+        records = records_of(document)
+        parts += [run_line(document), scenarios_table(records)]
+        latest.update({(r["scenario"], r.get("concurrency")): r for r in records})
+    merged = list(latest.values())
+    ran = {r["scenario"] for r in merged}
+    parts.append(goals_table(merged, [g for g in GOALS if set(g.needs) <= ran]))
+    return "\n\n".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.report")
-    parser.add_argument("results", type=Path, help="a results file of python -m bench --json")
+    parser.add_argument("results", type=Path, nargs="+",
+                        help="results files of python -m bench --json")
     args = parser.parse_args(argv)
+    documents = []
+    for path in args.results:
+        try:
+            document = json.loads(path.read_text())
+            records_of(document)
+        except (OSError, ValueError) as exc:
+            parser.error(f"cannot read {path}: {exc}")
+        documents.append(document if isinstance(document, dict) else {"records": document})
     try:
-        document = json.loads(args.results.read_text())
-        records_of(document)
-    except (OSError, ValueError) as exc:
-        parser.error(f"cannot read {args.results}: {exc}")
-    if not isinstance(document, dict):
-        document = {"records": document}
-    try:
-        print(report(document))
+        print(report(*documents))
     except MissingRecords as exc:
         print(f"python -m bench.report: {exc}", file=sys.stderr)
         return 1

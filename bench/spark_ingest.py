@@ -1,115 +1,145 @@
-"""``spark-ingest``: steady-state rows/s from entrepot into Parquet through the ``entrepot``
-source on ``local[2]``, 1 KiB messages (goal >= 50,000 rows/s), through the same query
-``entrepot spark-ingest`` starts (gateway.spark.ingest.start_query).
+"""``spark-ingest`` as a data team sees it: wall-clock rows/s of ``entrepot spark-ingest
+--available-now`` on ``local[2]``, from the process's start to its exit, beside Spark's own
+file source moving the same rows into the same sink in the same conditions.
 
-A real gateway is filled first (not timed). The streaming query then runs with availableNow
-in batches of ``--batch`` messages; the steady rate is the rows of every batch after the
-first (the first pays the Python worker start-up) over the time Spark spent on them. The
-ceiling is the same query shape over the same rows already sitting in Parquet files (Spark's
-file source into the same Parquet sink): what this Spark can write without entrepot.
+A real gateway is filled first (not timed) with varied JSON orders of 200 to 2,000 bytes.
+Then, each as its own process and timed from its start to its exit (JVM and Python worker
+start-up, planning and the first batch included):
 
-    python -m bench.spark_ingest --requests 3000   # 400,000 messages in batches of 100,000
+- the ingest: ``entrepot spark-ingest --available-now --master local[2]`` into Parquet;
+- the baseline: a PySpark streaming query with ``availableNow`` from Spark's Parquet file
+  source over the ingest's own output (the same rows, the same columns) into a Parquet sink
+  with the same options — what this Spark does without entrepot (bench.spark_file_source).
+
+``ratio`` is the baseline's wall clock over the ingest's (1.0: as fast as Spark's file
+source). The rows the ingest wrote are counted (they must equal the rows sent) and compared
+body by body with what was sent, through a digest.
+
+    python -m bench.spark_ingest --requests 4000   # 200,000 orders
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
+import hashlib
 import json
-import os
+import random
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from bench import servers
 from bench.forward import _json
 
-_SIZE = 1024
+BODY_MIN, BODY_MAX = 200, 2000
+_QUEUE = "orders"
+_BATCH = 1000  # messages per POST /v1/batch while filling
 
 
-def _fill(url: str, queue: str, count: int) -> None:
-    body = base64.b64encode(os.urandom(_SIZE * 3 // 4))  # 1 KiB, barely compressible
-    chunk = 1000
-    _json(f"{url}/v1/queues/{queue}", "PUT", {})
-    encoded = base64.b64encode(body).decode()
-    for _ in range(0, count, chunk):
+def orders(count: int, seed: int = 7) -> list[bytes]:
+    """``count`` JSON orders of BODY_MIN..BODY_MAX bytes, different from each other."""
+    rng = random.Random(seed)
+    bodies = []
+    for number in range(count):
+        lines = [{"sku": f"SKU-{rng.randrange(10**6):06d}", "qty": rng.randrange(1, 50),
+                  "price": round(rng.uniform(0.5, 900.0), 2)}
+                 for _ in range(rng.randrange(1, 12))]
+        order = {"order": number, "customer": f"C{rng.randrange(10**7):07d}",
+                 "placed": 1_790_000_000_000 + number * 37, "lines": lines}
+        body = json.dumps(order, separators=(",", ":")).encode()
+        target = rng.randrange(BODY_MIN, BODY_MAX + 1)
+        if len(body) < target:  # a note brings it to its size
+            order["note"] = "".join(rng.choice("abcdefghij klmnop") for _ in
+                                    range(target - len(body) - 10))
+            body = json.dumps(order, separators=(",", ":")).encode()
+        bodies.append(body[:BODY_MAX] if len(body) > BODY_MAX else body)
+    return bodies
+
+
+def _digest(bodies: list[bytes]) -> str:
+    total = hashlib.sha256()
+    for body in sorted(hashlib.sha256(b).digest() for b in bodies):
+        total.update(body)
+    return total.hexdigest()
+
+
+def _fill(url: str, bodies: list[bytes]) -> None:
+    import base64
+
+    _json(f"{url}/v1/queues/{_QUEUE}", "PUT", {})
+    for first in range(0, len(bodies), _BATCH):
         _json(f"{url}/v1/batch", "POST", {"messages": [
-            {"queue": queue, "body_base64": encoded} for _ in range(chunk)]})
+            {"queue": _QUEUE, "body_base64": base64.b64encode(b).decode()}
+            for b in bodies[first:first + _BATCH]]})
 
 
-def _steady(query: Any) -> tuple[int, float, list[tuple[int, int]]]:
-    batches = [(int(p["numInputRows"]), int(p["durationMs"]["triggerExecution"]))
-               for p in query.recentProgress if p["numInputRows"]]
-    steady = batches[1:] or batches
-    return sum(r for r, _ in steady), sum(ms for _, ms in steady) / 1000.0, batches
+def _timed(args: list[str]) -> float:
+    started = time.monotonic()
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{args[:4]} exited {done.returncode}: {done.stderr[-2000:]}")
+    return seconds
 
 
-def _landing(directory: Path, count: int, per_file: int) -> None:
-    import pyarrow as pa
+def _written(output: Path) -> tuple[int, str]:
+    """Rows and the bodies' digest of a Parquet sink's committed files."""
     import pyarrow.parquet as pq
 
-    body = os.urandom(_SIZE)
-    directory.mkdir(parents=True)
-    for first in range(0, count, per_file):
-        rows = min(per_file, count - first)
-        table = pa.table({"queue": ["bench"] * rows,
-                          "seq": pa.array(range(first + 1, first + rows + 1), pa.int64()),
-                          "body": pa.array([body] * rows, pa.binary())})
-        pq.write_table(table, directory / f"{first:012d}.parquet")
+    bodies: list[bytes] = []
+    for part in sorted(output.glob("*.parquet")):
+        bodies.extend(pq.read_table(part, columns=["body"]).column("body").to_pylist())
+    return len(bodies), _digest(bodies)
 
 
-def run(messages: int, batch: int) -> dict[str, object]:
-    from gateway.spark.ingest import IngestJob, start_query
-    from gateway.spark.session import spark_session
-
-    spark = spark_session("local[2]", "entrepot-bench", {"spark.sql.shuffle.partitions": "2"})
+def run(messages: int) -> dict[str, object]:
+    bodies = orders(messages)
     scratch = Path(tempfile.mkdtemp(prefix="spark-bench-", dir=servers._scratch()))
     try:
         with servers.gateway() as url:
-            _fill(url, "bench", messages)
-            started = time.monotonic()
-            query = start_query(spark, IngestJob(
-                source=url, queues=("bench",), output=str(scratch / "out"),
-                checkpoint=str(scratch / "ck"), available_now=True,
-                max_messages_per_batch=batch, max_messages_per_partition=batch // 4))
-            query.awaitTermination()
-            wall = time.monotonic() - started
-            rows, seconds, batches = _steady(query)
-        _landing(scratch / "landing", messages, batch // 4)
-        ceiling_query = (spark.readStream.schema("queue STRING, seq BIGINT, body BINARY")
-                         .option("maxFilesPerTrigger", "4").parquet(str(scratch / "landing"))
-                         .writeStream.format("parquet").option("path", str(scratch / "out2"))
-                         .option("checkpointLocation", str(scratch / "ck2"))
-                         .trigger(availableNow=True).start())
-        ceiling_query.awaitTermination()
-        ceiling_rows, ceiling_seconds, _ = _steady(ceiling_query)
+            _fill(url, bodies)
+            ingest_s = _timed([
+                sys.executable, "-m", "gateway", "spark-ingest", "--source", url,
+                "--queue", _QUEUE, "--output", str(scratch / "out"),
+                "--checkpoint", str(scratch / "ck"), "--master", "local[2]",
+                "--available-now"])
+        rows, digest = _written(scratch / "out")
+        if rows != messages or digest != _digest(bodies):
+            raise RuntimeError(f"the ingest wrote {rows} rows for {messages} sent "
+                               "(or other bodies)")
+        baseline_s = _timed([sys.executable, "-m", "bench.spark_file_source",
+                             str(scratch / "out"), str(scratch / "out2"),
+                             str(scratch / "ck2")])
+        copied, _ = _written(scratch / "out2")
+        if copied != messages:
+            raise RuntimeError(f"the file source wrote {copied} rows for {messages}")
     finally:
-        spark.stop()
         import shutil
 
         shutil.rmtree(scratch, ignore_errors=True)
-    rate = rows / seconds if seconds else 0.0
-    ceiling = ceiling_rows / ceiling_seconds if ceiling_seconds else 0.0
+    rate, ceiling = messages / ingest_s, messages / baseline_s
+    sizes = sorted(len(b) for b in bodies)
     return {"scenario": "spark-ingest", "concurrency": 2, "msgs_per_s": round(rate),
             "p50_ms": 0.0, "p99_ms": 0.0, "ceiling": "spark-file-source",
             "ceiling_msgs_per_s": round(ceiling), "ceiling_p99_ms": 0.0,
-            "ratio": round(rate / ceiling, 3) if ceiling else 0.0,
-            "goal_rows_per_s": 50_000, "goal_ratio": round(rate / 50_000, 3),
-            "messages": messages, "batches": batches, "wall_s": round(wall, 1)}
+            "ratio": round(baseline_s / ingest_s, 3), "goal_ratio": round(
+                baseline_s / ingest_s / 0.8, 3),
+            "check": f"ok: {rows} rows written, bodies equal to those sent",
+            "messages": messages, "wall_s": round(ingest_s, 1),
+            "ceiling_wall_s": round(baseline_s, 1),
+            "body_bytes": {"min": sizes[0], "median": sizes[len(sizes) // 2],
+                           "max": sizes[-1]}}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.spark_ingest")
     parser.add_argument("--levels", default="2", help="ignored: always local[2]")
-    parser.add_argument("--requests", type=int, default=3000,
-                        help="scale: messages = 50 x this, at most 400,000")
-    parser.add_argument("--batch", type=int, default=100_000,
-                        help="rows per micro-batch (maxMessagesPerBatch), 4 partitions each")
+    parser.add_argument("--requests", type=int, default=4000,
+                        help="scale: messages = 50 x this (default 200,000)")
     args = parser.parse_args()
-    messages = max(min(args.requests * 50, 800_000), 4 * args.batch)
-    json.dump([run(messages, args.batch)], sys.stdout)
+    json.dump([run(max(args.requests * 50, 1000))], sys.stdout)
     sys.stdout.write("\n")
     return 0
 

@@ -4,6 +4,7 @@ file: every figure in them comes from the file."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +70,40 @@ def test_a_file_missing_a_goals_record_is_refused(tmp_path: Path) -> None:
          "ceiling": "nostore", "ceiling_msgs_per_s": 10.0, "p50_ms": 1.0, "p99_ms": 1.0}]))
     assert done.returncode == 1
     assert "no record: rest-receive at C = 64" in done.stderr
+
+
+def test_several_files_each_keep_their_run_line_and_a_later_record_stands(
+        tmp_path: Path) -> None:
+    first = tmp_path / "quick.json"
+    first.write_text(json.dumps(_document(RECORDS)))
+    spark = {"scenario": "spark-ingest", "concurrency": 2, "msgs_per_s": 3_000, "ratio": 0.5,
+             "ceiling": "spark-file-source", "ceiling_msgs_per_s": 6_000, "wall_s": 66.0,
+             "ceiling_wall_s": 33.0, "p50_ms": 0.0, "p99_ms": 0.0}
+    second = tmp_path / "spark.json"
+    second.write_text(json.dumps({**_document([spark]), "command": "python -m bench spark"}))
+    done = subprocess.run([sys.executable, "-m", "bench.report", str(first), str(second)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "`python -m bench --quick --json x`" in done.stdout
+    assert "`python -m bench spark`" in done.stdout
+    goal = [line for line in done.stdout.splitlines() if line.startswith("| `spark-ingest` |")
+            and "wall clock" in line]
+    assert goal == ["| `spark-ingest` | Spark ingest to Parquet, wall clock, 200,000 varied "
+                    "rows | >= 0.8 of Spark's file source | 2 | 0.50 (66.0 s vs 33.0 s; 3,000 "
+                    "rows/s) | **no** |"], done.stdout
+
+
+def test_the_published_tables_are_those_the_committed_results_give() -> None:
+    """docs/performance.md's generated part is what bench.report prints from the committed
+    results files it names: no figure is typed by hand, and none goes stale silently."""
+    page = (REPO_ROOT / "docs" / "performance.md").read_text()
+    begin = re.search(r"<!-- BEGIN GENERATED: bench/results — written by `python -m "
+                      r"bench\.report ([^`]+)`;\n[^\n]*-->\n", page)
+    assert begin, "docs/performance.md has no generated part naming its command"
+    end = page.index("<!-- END GENERATED: bench/results -->", begin.end())
+    files = begin.group(1).split()
+    assert all((REPO_ROOT / f).is_file() for f in files), files
+    done = subprocess.run([sys.executable, "-m", "bench.report", *files], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert page[begin.end():end].strip() == done.stdout.strip()
