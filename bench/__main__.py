@@ -25,7 +25,8 @@ from pathlib import Path
 
 from bench import wrk
 from bench.contend import contention, split
-from bench.goals import GOALS, MissingRecords, table as goals_table
+from bench.goals import GOALS, MissingRecords
+from bench.goals import table as goals_table
 from bench.measure import failed, measure, warmup_for
 from bench.scenarios import RECEIVE_PREFILL, SCENARIOS
 

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.goals import GOALS, MissingRecords, Record, records_of, table as goals_table
+from bench.goals import GOALS, MissingRecords, Record, records_of
+from bench.goals import table as goals_table
 
 
 def _count(value: object) -> str:

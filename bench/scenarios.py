@@ -123,8 +123,7 @@ def _srmp(stream: bool) -> Callable[[str], bytes]:
 
     def make(url: str) -> bytes:
         from gateway.srmp.build import build_request
-        from gateway.srmp.model import (
-            INFINITE_TEXT, Envelope, MsmqHeader, Path, Services, Stream)
+        from gateway.srmp.model import INFINITE_TEXT, Envelope, MsmqHeader, Path, Services, Stream
 
         queue = "private$/bench_tx" if stream else "bench"
         envelope = Envelope(

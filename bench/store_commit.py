@@ -32,7 +32,6 @@ from store.message_store import MessageStore
 from store.options import StoreOptions
 from store.records import SendSpec
 
-
 _ROUNDS = 3
 
 

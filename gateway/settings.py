@@ -25,8 +25,8 @@ from gateway.errors import ConfigError
 from gateway.settings_values import Spec as _Spec
 from gateway.settings_values import convert as _convert
 from gateway.settings_values import kind_of as _kind_of
-from mapping.names import QueueNameError, parse_queue_path
 from gateway.units import parse_duration, parse_listen, parse_size
+from mapping.names import QueueNameError, parse_queue_path
 
 __all__ = [
     "Settings",

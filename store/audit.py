@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from store.datadir import DataDir
-from store.space import is_full
 from store.fileops import FileOps
 from store.logs import audit_log
 from store.segment import parse_segment_name
+from store.space import is_full
 
 __all__ = ["AuditingFileOps", "Auditor", "AuditEvent"]
 

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterator, KeysView, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from store.audit import Auditor, AuditingFileOps
+from store.audit import AuditingFileOps, Auditor
 from store.backup import BackupReport, Progress, copy_storage
 from store.datadir import DataDir, DataDirLock, lock_data_dir
 from store.engine import Engine
@@ -34,16 +34,21 @@ from store.errors import MessageTooLarge, StoreClosed, StoreError, UnknownRecord
 from store.fileops import FileOps, RealFileOps
 from store.framing import RECORD_HEADER_SIZE, RecordFlags, RecordHeader, max_payload, record_size
 from store.index import QueueIndex, packed_flags, packed_size
-from store.numbering import Numbering
 from store.logs import commit_log
 from store.lqs import QueueInfo, QueueRegistry
+from store.numbering import Numbering
 from store.options import StoreOptions
 from store.pingpong import PingPong
 from store.placing import NATIVE
 from store.quota import Charge, QuotaBook, charges_by_queue
 from store.records import Job, PreparedTx, SendSpec, StoredRecord
-from store.startup import (RecoveryReport, collector_paused, load_stream_state, log_recovery,
-                           open_engine)
+from store.startup import (
+    RecoveryReport,
+    collector_paused,
+    load_stream_state,
+    log_recovery,
+    open_engine,
+)
 from store.stats import Histogram
 from store.writer import GroupCommitter
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from store.allocator import Allocator
+from store.crc import crc32
 from store.errors import DiskFull, MessageTooLarge
 from store.framing import (
     GRANULE,
@@ -27,9 +29,7 @@ from store.framing import (
     encode_record_parts,
     record_size,
 )
-from store.crc import crc32
 from store.grouped import PENDING_MAX as GROUPED_PENDING_MAX
-from store.allocator import Allocator
 from store.records import Job, StoredRecord
 from store.runs import Parts
 

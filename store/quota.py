@@ -15,14 +15,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from store.framing import RecordFlags
-from store.records import Placed
 from store.errors import (
     MachineJournalQuotaExceeded,
     MachineQuotaExceeded,
     QueueJournalQuotaExceeded,
     QueueQuotaExceeded,
 )
+from store.framing import RecordFlags
+from store.records import Placed
 
 __all__ = ["Charge", "QuotaBook", "charges_by_queue"]
 

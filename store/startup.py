@@ -24,20 +24,26 @@ import operator
 import secrets
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from store.bitmap import GranuleBitmap
 from store.datadir import DataDir
 from store.engine import Engine, SegmentState
-from store.mqtrans import Checkpoint
 from store.fileops import FileOps
 from store.framing import (
-    SEGMENT_HEADER_SIZE, Damage, RecordHeader, record_flags, scan_chain, scan_run)
+    SEGMENT_HEADER_SIZE,
+    Damage,
+    RecordHeader,
+    record_flags,
+    scan_chain,
+    scan_run,
+)
 from store.lfile import LFile
 from store.logcodec import LogEntry, replay, scan_all
 from store.logs import recovery_log
+from store.mqtrans import Checkpoint
 from store.options import StoreOptions
 from store.pingpong import PingPong
 from store.qmlog import QMLog

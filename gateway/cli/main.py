@@ -84,10 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     restore.add_argument("data_dir", type=Path, metavar="DATA_DIR")
     restore.set_defaults(handler=_cmd_restore)
 
-    from gateway.cli import mapping as mapping_cli, security as security_cli
-
     from gateway.cli import admin as admin_cli
     from gateway.cli import health as health_cli
+    from gateway.cli import mapping as mapping_cli
+    from gateway.cli import security as security_cli
     from gateway.spark import cli as spark_cli
 
     health_cli.add_commands(commands, DEFAULT_CONFIG)

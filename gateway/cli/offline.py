@@ -11,14 +11,14 @@ import urllib.request
 from functools import partial
 from pathlib import Path
 
-from gateway.errors import StartupError
 from gateway.cli.state_queues import STATE_QUEUES
+from gateway.errors import StartupError
 from gateway.queues.state_records import why_unreadable
 from store.backup import backup_offline
-from store.restore import restore
 from store.check import RecordReader, check_data_dir
 from store.errors import StoreError, StoreLocked
 from store.options import StoreOptions
+from store.restore import restore
 
 __all__ = ["run_check", "run_backup", "run_restore"]
 

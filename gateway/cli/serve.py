@@ -8,8 +8,8 @@ opened and recovered in the background; /readyz says when it is done).
 from __future__ import annotations
 
 import asyncio
-import gc
 import errno
+import gc
 import ipaddress
 import json
 import os
@@ -21,15 +21,15 @@ from pathlib import Path
 import uvloop
 from aiohttp import web
 
-from gateway.web.app import make_app
-from gateway.web.appkeys import STATE_KEY
 from gateway.auth.tls import server_context
-from gateway.errors import StartupError
-from gateway.web.http_server import ProblemAppRunner
-from gateway.logs import access_log, server_log
 from gateway.cli.sdnotify import Notifier
+from gateway.errors import StartupError
+from gateway.logs import access_log, server_log
 from gateway.settings import Settings
 from gateway.srmp import envelope as srmp_envelope
+from gateway.web.app import make_app
+from gateway.web.appkeys import STATE_KEY
+from gateway.web.http_server import ProblemAppRunner
 from gateway.web.state import GatewayState
 from store.datadir import probe_data_dir
 from store.errors import StoreError

@@ -7,11 +7,11 @@ taken from this table, so what it reports is what a start would set aside.
 
 from __future__ import annotations
 
-from gateway.queues.dedup import DEDUP_STATE
+from gateway.inbound.streams import STREAMS_STATE
 from gateway.outbound.outbox import OUTBOX_STATE
 from gateway.outbound.outgoing import LINKS_STATE
+from gateway.queues.dedup import DEDUP_STATE
 from gateway.queues.range_consumers import CONSUMERS_STATE
-from gateway.inbound.streams import STREAMS_STATE
 from gateway.queues.state_records import StateQueue
 from gateway.queues.wire_ids import WIRE_IDS_STATE
 

@@ -19,17 +19,17 @@ from __future__ import annotations
 import enum
 import time
 
+from gateway.inbound.sequencer import StreamSequencer
+from gateway.logs import server_log
+from gateway.msmq.classes import MessageClass
+from gateway.msmq.message import MessageProperties, compose_id
 from gateway.queues import sending
 from gateway.queues.acks import wants_ack
 from gateway.queues.copies import ack_specs, dead_letter_spec
 from gateway.queues.dedup import SRMP_KEYED_BY_BODY
 from gateway.queues.errors import QueueFull
-from gateway.logs import server_log
-from gateway.msmq.classes import MessageClass
-from gateway.msmq.message import MessageProperties, compose_id
 from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
 from gateway.srmp.model import Stream
-from gateway.inbound.sequencer import StreamSequencer
 from store.framing import RecordFlags
 from store.records import StoredRecord
 

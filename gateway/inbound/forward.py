@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gateway.msmq.message import MessageProperties
+from gateway.outbound.links import Links
 from gateway.queues import sending
 from gateway.queues.dedup import destination_key
-from gateway.outbound.links import Links
-from gateway.msmq.message import MessageProperties
 from gateway.queues.manager import QueueManager
 from store.records import StoredRecord
 

@@ -20,17 +20,17 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
+from gateway.inbound.streams import IncomingStreams
+from gateway.logs import server_log
+from gateway.msmq.classes import MessageClass
+from gateway.msmq.message import MessageProperties, compose_id
 from gateway.queues import sending
 from gateway.queues.acks import wants_ack
 from gateway.queues.copies import ack_specs
 from gateway.queues.errors import QueueFull
-from gateway.logs import server_log
-from gateway.msmq.classes import MessageClass
-from gateway.msmq.message import MessageProperties, compose_id
 from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
 from gateway.srmp.eod import StreamKey, Verdict
 from gateway.srmp.model import Stream
-from gateway.inbound.streams import IncomingStreams
 from store.framing import RecordFlags
 
 __all__ = ["StreamSequencer", "Outcome"]

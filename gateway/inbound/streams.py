@@ -21,20 +21,20 @@ import contextlib
 import json
 import time
 
-from gateway.queues import sending
-from gateway.queues.errors import QueueError
-from gateway.queues.internal import STREAMS_QUEUE
+from gateway.inbound.held import HeldPositions
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.msmq.message import MessageFormatError, decode_payload
-from gateway.queues.manager import QueueManager
 from gateway.outbound.receipt_sender import ReceiptSender
+from gateway.queues import sending
+from gateway.queues.errors import QueueError
+from gateway.queues.internal import STREAMS_QUEUE
+from gateway.queues.manager import QueueManager
+from gateway.queues.state_records import StateQueue
+from gateway.queues.wire_ids import WireIds
 from gateway.srmp.eod import SNAPSHOT_PART_STREAMS, InStream, StreamKey, StreamTable, Verdict
 from gateway.srmp.model import Stream
 from gateway.srmp.receipts import stream_receipt
-from gateway.inbound.held import HeldPositions
-from gateway.queues.state_records import StateQueue
-from gateway.queues.wire_ids import WireIds
 from store.errors import StoreError
 from store.framing import RecordFlags
 from store.records import StoredRecord

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.queues.errors import QueueError
 from gateway.logs import server_log
 from gateway.msmq.message import compose_id, split_payload
+from gateway.queues.errors import QueueError
 from gateway.queues.manager import Queue, QueueManager
 from gateway.queues.range_consumers import RangeConsumers
 from gateway.range_wire import RangeRecord, columns_of

@@ -30,23 +30,23 @@ from dataclasses import dataclass, replace
 
 import aiohttp
 
-from gateway.queues import sending
-from gateway.outbound.backoff import Failures
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
+from gateway.outbound.backoff import Failures
 from gateway.outbound.outgoing import Outgoing
+from gateway.outbound.receipt_sender import SKIP_AUTO_HEADERS, USER_AGENT
+from gateway.outbound.webhook_headers import safe_content_type, webhook_headers
+from gateway.queues import sending
 from gateway.queues.events import Tally
 from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
-from gateway.outbound.receipt_sender import SKIP_AUTO_HEADERS, USER_AGENT
+from gateway.queues.store_errors import store_call
+from gateway.queues.wire_ids import ORDINAL_MAX
 from gateway.srmp.build import build_request, envelope_bytes
 from gateway.srmp.envelope import parse_envelope
 from gateway.srmp.eod import VERDICT_HEADER
 from gateway.srmp.eod_sender import SenderStream
 from gateway.srmp.outbound import StreamPosition, outbound_envelope, url_of_format_name
 from gateway.srmp.properties import compound_message, envelope_text
-from gateway.queues.store_errors import store_call
-from gateway.outbound.webhook_headers import safe_content_type, webhook_headers
-from gateway.queues.wire_ids import ORDINAL_MAX
 from mapping.names import MACHINE_JOURNAL
 from store.records import StoredRecord
 

@@ -8,21 +8,21 @@ gateway's receipts the same way and are listed with the links.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 import contextlib
 import ssl
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from urllib.parse import urlsplit
 
-from gateway.queues.events import Tally
-from gateway.queues.internal import OUTGOING_PREFIX
-from gateway.outbound.link import Link, LinkOptions
 from gateway.logs import server_log
 from gateway.metrics import Metrics
+from gateway.outbound.link import Link, LinkOptions
 from gateway.outbound.outgoing import Outgoing
 from gateway.outbound.peers import Peer, peer_for
-from gateway.queues.manager import Queue, QueueManager
 from gateway.outbound.receipt_lanes import LANE_ID_PREFIX, ReceiptLane, ReceiptLanes
+from gateway.queues.events import Tally
+from gateway.queues.internal import OUTGOING_PREFIX
+from gateway.queues.manager import Queue, QueueManager
 from mapping.engine import receipt_url_for, route_outbound
 from mapping.names import ORDER_QUEUE
 from mapping.rules import Pattern, RuleSet, normalise_address

@@ -22,15 +22,16 @@ import contextlib
 import re
 import time
 
-from gateway.queues.errors import QueueError
-from gateway.queues.internal import OUTBOX_QUEUE
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import decode_payload
+from gateway.outbound.receipt_sender import ReceiptSender
+from gateway.queues.errors import QueueError
+from gateway.queues.internal import OUTBOX_QUEUE
 from gateway.queues.manager import Queue, QueueManager
 from gateway.queues.state_records import UNREADABLE, StateQueue, Unreadable, unreadable_reason
-from gateway.outbound.receipt_sender import ReceiptSender
+from gateway.queues.wire_ids import WireIds
 from gateway.srmp.model import (
     NULL_GUID,
     CommitmentReceipt,
@@ -41,7 +42,6 @@ from gateway.srmp.model import (
     parse_message_id,
 )
 from gateway.srmp.receipts import TTRQ_S, commitment_receipt, delivery_receipt, stream_receipt
-from gateway.queues.wire_ids import WireIds
 from store.errors import StoreError
 from store.records import StoredRecord
 

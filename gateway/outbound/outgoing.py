@@ -17,13 +17,13 @@ import hashlib
 import json
 import time
 
+from gateway.logs import server_log
 from gateway.queues import sending
 from gateway.queues.internal import LINKS_QUEUE, OUTGOING_PREFIX
-from gateway.logs import server_log
 from gateway.queues.manager import Queue, QueueManager, QueueSettings
-from gateway.srmp.eod_sender import SenderStream, stream_id_for
 from gateway.queues.state_records import StateQueue
 from gateway.queues.store_errors import store_call
+from gateway.srmp.eod_sender import SenderStream, stream_id_for
 from mapping.names import parse_queue_path
 from mapping.rules import normalise_address
 from store.records import StoredRecord

@@ -30,8 +30,8 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from gateway.auth.outbound import url_prefix
-from gateway.outbound.backoff import Failures
 from gateway.metrics import Metrics
+from gateway.outbound.backoff import Failures
 from gateway.queues.events import Tally
 
 __all__ = ["ReceiptLane", "ReceiptLanes", "LANE_ID_PREFIX"]

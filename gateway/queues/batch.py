@@ -6,9 +6,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
+from gateway.msmq.message import MessageProperties, compose_id
 from gateway.queues import sending
 from gateway.queues.errors import BadRequest
-from gateway.msmq.message import MessageProperties, compose_id
 from gateway.queues.manager import QueueManager, ReceivedMessage
 
 __all__ = ["send_batch", "batch_answer"]

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gateway.logs import server_log
+from gateway.msmq.classes import MessageClass
 from gateway.queues import sending
 from gateway.queues.acks import ack_properties, negative, wants_ack
 from gateway.queues.internal import OUTBOX_QUEUE, is_internal
-from gateway.logs import server_log
-from gateway.msmq.classes import MessageClass
 from gateway.queues.model import Queue, QueueHost, ReceivedMessage
 from mapping.names import DEADLETTER, DEADXACT, MACHINE_JOURNAL, QueueNameError, parse_queue_path
 

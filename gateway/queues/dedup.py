@@ -32,11 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway import jsonio
+from gateway.logs import server_log
+from gateway.msmq.message import MessageFormatError, decode_payload
 from gateway.queues import sending
 from gateway.queues.errors import Unprocessable
 from gateway.queues.internal import DEDUP_QUEUE
-from gateway.logs import server_log
-from gateway.msmq.message import MessageFormatError, decode_payload
 from gateway.queues.state_records import Quarantine, StateQueue, read_state
 from store.errors import MessageTooLarge, StoreError
 from store.message_store import MessageStore

@@ -19,11 +19,11 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from gateway.msmq.classes import MessageClass
+from gateway.msmq.message import MessageProperties, compose_id
 from gateway.queues import sending
 from gateway.queues.copies import ack_specs, dead_letter_spec
 from gateway.queues.errors import BadRequest, Unprocessable
-from gateway.msmq.classes import MessageClass
-from gateway.msmq.message import MessageProperties, compose_id
 from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
 from gateway.queues.wire_ids import local_id
 from mapping.engine import route_inbound

@@ -24,9 +24,9 @@ import logging
 import time
 from collections.abc import KeysView
 
-from gateway.queues.errors import QueueError
 from gateway.logs import server_log
 from gateway.msmq.classes import JournalLevel, MessageClass
+from gateway.queues.errors import QueueError
 from gateway.queues.model import Queue, QueueHost, ReceivedMessage
 from store.records import StoredRecord
 

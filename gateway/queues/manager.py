@@ -17,22 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from gateway.queues.errors import BadRequest, Conflict, Forbidden, NotFound, StorageFull
-from gateway.queues import sending
-from gateway.queues.acks import wants_ack
-from gateway.queues.copies import ack_specs, dead_letter_spec
-from gateway.queues.dedup import DedupWindow, srmp_keyed_entry
-from gateway.queues.internal import DEDUP_QUEUE, INTERNAL_QUEUES, WIRE_IDS_QUEUE, is_internal
-from gateway.queues.expiry import Expiry
-from gateway.queues.events import QueueEvents
 from gateway.logs import server_log
-from gateway.queues.purge import purge_queue
-from gateway.queues.model import Queue, ReceivedMessage
-from gateway.queues.settings import QueueSettings
-from gateway.queues.seen_ids import SeenIds, locate
-from gateway.queues.state_records import Quarantine
-from gateway.queues.store_errors import store_call
-from gateway.queues.wire_ids import WireIds
 from gateway.msmq.classes import JournalLevel, MessageClass
 from gateway.msmq.message import (
     DecodedMessage,
@@ -40,6 +25,21 @@ from gateway.msmq.message import (
     compose_id,
     decode_payload,
 )
+from gateway.queues import sending
+from gateway.queues.acks import wants_ack
+from gateway.queues.copies import ack_specs, dead_letter_spec
+from gateway.queues.dedup import DedupWindow, srmp_keyed_entry
+from gateway.queues.errors import BadRequest, Conflict, Forbidden, NotFound, StorageFull
+from gateway.queues.events import QueueEvents
+from gateway.queues.expiry import Expiry
+from gateway.queues.internal import DEDUP_QUEUE, INTERNAL_QUEUES, WIRE_IDS_QUEUE, is_internal
+from gateway.queues.model import Queue, ReceivedMessage
+from gateway.queues.purge import purge_queue
+from gateway.queues.seen_ids import SeenIds, locate
+from gateway.queues.settings import QueueSettings
+from gateway.queues.state_records import Quarantine
+from gateway.queues.store_errors import store_call
+from gateway.queues.wire_ids import WireIds
 from mapping.names import (
     DEADXACT,
     MACHINE_JOURNAL,

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties
 from gateway.queues.events import QueueEvents
 from gateway.queues.settings import QueueSettings
 from mapping.names import DEADLETTER, DEADXACT, QueuePath
-from gateway.msmq.classes import MessageClass
 from store.lqs import QueueInfo
 from store.message_store import MessageStore
 from store.records import StoredRecord

@@ -13,8 +13,8 @@ being received at that step. A message that arrives meanwhile stays.
 from __future__ import annotations
 
 from gateway.msmq.classes import MessageClass
-from gateway.queues.pages import pages
 from gateway.queues.model import Queue, QueueHost
+from gateway.queues.pages import pages
 
 __all__ = ["purge_queue", "STEP"]
 

@@ -20,10 +20,10 @@ import re
 from dataclasses import dataclass
 from typing import TypeVar
 
+from gateway.logs import server_log
 from gateway.queues import sending
 from gateway.queues.errors import BadRequest, Conflict, Gone, NotFound
 from gateway.queues.internal import CONSUMERS_QUEUE
-from gateway.logs import server_log
 from gateway.queues.manager import Queue, QueueManager
 from gateway.queues.state_records import StateQueue
 from gateway.queues.store_errors import store_call

@@ -13,9 +13,9 @@ import asyncio
 import time
 from dataclasses import dataclass, replace
 
+from gateway.msmq.classes import MessageClass
 from gateway.queues import sending
 from gateway.queues.errors import BadRequest
-from gateway.msmq.classes import MessageClass
 from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
 from gateway.queues.pages import pages
 from store.records import StoredRecord

@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from gateway.msmq.message import MessageProperties, encode_payload
 from gateway.queues.model import Queue
 from gateway.queues.store_errors import store_call
-from store.message_store import MessageStore
 from store.framing import RecordFlags
+from store.message_store import MessageStore
 from store.records import SendSpec, StoredRecord
 
 __all__ = ["Send", "stamp", "message", "copy", "state", "reserve", "release", "commit",

@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gateway.auth.principal import Principal
+from gateway.logs import server_log
+from gateway.msmq.message import MessageProperties, compose_id, encode_payload
 from gateway.queues import sending
 from gateway.queues.errors import (
     BadRequest,
@@ -43,8 +45,6 @@ from gateway.queues.errors import (
     Unavailable,
 )
 from gateway.queues.heap import TRIM_AFTER_BYTES, HeapTrimmer
-from gateway.logs import server_log
-from gateway.msmq.message import MessageProperties, compose_id, encode_payload
 from gateway.queues.manager import Park, Queue, QueueManager, ReceivedMessage
 from gateway.queues.store_errors import store_call
 from gateway.queues.tx_names import Named, PreparedNames

@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import json
 
+from gateway.logs import server_log
 from gateway.queues import sending
 from gateway.queues.internal import WIRE_IDS_QUEUE
-from gateway.logs import server_log
 from gateway.queues.state_records import Quarantine, StateQueue, read_state
 from gateway.queues.store_errors import store_call
 from store.message_store import MessageStore

@@ -29,12 +29,29 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import (
-    DataSource, DataSourceReader, DataSourceStreamReader, InputPartition)
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow)
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import (
-    BinaryType, DataType, IntegerType, LongType, MapType, StringType, StructField, StructType,
-    TimestampType)
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from gateway.range_wire import RangeRecord, decode_records
 from gateway.spark.arrow import record_batch

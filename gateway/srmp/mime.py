@@ -12,7 +12,6 @@ delimiter (RFC 2046). Outgoing messages are built in MSMQ's framing, byte for by
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 

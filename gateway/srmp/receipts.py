@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from gateway.srmp.model import (
     INFINITE_TEXT,
+    NULL_GUID,
     CommitmentReceipt,
     DeliveryReceipt,
     Envelope,
-    NULL_GUID,
     MsmqHeader,
     Path,
     StreamReceipt,

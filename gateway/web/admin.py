@@ -11,9 +11,9 @@ from pathlib import Path
 
 from aiohttp import web
 
+from gateway.errors import ProblemError
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.auth_middleware import require_admin
-from gateway.errors import ProblemError
 from gateway.web.rest_body import parse_json
 from store.backup import BackupError
 

@@ -3,20 +3,38 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 
 from aiohttp import web
 
-from gateway.web import admin, health, openapi, rest_links, rest_messages, rest_queues, rest_tx, ui
 from gateway.auth.authenticator import Authenticator, read_secret
-from gateway.web.auth_middleware import make_auth_gate
 from gateway.auth.outbound import OutboundPolicy
-from gateway.queues.destinations import local_host_names
 from gateway.errors import ConfigError, GatewayError
+from gateway.inbound.parse_pool import ParsePool
+from gateway.inbound.sequencer import StreamSequencer
+from gateway.inbound.signers import load_signers
+from gateway.inbound.streams import IncomingStreams
+from gateway.logs import server_log
+from gateway.metrics import Metrics
+from gateway.outbound.landing import Landing, LandingSpec
+from gateway.outbound.link import LinkOptions
+from gateway.outbound.links import Links
+from gateway.outbound.outbox import Outbox
+from gateway.outbound.peers import load_peers
+from gateway.outbound.receipt_gate import ReceiptGate
+from gateway.outbound.receipt_sender import ReceiptSender
+from gateway.queues.destinations import local_host_names
+from gateway.queues.identity import load_guid
+from gateway.queues.manager import QueueManager, QueueSettings
+from gateway.queues.range_consumers import RangeConsumers
+from gateway.queues.redrive import Redrive
+from gateway.queues.transactions import Transactions
+from gateway.settings import Settings, StoreSettings
+from gateway.web import admin, health, openapi, rest_links, rest_messages, rest_queues, rest_tx, ui
 from gateway.web.appkeys import (
     FILE_OPS_KEY,
     METRICS_KEY,
@@ -25,32 +43,14 @@ from gateway.web.appkeys import (
     SIGNERS_KEY,
     STATE_KEY,
 )
-from gateway.logs import server_log
+from gateway.web.auth_middleware import make_auth_gate
 from gateway.web.long_polls import LONG_POLLS_KEY, LongPolls
-from gateway.metrics import Metrics
-from gateway.web.middlewares import make_middlewares
-from gateway.queues.identity import load_guid
-from gateway.queues.manager import QueueManager, QueueSettings
-from gateway.outbound.link import LinkOptions
-from gateway.outbound.landing import Landing, LandingSpec
-from gateway.outbound.links import Links
-from gateway.outbound.peers import load_peers
 from gateway.web.metrics_state import StateCollector
-from gateway.web.status import DeadLetterClasses, MessageRates, RecentErrors
-from gateway.queues.range_consumers import RangeConsumers
-from gateway.outbound.outbox import Outbox
-from gateway.outbound.receipt_gate import ReceiptGate
-from gateway.outbound.receipt_sender import ReceiptSender
-from gateway.queues.redrive import Redrive
+from gateway.web.middlewares import make_middlewares
 from gateway.web.srmp_routes import add_srmp_routes
-from gateway.inbound.parse_pool import ParsePool
-from gateway.inbound.sequencer import StreamSequencer
-from gateway.inbound.signers import load_signers
-from gateway.inbound.streams import IncomingStreams
-from gateway.queues.transactions import Transactions
-from mapping.loader import MappingLoader
-from gateway.settings import Settings, StoreSettings
 from gateway.web.state import GatewayState, Services
+from gateway.web.status import DeadLetterClasses, MessageRates, RecentErrors
+from mapping.loader import MappingLoader
 from store.errors import StoreError
 from store.fileops import FileOps, RealFileOps
 from store.message_store import MessageStore

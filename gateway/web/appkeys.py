@@ -5,9 +5,9 @@ from __future__ import annotations
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import dsa
 
+from gateway.inbound.parse_pool import ParsePool
 from gateway.metrics import Metrics
 from gateway.settings import Settings
-from gateway.inbound.parse_pool import ParsePool
 from gateway.web.state import GatewayState
 from store.fileops import FileOps
 

@@ -18,13 +18,11 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import time
-
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from aiohttp import web
 
-from gateway.web.appkeys import STATE_KEY
 from gateway.auth.authenticator import Authenticator, AuthError, Credentials, RateLimited
 from gateway.auth.hmac_sig import SCHEME
 from gateway.auth.principal import NOBODY, OPEN, Principal
@@ -32,6 +30,7 @@ from gateway.auth.ratelimit import TokenBucket
 from gateway.auth.tls import PeerSubjects
 from gateway.errors import ProblemError
 from gateway.settings import Settings
+from gateway.web.appkeys import STATE_KEY
 from mapping.names import QueueNameError, parse_queue_path
 
 __all__ = ["Gate", "make_auth_gate", "principal_of", "require", "require_admin",

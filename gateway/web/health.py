@@ -7,9 +7,9 @@ import hmac
 
 from aiohttp import web
 
+from gateway.metrics import CONTENT_TYPE_LATEST
 from gateway.web.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.web.auth_middleware import is_local_client
-from gateway.metrics import CONTENT_TYPE_LATEST
 from gateway.web.problem import problem_response
 
 __all__ = ["routes"]

@@ -14,12 +14,12 @@ import time
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from gateway.web.auth_middleware import Gate
 from gateway.errors import ProblemError
 from gateway.logs import server_log
-from gateway.web.long_polls import LongPolls
 from gateway.metrics import Metrics
 from gateway.queues.errors import QueueError
+from gateway.web.auth_middleware import Gate
+from gateway.web.long_polls import LongPolls
 from gateway.web.problem import as_problem, problem_response
 
 __all__ = ["make_middlewares", "NEVER_REFUSED"]

@@ -18,20 +18,19 @@ rather than refusing the message a Windows sender would then dead-letter.
 from __future__ import annotations
 
 import contextlib
-
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway.web.appkeys import STATE_KEY
-from gateway.web.auth_middleware import principal_of
 from gateway.auth.outbound import OutboundPolicy
 from gateway.auth.principal import Principal
-from gateway.queues.destinations import LocalNames
 from gateway.errors import ProblemError
-from gateway.queues.internal import is_internal
 from gateway.msmq.message import MessageProperties
+from gateway.queues.destinations import LocalNames
+from gateway.queues.internal import is_internal
+from gateway.web.appkeys import STATE_KEY
+from gateway.web.auth_middleware import principal_of
 from mapping.errors import FormatNameError
 from mapping.formatnames import DirectFormatName, MultipleFormatName, parse_format_name
 from mapping.names import DEADLETTER, DEADXACT, MACHINE_JOURNAL, QueueNameError, parse_queue_path

@@ -8,15 +8,15 @@ from __future__ import annotations
 import base64
 import functools
 import math
-from datetime import UTC, datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import overload
 from urllib.parse import quote
 
 from gateway.msmq.classes import MessageClass, parse_ack_level, parse_journal_level
-from gateway.srmp.properties import envelope_text
 from gateway.msmq.message import LABEL_CHARS_MAX, MessageProperties
+from gateway.srmp.properties import envelope_text
 
 __all__ = ["HeaderError", "SendRequest", "header_text", "parse_send_headers", "message_json",
            "iso_ms", "message_location", "REPLAYED"]

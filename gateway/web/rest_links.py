@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.web.appkeys import STATE_KEY
-from gateway.web.auth_middleware import require_admin
 from gateway.errors import ProblemError
 from gateway.outbound.links import Links
+from gateway.web.appkeys import STATE_KEY
+from gateway.web.auth_middleware import require_admin
 
 __all__ = ["routes"]
 

@@ -8,15 +8,17 @@ from dataclasses import replace
 from aiohttp import web
 
 from gateway import jsonio
-from gateway.web.appkeys import STATE_KEY
-from gateway.web.auth_middleware import principal_of, require, require_admin, scoped_key
+from gateway.errors import ProblemError
 from gateway.queues.destinations import (
     redirect_inbound,
     remote_positions,
     send_to_destinations,
     split_destinations,
 )
-from gateway.errors import ProblemError
+from gateway.queues.manager import Queue
+from gateway.queues.wire_ids import local_id
+from gateway.web.appkeys import STATE_KEY
+from gateway.web.auth_middleware import principal_of, require, require_admin, scoped_key
 from gateway.web.reply_addresses import check_request_replies
 from gateway.web.rest_codec import (
     REPLAYED,
@@ -26,8 +28,6 @@ from gateway.web.rest_codec import (
     parse_send_headers,
 )
 from gateway.web.rest_queues import replayed_send
-from gateway.queues.manager import Queue
-from gateway.queues.wire_ids import local_id
 
 __all__ = ["routes"]
 

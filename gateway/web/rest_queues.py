@@ -16,15 +16,17 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from gateway import jsonio
-
+from gateway.errors import ProblemError
+from gateway.queues.manager import Park, QueueManager, QueueSettings, ReceivedMessage
+from gateway.queues.redrive import Redrive, RedriveFilter
+from gateway.queues.transactions import Transactions
+from gateway.units import parse_size
 from gateway.web import rest_range
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.auth_middleware import principal_of, require, require_admin, scoped_key
-from gateway.errors import ProblemError
 from gateway.web.long_polls import LONG_POLLS_KEY
-from gateway.queues.manager import Park, QueueManager, QueueSettings, ReceivedMessage
-from gateway.web.rest_body import json_body
 from gateway.web.reply_addresses import check_request_replies
+from gateway.web.rest_body import json_body
 from gateway.web.rest_codec import (
     REPLAYED,
     HeaderError,
@@ -33,9 +35,6 @@ from gateway.web.rest_codec import (
     message_location,
     parse_send_headers,
 )
-from gateway.queues.redrive import Redrive, RedriveFilter
-from gateway.queues.transactions import Transactions
-from gateway.units import parse_size
 from mapping.names import MACHINE_JOURNAL, QueueNameError, parse_queue_path
 
 __all__ = ["routes"]

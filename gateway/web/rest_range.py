@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.web.appkeys import STATE_KEY
 from gateway.errors import ProblemError
 from gateway.logs import server_log
 from gateway.msmq.message import MessageFormatError, compose_id, split_payload
 from gateway.queues.manager import Queue, QueueManager
 from gateway.queues.range_consumers import RangeConsumers
 from gateway.range_wire import CONTENT_TYPE, END_OF_RANGE, encode_record
+from gateway.web.appkeys import STATE_KEY
 from gateway.web.rest_body import json_body
 from gateway.web.rest_codec import message_json
 

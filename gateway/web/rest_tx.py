@@ -10,14 +10,15 @@ import time
 from aiohttp import web
 
 from gateway import jsonio
-from gateway.web.appkeys import STATE_KEY
-from gateway.web.auth_middleware import principal_of, require, require_admin, scoped_key
-from gateway.queues.batch import batch_answer, send_batch
 from gateway.errors import ProblemError
 from gateway.msmq.message import MessageProperties
+from gateway.queues.batch import batch_answer, send_batch
 from gateway.queues.manager import QueueManager
-from gateway.web.rest_body import parse_json
+from gateway.queues.transactions import Transactions
+from gateway.web.appkeys import STATE_KEY
+from gateway.web.auth_middleware import principal_of, require, require_admin, scoped_key
 from gateway.web.reply_addresses import check_request_replies
+from gateway.web.rest_body import parse_json
 from gateway.web.rest_codec import (
     REPLAYED,
     HeaderError,
@@ -25,7 +26,6 @@ from gateway.web.rest_codec import (
     message_location,
     parse_send_headers,
 )
-from gateway.queues.transactions import Transactions
 
 __all__ = ["routes", "BATCH_PROPERTY_KEYS"]
 

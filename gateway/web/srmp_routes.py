@@ -22,6 +22,23 @@ from dataclasses import replace
 
 from aiohttp import web
 
+from gateway.auth.principal import NOBODY
+from gateway.errors import ProblemError
+from gateway.inbound.deliver import Outcome, deliver
+from gateway.inbound.forward import forward
+from gateway.inbound.parse_pool import ParsePool, WorkerLost
+from gateway.logs import server_log
+from gateway.msmq.classes import MessageClass
+from gateway.msmq.message import MessageProperties
+from gateway.queues.destinations import LocalNames, resolve_local, split_destinations
+from gateway.queues.errors import QueueError
+from gateway.queues.manager import Queue
+from gateway.srmp.codec import SrmpMessage, parse_request
+from gateway.srmp.eod import VERDICT_HEADER
+from gateway.srmp.errors import SrmpError
+from gateway.srmp.model import Kind
+from gateway.srmp.parsed import ParsedRequest
+from gateway.srmp.signature import BadSignature, verify_signature
 from gateway.web.appkeys import (
     METRICS_KEY,
     PARSE_POOL_KEY,
@@ -30,27 +47,10 @@ from gateway.web.appkeys import (
     STATE_KEY,
 )
 from gateway.web.auth_middleware import principal_of
-from gateway.auth.principal import NOBODY
-from gateway.queues.errors import QueueError
 from gateway.web.problem import as_problem
-from gateway.queues.destinations import LocalNames, resolve_local, split_destinations
-from gateway.errors import ProblemError
-from gateway.logs import server_log
-from gateway.msmq.classes import MessageClass
-from gateway.msmq.message import MessageProperties
-from gateway.queues.manager import Queue
-from gateway.srmp.codec import SrmpMessage, parse_request
-from gateway.srmp.eod import VERDICT_HEADER
-from gateway.srmp.errors import SrmpError
-from gateway.srmp.model import Kind
-from gateway.srmp.parsed import ParsedRequest
-from gateway.srmp.signature import BadSignature, verify_signature
 from gateway.web.reply_addresses import check_reply_addresses
-from mapping.names import ORDER_QUEUE
-from gateway.inbound.deliver import Outcome, deliver
-from gateway.inbound.forward import forward
-from gateway.inbound.parse_pool import ParsePool, WorkerLost
 from mapping.engine import route_inbound
+from mapping.names import ORDER_QUEUE
 from mapping.rules import RuleSet
 
 __all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX", "split_query"]

@@ -9,20 +9,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gateway.auth.outbound import OutboundPolicy
-from gateway.queues.destinations import LocalNames
 from gateway.errors import ProblemError
+from gateway.queues.destinations import LocalNames
 
 if TYPE_CHECKING:
-    from mapping.loader import MappingLoader
-    from gateway.queues.manager import QueueManager
-    from gateway.outbound.landing import Landing
-    from gateway.outbound.links import Links
-    from gateway.queues.range_consumers import RangeConsumers
-    from gateway.outbound.receipt_sender import ReceiptSender
-    from gateway.queues.redrive import Redrive
     from gateway.inbound.sequencer import StreamSequencer
     from gateway.inbound.streams import IncomingStreams
+    from gateway.outbound.landing import Landing
+    from gateway.outbound.links import Links
+    from gateway.outbound.receipt_sender import ReceiptSender
+    from gateway.queues.manager import QueueManager
+    from gateway.queues.range_consumers import RangeConsumers
+    from gateway.queues.redrive import Redrive
     from gateway.queues.transactions import Transactions
+    from mapping.loader import MappingLoader
     from store.message_store import MessageStore
 
 __all__ = ["GatewayState", "Services"]

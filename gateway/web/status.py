@@ -16,8 +16,8 @@ import time
 from typing import Any
 
 from gateway.metrics import VERSION
-from gateway.queues.internal import is_internal
 from gateway.msmq.classes import MessageClass
+from gateway.queues.internal import is_internal
 from gateway.queues.manager import Queue, QueueManager
 from gateway.web.state import GatewayState
 
