@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,3 +33,12 @@ def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_gateway_left_running() -> Iterator[None]:
+    """Stop the gateway processes a test started and left running (it failed before its
+    own stop): a stray one would take CPU from every test after it."""
+    yield
+    for process in list(GatewayProcess.running):
+        process.stop(signal.SIGKILL)

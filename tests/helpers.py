@@ -51,7 +51,11 @@ def http_request(url: str, *, method: str = "POST", body: bytes = b"",
 
 
 class GatewayProcess:
-    """``entrepot serve`` in a child process on a loopback port, stopped by PID."""
+    """``entrepot serve`` in a child process on a loopback port, stopped by PID. One a test
+    left running (an assertion failed before its stop) is stopped after the test
+    (tests/conftest.py), so it cannot load the machine for the tests after it."""
+
+    running: set[GatewayProcess] = set()
 
     def __init__(self, data_dir: Path, *, extra_args: Sequence[str] = (),
                  env: dict[str, str] | None = None, cwd: Path | None = None,
@@ -69,6 +73,7 @@ class GatewayProcess:
             args, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd or REPO_ROOT,
             env={**os.environ, **(env or {})},
         )
+        GatewayProcess.running.add(self)
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -90,6 +95,7 @@ class GatewayProcess:
             self.proc.kill()
             code = self.proc.wait(5)
         self._log.close()
+        GatewayProcess.running.discard(self)
         return code
 
     def log(self) -> str:
