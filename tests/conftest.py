@@ -38,7 +38,9 @@ def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
 @pytest.fixture(autouse=True)
 def _no_gateway_left_running() -> Iterator[None]:
     """Stop the gateway processes a test started and left running (it failed before its
-    own stop): a stray one would take CPU from every test after it."""
+    own stop): a stray one would take CPU from every test after it. Those of module- and
+    session-wide fixtures were running before the test and are left alone."""
+    before = set(GatewayProcess.running)
     yield
-    for process in list(GatewayProcess.running):
+    for process in GatewayProcess.running - before:
         process.stop(signal.SIGKILL)

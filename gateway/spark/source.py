@@ -120,7 +120,9 @@ class SourceOptions:
                        if q.strip())
         if not queues:
             raise SourceOptionError("option queues: name at least one queue")
-        if len(set(queues)) != len(queues):
+        # One queue in two spellings (names are case-insensitive and take \ for /) would be
+        # read twice.
+        if len({q.replace("\\", "/").lower() for q in queues}) != len(queues):
             raise SourceOptionError(f"option queues={','.join(queues)!r}: a queue is named "
                                     "twice")
         starting = _offsets(opts.get("startingoffsets", "earliest"), queues, "startingOffsets",
@@ -335,9 +337,8 @@ class EntrepotDataSource(DataSource):
         return source_schema(self.parsed.body_format)
 
     def streamReader(self, schema: StructType) -> EntrepotStreamReader:
-        if self.parsed.ending is not None:
-            raise SourceOptionError("option endingOffsets is for batch reads (spark.read); a "
-                                    "stream runs on")
+        # endingOffsets is refused by the reader's first call, not here: PySpark's stream
+        # runner would mask an error raised here with one of its own.
         return EntrepotStreamReader(self.parsed, schema)
 
     def reader(self, schema: StructType) -> EntrepotBatchReader:
@@ -398,7 +399,13 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                    f"trimmed at the gateway ({exc})") from exc
         self._registered = True
 
+    def _refuse_ending(self) -> None:
+        if self.options.ending is not None:
+            raise SourceOptionError("option endingOffsets is for batch reads (spark.read); a "
+                                    "stream runs on")
+
     def initialOffset(self) -> dict[str, int]:
+        self._refuse_ending()
         offsets = {}
         for queue, head in self._heads().items():
             spec = self.options.starting[queue]
@@ -430,6 +437,7 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {q: int(h["next"]) for q, h in self._heads().items()}
 
     def latestOffset(self, start: Mapping[str, int], limit: ReadLimit) -> dict[str, int]:
+        self._refuse_ending()
         start = {q: int(start.get(q, 1)) for q in self.options.queues}
         self._register(start)
         # Spark asks for the next batch only once the batch ending at ``start`` is in its
@@ -466,7 +474,8 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _partitions(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            return iter(())  # no ranges (empty queues): Spark reads one default partition
         return _read(self.options, self.shape, partition)
 
     def commit(self, end: Mapping[str, int]) -> None:
@@ -519,5 +528,6 @@ class EntrepotBatchReader(DataSourceReader):
         return _partitions(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            return iter(())  # no ranges (empty queues): Spark reads one default partition
         return _read(self.options, self.shape, partition)

@@ -132,3 +132,33 @@ def test_a_schema_that_is_not_a_projection_is_refused(
     create_queue(spark_gateway.url, "unprojected")
     with pytest.raises(PySparkException, match=fragment):
         _source(spark, spark_gateway, "unprojected").schema(schema).load().collect()
+
+
+def test_a_batch_read_of_an_empty_queue_is_empty(spark: Any,
+                                                 spark_gateway: GatewayProcess) -> None:
+    create_queue(spark_gateway.url, "emptyq")  # first == next: nothing to read
+    assert _source(spark, spark_gateway, "emptyq").load().count() == 0
+
+
+@pytest.mark.parametrize("queues", ["twiceq,TWICEQ", "private$/twiceq,PRIVATE$\\twiceq"])
+def test_a_queue_named_twice_in_two_spellings_is_refused(
+        spark: Any, spark_gateway: GatewayProcess, queues: str) -> None:
+    """Queue names are case-insensitive and take \\ for /: one queue listed twice would be
+    read twice."""
+    for stream in (True, False):
+        with pytest.raises(PySparkException, match="a queue is named twice"):
+            _source(spark, spark_gateway, queues, stream).load()
+
+
+def test_ending_offsets_on_a_stream_say_so_when_it_starts(
+        spark: Any, spark_gateway: GatewayProcess, tmp_path: Path) -> None:
+    """The refusal is the query's error, not an error of PySpark's runner masking it."""
+    create_queue(spark_gateway.url, "endless2")
+    stream = _source(spark, spark_gateway, "endless2", True, endingOffsets="latest").load()
+    with pytest.raises(PySparkException) as refused:
+        query = (stream.writeStream.format("memory").queryName("endless2")
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+    message = str(refused.value)
+    assert "endingOffsets is for batch reads" in message
+    assert "UnboundLocalError" not in message, message[-2000:]
