@@ -26,6 +26,7 @@ from tests.helpers import GatewayProcess, free_port, http_get
 MESSAGES = int(os.environ.get("ENTREPOT_LINKS_CRASH_MESSAGES", "2000"))
 SLOW_MESSAGES = 100_000
 WORKERS = 16
+STALL_S = 300  # no new message in P's queue for this long: delivery has stopped
 COMMON = """
 [links]
 resend = ["3s"]
@@ -120,6 +121,12 @@ async def _sender(url: str, p_port: int, worker: int, acked: list[tuple[int, int
                 await asyncio.sleep(0.2)
 
 
+def _count(url: str) -> int:
+    status, _, raw = http_get(f"{url}/v1/queues/private$/orders/head")
+    assert status == 200, raw
+    return int(json.loads(raw)["messages"])
+
+
 def _orders(url: str) -> list[tuple[int, int]]:
     found, after = [], 0
     while True:
@@ -149,9 +156,10 @@ async def test_a_to_p_directly_with_faults_and_kills(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.crash
-@pytest.mark.timeout(7200)
+@pytest.mark.timeout(14400)
 async def test_a_to_p_through_f_with_faults_and_kills_long(tmp_path: Path) -> None:
-    await links_under_faults(tmp_path, SLOW_MESSAGES)
+    figures = await links_under_faults(tmp_path, SLOW_MESSAGES)
+    print(json.dumps(figures))  # the run's counts, shown by pytest -rP
 
 
 async def links_under_faults(tmp_path: Path, messages: int, gateways: int = 3
@@ -190,12 +198,17 @@ async def links_under_faults(tmp_path: Path, messages: int, gateways: int = 3
             procs[victim].stop(signal.SIGKILL)
             await asyncio.sleep(rng.uniform(0.1, 1.0))
             await loop.run_in_executor(None, start, victim)
-        await asyncio.wait_for(asyncio.gather(*senders), 300 + messages / 50)
-        deadline = loop.time() + 120 + messages / 100
-        while loop.time() < deadline:
-            got = await loop.run_in_executor(None, _orders, procs["p"].url)
-            if len(got) >= messages:
+        await asyncio.wait_for(asyncio.gather(*senders), 300 + messages / 20)
+        # Delivery goes on after the senders stop, at the pace of the faults and resends: wait
+        # while P's queue grows; a stall of STALL_S with nothing new ends the wait.
+        count, progress_at = -1, loop.time()
+        deadline = loop.time() + 600 + messages / 20
+        while loop.time() < deadline and loop.time() - progress_at < STALL_S:
+            now = await loop.run_in_executor(None, _count, procs["p"].url)
+            if now >= messages:
                 break
+            if now > count:
+                count, progress_at = now, loop.time()
             await asyncio.sleep(0.5)
         got = await loop.run_in_executor(None, _orders, procs["p"].url)
         assert len(got) == len(set(got)), "duplicates in P's queue"
