@@ -1,12 +1,15 @@
-"""The one send path: every record a send writes is composed and committed here.
+"""The one send path: every message record is composed and committed here.
 
 A REST send, a batch, a format-name or remote send, an SRMP delivery or stream batch, a
 forwarded message, an acknowledgement, a receipt, a journal or dead-letter copy, a
-transaction's commit, a redrive: each composes its records with ``message``, ``copy`` or
-``state`` and writes them with ``commit``. So how a message is stamped on arrival, how its
-record is encoded (priority, expiry, durability), whether one record takes the store's
-append or an atomic commit, how store refusals read in the queue domain, and that a record
-is announced to its queue only after it is durable, are written once.
+transaction's commit, a redrive: each composes its records with ``message`` or ``copy`` and
+writes them with ``commit``. So how a client's message is stamped (``stamp``; an SRMP message
+keeps its sender's stamps and takes only its arrival time), how a record is encoded
+(priority, expiry, durability), whether one record takes the store's append or an atomic
+commit, how store refusals read in the queue domain, and that a record is announced to its
+queue only after it is durable, are written once. The gateway's own state records (duplicate
+window, wire ids, links, positions) are composed here too (``state``); their owners write
+them, with the removals of the records they replace.
 
 Sequence numbers a caller reserved for records (``reserve``) are given back by ``commit``
 when the store refuses them, and by ``release`` when composing fails before the commit.
