@@ -1,6 +1,6 @@
 """The tables of docs/performance.md, printed from results files of ``python -m bench``.
 
-    python -m bench.report bench/results/quick.json bench/results/spark.json
+    python -m bench.report bench/results/quick.json [MORE.json ...]
 
 For each file, a line saying how and where the run was made (its command, date, machine, wrk
 version), then one row per scenario and concurrency (rate, ceiling, ratio, latency,
