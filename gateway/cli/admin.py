@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.cli.admin_client import AdminClient, AdminError
+from gateway.cli.config import config_path
 from gateway.cli.output import Progress, print_json, print_table
 
 __all__ = ["add_commands"]
@@ -140,11 +141,7 @@ def _client(args: argparse.Namespace) -> AdminClient:
 def _url_from_config(args: argparse.Namespace) -> str:
     from gateway.settings import load_settings
 
-    path = args.config or (Path(os.environ["ENTREPOT_CONFIG"])
-                           if os.environ.get("ENTREPOT_CONFIG") else None)
-    if path is None and args.default_config.is_file():
-        path = args.default_config
-    settings = load_settings(path)
+    settings = load_settings(config_path(args.config, args.default_config))
     server = settings.server
     host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
     if ":" in host:

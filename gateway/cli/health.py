@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import ssl
 import sys
 import urllib.error
@@ -19,6 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from gateway.cli.config import config_path
 from gateway.errors import GatewayError
 from gateway.settings import ServerSettings, Settings, load_settings, parse_listen
 
@@ -87,11 +87,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
 def _settings(args: argparse.Namespace) -> Settings:
     """Serve's precedence: --config, then $ENTREPOT_CONFIG, then the default file if any.
     Credentials are not resolved: the listener and whether TLS is on are all it needs."""
-    path: Path | None = args.config
-    if path is None and os.environ.get("ENTREPOT_CONFIG"):
-        path = Path(os.environ["ENTREPOT_CONFIG"])
-    if path is None and args.default_config.is_file():
-        path = args.default_config
+    path = config_path(args.config, args.default_config)
     overrides = {"server.listen": args.listen} if args.listen else None
     return load_settings(path, overrides)
 

@@ -12,13 +12,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from gateway.cli.config import DEFAULT_CONFIG, config_path
 from gateway.errors import GatewayError
 from gateway.logs import configure_logging
 from gateway.settings import Settings, load_settings, parse_listen
 
 __all__ = ["main", "build_parser"]
 
-DEFAULT_CONFIG = Path("config/entrepot.toml")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,11 +142,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace) -> tuple[Settings, str]:
     """Apply the precedence built-in < file < flags, and say where the file came from."""
-    path: Path | None = args.config
-    if path is None and os.environ.get("ENTREPOT_CONFIG"):
-        path = Path(os.environ["ENTREPOT_CONFIG"])
-    if path is None and DEFAULT_CONFIG.is_file():
-        path = DEFAULT_CONFIG
+    path = config_path(args.config, DEFAULT_CONFIG)
     overrides: dict[str, object] = {}
     for flag, key in (
         ("listen", "server.listen"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from gateway.cli.config import config_path
 from gateway.errors import StartupError
 from gateway.settings import load_settings
 from mapping.engine import receipt_url_for, route_inbound, route_outbound
@@ -35,8 +36,7 @@ def _directory(args: argparse.Namespace, default_config: Path) -> Path:
     given = getattr(args, "dir", None)
     if given is not None:
         return Path(given)
-    config = args.config or (default_config if default_config.is_file() else None)
-    return Path(load_settings(config).mapping.dir)
+    return Path(load_settings(config_path(args.config, default_config)).mapping.dir)
 
 
 def _load(directory: Path) -> tuple[MappingLoader, LoadReport]:

@@ -291,7 +291,7 @@ def _text_bodies(bodies: pa.Array, content_types: pa.Array,
     if not pc.any(plain).as_py():
         try:
             return bodies.cast(pa.string())  # valid UTF-8 throughout: no copy per row
-        except pa.ArrowInvalid:
+        except pa.ArrowInvalid:  # not UTF-8 throughout: each row is decoded below
             pass
     texts = []
     for record, ctype in zip(records, content_types.to_pylist()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -43,9 +44,22 @@ def test_a_broken_file_on_first_load_applies_nothing_but_others_work(tmp_path: P
     assert route_inbound(loader.rules, "http://gw/msmq/q") is not None
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gateway", "mapping", *args],
-                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+def test_mapping_commands_read_the_configuration_serve_reads(tmp_path: Path) -> None:
+    """$ENTREPOT_CONFIG names the configuration for the mapping commands as for serve."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "in.xml").write_text(_redirection(
+        "https://www.example.com/msmq/orderq", "https://orders/msmq/private$/orderq"))
+    config = tmp_path / "entrepot.toml"
+    config.write_text(f'[mapping]\ndir = "{tmp_path / "rules"}"\n')
+    result = _cli("check", env={"ENTREPOT_CONFIG": str(config)})
+    assert result.returncode == 0, result.stderr
+    assert "https://www.example.com/msmq/orderq" in result.stdout
 
 
 def test_mapping_check_prints_the_table_and_problems(tmp_path: Path) -> None:
