@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
-from bench import wrk
+from bench import cpu, servers, wrk
 from bench.scenarios import Scenario
 
 Ceilings = dict[str, tuple[Scenario, str]]
@@ -90,7 +90,11 @@ def measure(scenario: Scenario, url: str, concurrency: int, requests: int,
     count_before = queue_count(url, scenario.stored_queue) if scenario.stored_queue else 0
     warmup = warmup_for(requests)
     warm = client_run(url, scenario, concurrency, warmup, client)
+    # The server process when this run started it (a ceiling's CPU is not reported).
+    pid = None if scenario.is_ceiling else servers.started_pid(url)
+    cpu_before = cpu.snapshot(pid) if pid is not None else (0.0, 0.0)
     result = client_run(url, scenario, concurrency, requests, client)
+    cpu_after = cpu.snapshot(pid) if pid is not None else (0.0, 0.0)
     acknowledged = (int(warm["ok"]) + int(result["ok"])) * scenario.messages_per_request  # type: ignore[call-overload]
     stored: int | None = None
     check = "not checked"
@@ -123,6 +127,12 @@ def measure(scenario: Scenario, url: str, concurrency: int, requests: int,
         "stored": stored,
         "check": check,
     }
+    if pid is not None and result["count"]:
+        # Per message stored (or request answered): the server process (the store owner
+        # with server.workers > 1) and its children (the fronts).
+        per = 1e6 / (int(result["count"]) * scenario.messages_per_request)  # type: ignore[call-overload]
+        record["cpu_us_per_msg"] = round((cpu_after[0] - cpu_before[0]) * per, 1)
+        record["children_cpu_us_per_msg"] = round((cpu_after[1] - cpu_before[1]) * per, 1)
     if fsync_before is not None:
         fsync_after = ceiling("fsync")
         record["fsync_p99_ms"] = round((fsync_before[1] + fsync_after[1]) / 2, 3)

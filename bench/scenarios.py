@@ -76,13 +76,13 @@ def _call(url: str, method: str, path: str, doc: object) -> None:
         response.read()
 
 
-def _with_queue(prefill: bool = False) -> Callable[[], ContextManager[str]]:
-    """A gateway with queues ``bench`` (prefilled with 1 KiB messages for receive runs) and
-    ``private$/bench_tx`` (transactional)."""
+def _with_queue(prefill: bool = False, workers: int = 1) -> Callable[[], ContextManager[str]]:
+    """A gateway of ``workers`` processes (server.workers) with queues ``bench`` (prefilled
+    with 1 KiB messages for receive runs) and ``private$/bench_tx`` (transactional)."""
 
     @contextlib.contextmanager
     def server() -> Iterator[str]:
-        with servers.gateway() as url:
+        with servers.gateway(("--workers", str(workers))) as url:
             _call(url, "PUT", "/v1/queues/bench", {})
             _call(url, "PUT", "/v1/queues/private$/bench_tx", {"transactional": True})
             body = base64.b64encode(os.urandom(1024)).decode()
@@ -161,6 +161,12 @@ SCENARIOS: list[Scenario] = [
              compare_to="nostore", headers=_RAW, stored_queue="bench"),
     Scenario("rest-express", _with_queue(), "/v1/queues/bench/messages", compare_to="nostore",
              headers={**_RAW, "Mq-Delivery": "express"}, stored_queue="bench"),
+    # The same with two front processes around the store owner (server.workers = 2).
+    Scenario("rest-recoverable-w2", _with_queue(workers=2), "/v1/queues/bench/messages",
+             compare_to="nostore", headers=_RAW, stored_queue="bench"),
+    Scenario("rest-express-w2", _with_queue(workers=2), "/v1/queues/bench/messages",
+             compare_to="nostore", headers={**_RAW, "Mq-Delivery": "express"},
+             stored_queue="bench"),
     Scenario("rest-batch10", _with_queue(), "/v1/batch", compare_to="nostore",
              headers={"Content-Type": "application/json"}, messages_per_request=10,
              body_factory=_batch_body(10), stored_queue="bench"),

@@ -19,6 +19,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 _PIDS: dict[str, int] = {}  # base URL -> process id, while it runs
 
 
+def started_pid(url: str) -> int | None:
+    """The process id of the server running at ``url`` if it was started here."""
+    return _PIDS.get(url)
+
+
 def pid_of(url: str) -> int:
     """The process id of the server running at ``url`` (started here)."""
     return _PIDS[url]

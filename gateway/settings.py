@@ -127,6 +127,9 @@ class ServerSettings:
     body_timeout: float = _duration("30s", low="100ms", high="1h")
     header_count_max: int = _int(100, low=8, high=1000)
     header_bytes_max: int = _size("8KiB", low="1KiB", high="1MiB")
+    # Processes: 1 serves everything in one; N > 1 starts N front processes around the one
+    # that owns the store (gateway.fronts, docs/architecture.md).
+    workers: int = _int(1, low=1, high=64)
 
     @property
     def host(self) -> str:

@@ -50,6 +50,17 @@ def http_request(url: str, *, method: str = "POST", body: bytes = b"",
         return int(exc.code)
 
 
+def front_pids(owner: int) -> list[int]:
+    """The front processes (server.workers) among ``owner``'s children."""
+    pids = []
+    for task in Path(f"/proc/{owner}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                if b"gateway.fronts.front" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    pids.append(int(child))
+    return sorted(pids)
+
+
 class GatewayProcess:
     """``entrepot serve`` in a child process on a loopback port, stopped by PID. One a test
     left running (an assertion failed before its stop) is stopped after the test
@@ -65,8 +76,17 @@ class GatewayProcess:
         self.url = f"{'https' if cafile else 'http'}://127.0.0.1:{self.port}"
         self.data_dir = data_dir
         self.log_path = data_dir.parent / f"gateway-{self.port}.log"
+        # ENTREPOT_TEST_WORKERS runs every real gateway of a test run with that many front
+        # processes (server.workers); a test's own --workers comes after it and wins.
+        workers = os.environ.get("ENTREPOT_TEST_WORKERS", "")
         args = [sys.executable, "-m", "gateway", "serve",
-                "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(data_dir), *extra_args]
+                "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(data_dir),
+                *(["--workers", workers] if workers else []), *extra_args]
+        given = [a for a in args if a.startswith("--workers=")] or [
+            args[i + 1] for i, a in enumerate(args[:-1]) if a == "--workers"]
+        # Fronts to wait for (a --workers in a config file is not seen: such a test waits
+        # for them itself).
+        self.fronts = int(given[-1].partition("=")[2] or given[-1]) if given else 1
         # Appended: a gateway restarted on the same port keeps the log of its earlier life.
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
@@ -81,7 +101,8 @@ class GatewayProcess:
             if self.proc.poll() is not None:
                 raise AssertionError(f"gateway exited {self.proc.returncode}: {self.log()}")
             with contextlib.suppress(OSError):  # not listening yet
-                if http_get(self.url + "/readyz", timeout=1.0, cafile=self.cafile)[0] == 200:
+                if (http_get(self.url + "/readyz", timeout=1.0, cafile=self.cafile)[0] == 200
+                        and self._fronts_serving()):
                     return
             time.sleep(0.05)
         raise AssertionError(f"gateway not ready in {timeout}s: {self.log()}")
@@ -97,6 +118,15 @@ class GatewayProcess:
         self._log.close()
         GatewayProcess.running.discard(self)
         return code
+
+    def _fronts_serving(self) -> bool:
+        """With ``--workers`` N > 1, N front processes run (/readyz waits for them to serve:
+        this shows the option took effect)."""
+        if self.fronts < 2:
+            return True
+        count = len(front_pids(self.proc.pid))
+        assert count == self.fronts, f"{count} front processes, not {self.fronts}"
+        return True
 
     def log(self) -> str:
         if not self._log.closed:

@@ -33,7 +33,7 @@ from gateway.auth.tls import SubjectKey, parse_subject, subject_key
 from gateway.errors import ConfigError
 from gateway.settings import Settings
 
-__all__ = ["Authenticator", "Credentials", "AuthError", "RateLimited", "read_secret"]
+__all__ = ["AuthError", "Authenticator", "Credentials", "RateLimited", "read_secret"]
 
 
 def read_secret(path: str, key: str) -> bytes:
@@ -78,8 +78,11 @@ class Credentials:
 
 
 class Authenticator:
-    def __init__(self, settings: Settings) -> None:
-        """Raises: ConfigError when a partner's HMAC secret file cannot be read or its
+    def __init__(self, settings: Settings, *, rate_limits: bool = True) -> None:
+        """``rate_limits=False`` for a front process (gateway.fronts): the store owner keeps
+        each partner's one bucket and applies it (``throttle``).
+
+        Raises: ConfigError when a partner's HMAC secret file cannot be read or its
         certificate subject is not an RFC 4514 name."""
         auth = settings.auth
         self.window_s = auth.replay_window
@@ -108,7 +111,7 @@ class Authenticator:
                 other = self._subjects.setdefault(subject, principal)
                 if other is not principal:
                     raise ConfigError(f"{key}: the same subject as partner {other.name!r}")
-            if p.rate:
+            if p.rate and rate_limits:
                 self._buckets[p.name] = TokenBucket(p.rate, p.burst or 2 * p.rate)
         self.required = bool(self._keys or self._secrets or self._subjects)
 
@@ -189,8 +192,13 @@ class Authenticator:
         return principal
 
     def _throttle(self, principal: Principal, monotonic: float) -> None:
-        """Raises: RateLimited when the partner has no token left (none is taken then)."""
-        bucket = self._buckets.get(principal.name)
+        self.throttle(principal.name, monotonic)
+
+    def throttle(self, partner: str, monotonic: float) -> None:
+        """Take one of the partner's tokens.
+
+        Raises: RateLimited when the partner has no token left (none is taken then)."""
+        bucket = self._buckets.get(partner)
         wait = 0.0 if bucket is None else bucket.take(monotonic)
         if wait:
-            raise RateLimited(principal.name, wait)
+            raise RateLimited(partner, wait)

@@ -25,8 +25,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-__all__ = ["server_context", "create_self_signed", "parse_subject", "subject_key",
-           "SubjectKey", "PeerSubjects"]
+__all__ = [
+    "PeerSubjects",
+    "SubjectKey",
+    "create_self_signed",
+    "parse_subject",
+    "peer_certificate",
+    "server_context",
+    "subject_key",
+]
 
 # RFC 4514 keywords cryptography knows, and a few common ones it does not; upper or lower case.
 _KEYWORDS = {"CN": NameOID.COMMON_NAME, "L": NameOID.LOCALITY_NAME,
@@ -67,6 +74,17 @@ def parse_subject(text: str) -> x509.Name:
     return name
 
 
+def peer_certificate(transport: asyncio.BaseTransport | None) -> bytes | None:
+    """The client certificate (DER) the TLS handshake verified; None without TLS, without a
+    certificate, or with one not verified (``peercert`` is then an empty dict)."""
+    if transport is None or not transport.get_extra_info("peercert"):
+        return None
+    ssl_object = transport.get_extra_info("ssl_object")
+    der: bytes | None = (ssl_object.getpeercert(binary_form=True) if ssl_object is not None
+                         else None)
+    return der
+
+
 class PeerSubjects:
     """The subject keys of verified client certificates, by certificate (DER), the
     ``entries_max`` most recent: parsing one costs tens of microseconds, a look-up one,
@@ -82,10 +100,10 @@ class PeerSubjects:
     def of(self, transport: asyncio.BaseTransport | None) -> SubjectKey | None:
         """The subject key of the client certificate the TLS handshake verified; None
         without one (or for one ``cryptography`` cannot read, which then proves nothing)."""
-        if transport is None or not transport.get_extra_info("peercert"):
-            return None  # no TLS, no certificate, or one not verified (the dict is empty)
-        ssl_object = transport.get_extra_info("ssl_object")
-        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        return self.of_der(peer_certificate(transport))
+
+    def of_der(self, der: bytes | None) -> SubjectKey | None:
+        """The subject key of a verified client certificate (DER)."""
         if not der:
             return None
         if der in self._keys:

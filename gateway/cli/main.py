@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="log lines for people or JSON lines (overrides log.format)")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                        help="overrides log.level")
+    serve.add_argument("--workers", type=int, metavar="N",
+                       help="HTTP front processes around the one that owns the store; 1 "
+                       "serves everything in one process (overrides server.workers)")
     serve.add_argument("--links-paused", action="store_const", const=True,
                        help="start every link and receipt lane paused, to inspect a restored "
                        "copy without forwarding (sets links.start_paused)")
@@ -151,6 +154,7 @@ def _load(args: argparse.Namespace) -> tuple[Settings, str]:
         ("log_format", "log.format"),
         ("log_level", "log.level"),
         ("links_paused", "links.start_paused"),
+        ("workers", "server.workers"),
     ):
         value = getattr(args, flag, None)
         if value is not None:

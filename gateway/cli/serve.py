@@ -8,28 +8,33 @@ opened and recovered in the background; /readyz says when it is done).
 from __future__ import annotations
 
 import asyncio
-import errno
 import gc
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
+import tempfile
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import uvloop
 from aiohttp import web
 
-from gateway.auth.tls import server_context
 from gateway.cli.sdnotify import Notifier
 from gateway.errors import StartupError
-from gateway.logs import access_log, server_log
+from gateway.fronts.commands import Commands
+from gateway.fronts.supervisor import Fronts
+from gateway.logs import server_log
 from gateway.settings import Settings
 from gateway.srmp import envelope as srmp_envelope
 from gateway.web.app import make_app
-from gateway.web.appkeys import STATE_KEY
-from gateway.web.http_server import ProblemAppRunner
+from gateway.web.appkeys import AUTHENTICATOR_KEY, STATE_KEY
+from gateway.web.http_server import app_runner
+from gateway.web.listener import bind, tls_context
 from gateway.web.state import GatewayState
 from store.datadir import probe_data_dir
 from store.errors import StoreError
@@ -49,38 +54,27 @@ def serve(settings: Settings, *, config_source: str) -> int:
         probe_data_dir(Path(settings.store.data_dir))
     except StoreError as exc:
         raise StartupError(f"data directory {settings.store.data_dir}: {exc}") from exc
-    context = _tls(settings)
-    sock = _bind(settings.server.host, settings.server.port)
+    context = tls_context(settings)
+    if settings.server.workers > 1:
+        sock, settings = _reserve(settings)
+    else:
+        sock = bind(settings.server.host, settings.server.port)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(_serve(settings, sock, context, config_source=config_source))
 
 
-def _tls(settings: Settings) -> ssl.SSLContext | None:
-    server = settings.server
-    if not server.tls_cert:
-        return None
-    try:
-        return server_context(server.tls_cert, server.tls_key, server.tls_client_ca)
-    except (OSError, ssl.SSLError) as exc:
-        raise StartupError(f"TLS: cannot load server.tls_cert {server.tls_cert} / "
-                           f"server.tls_key {server.tls_key}: {exc}") from exc
+def _reserve(settings: Settings) -> tuple[socket.socket, Settings]:
+    """The port for the fronts: free (a plain bind would fail if anything held it), then
+    held bound but not listening by the owner, with SO_REUSEPORT so that the fronts can
+    listen on it; port 0 becomes the port the system chose, for every front.
 
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(1024)
-    except OSError as exc:
-        sock.close()
-        address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
-        if exc.errno == errno.EADDRINUSE:
-            raise StartupError(f"cannot listen on {address}: address already in use") from exc
-        raise StartupError(f"cannot listen on {address}: {exc.strerror or exc}") from exc
-    sock.setblocking(False)
-    return sock
+    Raises: StartupError when it is in use or cannot be bound."""
+    host = settings.server.host
+    bind(host, settings.server.port, listen=False).close()
+    sock = bind(host, settings.server.port, reuse_port=True, listen=False)
+    port = sock.getsockname()[1]
+    listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return sock, replace(settings, server=replace(settings.server, listen=listen))
 
 
 async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContext | None, *,
@@ -89,21 +83,27 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    app = make_app(settings)
+    owner = settings.server.workers > 1
+    app = make_app(settings, behind_fronts=owner)
     loop.add_signal_handler(signal.SIGHUP, app[STATE_KEY].reload_mapping.set)
-    runner = ProblemAppRunner(
-        app,
-        handle_signals=False,
-        access_log=access_log if settings.log.access else None,
-        keepalive_timeout=settings.server.keepalive_timeout,
-        max_headers=settings.server.header_count_max,
-        max_field_size=settings.server.header_bytes_max,
-        max_line_size=settings.server.header_bytes_max,
-    )
+    runner = app_runner(app, settings)
     await runner.setup()
-    site = web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace,
-                        ssl_context=context)
-    await site.start()
+    fronts: Fronts | None = None
+    if owner:
+        owner_dir = Path(tempfile.mkdtemp(prefix="entrepot-"))  # 0700: this user only
+        site: web.BaseSite = web.UnixSite(runner, str(owner_dir / "owner.sock"),
+                                          shutdown_timeout=settings.server.shutdown_grace)
+        await site.start()
+        state = app[STATE_KEY]
+        state.fronts_started = False
+        commands = Commands(state, app[AUTHENTICATOR_KEY])
+        fronts = Fronts(settings, str(owner_dir / "owner.sock"), commands,
+                        on_all_serving=lambda: setattr(state, "fronts_started", True))
+        fronts.start()
+    else:
+        site = web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace,
+                            ssl_context=context)
+        await site.start()
     marker = _write_marker(settings, tls=context is not None)
     if settings.server.host not in ("127.0.0.1", "::1", "localhost"):
         _warn_if_open(settings)
@@ -117,7 +117,8 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
     )
     notifier = Notifier()
     state = app[STATE_KEY]
-    tasks = [asyncio.create_task(_announce_ready(notifier, state, stop)),
+    tasks = [asyncio.create_task(_announce_ready(
+                 notifier, state, stop, fronts.serving if fronts is not None else None)),
              asyncio.create_task(_tune_collector(state, stop)),
              asyncio.create_task(notifier.watchdog(
                  lambda: state.failure is None and (state.store is None
@@ -128,20 +129,27 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
     for task in tasks:
         task.cancel()
     marker.unlink(missing_ok=True)
+    if fronts is not None:
+        await fronts.stop(settings.server.shutdown_grace)
+        await commands.drain()
     await runner.cleanup()
+    if owner:
+        shutil.rmtree(owner_dir, ignore_errors=True)
+        sock.close()
     notifier.close()
     server_log.info("stopped")
     return 0
 
 
-async def _announce_ready(notifier: Notifier, state: GatewayState, stop: asyncio.Event) -> None:
-    """READY=1 once recovery is done (systemd holds dependants until then); a store that
-    cannot open is reported as the status instead."""
+async def _announce_ready(notifier: Notifier, state: GatewayState, stop: asyncio.Event,
+                          fronts_serving: Callable[[], bool] | None) -> None:
+    """READY=1 once recovery is done and every front listens (systemd holds dependants until
+    then); a store that cannot open is reported as the status instead."""
     if not notifier.enabled:
         return
     notifier.send("STATUS=recovering the store")
     while not stop.is_set():
-        if state.ready:
+        if state.ready and (fronts_serving is None or fronts_serving()):
             notifier.send("READY=1", "STATUS=serving")
             return
         if state.failure is not None:

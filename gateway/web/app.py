@@ -36,6 +36,7 @@ from gateway.queues.transactions import Transactions
 from gateway.settings import Settings, StoreSettings
 from gateway.web import admin, health, openapi, rest_links, rest_messages, rest_queues, rest_tx, ui
 from gateway.web.appkeys import (
+    AUTHENTICATOR_KEY,
     FILE_OPS_KEY,
     METRICS_KEY,
     PARSE_POOL_KEY,
@@ -44,6 +45,7 @@ from gateway.web.appkeys import (
     STATE_KEY,
 )
 from gateway.web.auth_middleware import make_auth_gate
+from gateway.web.forwarded import from_front
 from gateway.web.long_polls import LONG_POLLS_KEY, LongPolls
 from gateway.web.metrics_state import StateCollector
 from gateway.web.middlewares import make_middlewares
@@ -75,24 +77,29 @@ def store_options(settings: StoreSettings) -> StoreOptions:
     )
 
 
-def make_app(settings: Settings, *, file_ops: FileOps | None = None) -> web.Application:
+def make_app(settings: Settings, *, file_ops: FileOps | None = None,
+             behind_fronts: bool = False) -> web.Application:
     """Build the gateway application; nothing is opened until the app starts.
 
     ``file_ops`` is the store's file seam (tests inject faults through it).
+    ``behind_fronts``: the store owner's app, serving what front processes forward
+    (gateway.fronts), with the client's address and certificate from their headers.
     """
     metrics = Metrics()
     load_webhooks(settings)  # a webhook's unreadable secret stops the start (exit 2)
     landing_specs(settings)  # so does a Parquet landing without pyarrow
     load_peers(settings)  # and a peer's TLS files that cannot be loaded
-    gate = make_auth_gate(settings, Authenticator(settings))
+    authenticator = Authenticator(settings)
+    gate = make_auth_gate(settings, authenticator)
     long_polls = LongPolls(settings.server.long_polls_max)
     metrics.http_long_polls.set_function(lambda: long_polls.parked)
     app = web.Application(
         client_max_size=settings.server.request_body_max,
-        middlewares=make_middlewares(
+        middlewares=[*([from_front] if behind_fronts else []), *make_middlewares(
             metrics, concurrent_requests_max=settings.server.concurrent_requests_max, gate=gate,
-            long_polls=long_polls),
+            long_polls=long_polls)],
     )
+    app[AUTHENTICATOR_KEY] = authenticator
     app[LONG_POLLS_KEY] = long_polls
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics

@@ -33,13 +33,29 @@ from gateway.settings import Settings
 from gateway.web.appkeys import STATE_KEY
 from mapping.names import QueueNameError, parse_queue_path
 
-__all__ = ["Gate", "make_auth_gate", "principal_of", "require", "require_admin",
-           "PRINCIPAL", "scoped_key", "is_local_client", "is_loopback"]
+__all__ = [
+    "PEER_CERT",
+    "PRINCIPAL",
+    "Gate",
+    "is_local_client",
+    "is_loopback",
+    "make_auth_gate",
+    "principal_of",
+    "read_body",
+    "refuse_declared_length",
+    "require",
+    "require_admin",
+    "scoped_key",
+    "throttle",
+]
 
 Gate = Callable[[web.Request], Awaitable[None]]
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/v1/openapi.json"})
 PRINCIPAL = web.RequestKey("principal", Principal)
+# The client certificate (DER) a front process verified (gateway.fronts): the store owner
+# sees the front's Unix socket, not the client's TLS connection.
+PEER_CERT = web.RequestKey("peer_cert", bytes)
 # Basic first: browsers (the status page) read the first challenge; API clients know theirs.
 _CHALLENGE = {"WWW-Authenticate": f'Basic realm="entrepot", Bearer realm="entrepot", '
               f'{SCHEME} realm="entrepot"'}
@@ -55,15 +71,13 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator) -> Gate:
     async def gate(request: web.Request) -> None:
         if request.path in PUBLIC_PATHS:
             return
-        length = request.content_length
-        if length is not None and length > body_max:
-            raise ProblemError(413, f"request body of {length} bytes is over the limit of "
-                               f"{body_max} bytes", type_slug="body-too-large")
+        refuse_declared_length(request, body_max)
         route = request.match_info.route
         srmp = route.name is not None and route.name.startswith("srmp-")
         header = "" if srmp else request.headers.get("Authorization", "")
         signed = header.lstrip().startswith(SCHEME)
-        subject = subjects.of(request.transport)
+        subject = (subjects.of_der(request[PEER_CERT]) if PEER_CERT in request
+                   else subjects.of(request.transport))
         principal: Principal | None = None
         # Everything but a signature is decided on the headers, before the body is read: a
         # stranger's slow body cannot hold the in-flight slots partners need.
@@ -76,7 +90,7 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator) -> Gate:
                 raise ProblemError(401, "a credential is required (Authorization: Bearer "
                                    f"<API key> or {SCHEME}, or a client certificate)",
                                    type_slug="unauthorized", headers=_CHALLENGE)
-        body = await _read_body(request, body_timeout)
+        body = await read_body(request, body_timeout)
         if signed:
             principal = _check(authenticate, Credentials(
                 header, subject, request.method, request.path_qs, body,
@@ -109,7 +123,20 @@ def _check(step: Callable[[A], T], argument: A) -> T:
                            headers={"Retry-After": "5"}) from exc
 
 
-async def _read_body(request: web.Request, timeout_s: float) -> bytes:
+def refuse_declared_length(request: web.Request, body_max: int) -> None:
+    """Raises: ProblemError 413 when the declared body is over ``body_max`` (nothing read)."""
+    length = request.content_length
+    if length is not None and length > body_max:
+        raise ProblemError(413, f"request body of {length} bytes is over the limit of "
+                           f"{body_max} bytes", type_slug="body-too-large")
+
+
+def throttle(authenticator: Authenticator, partner: str) -> None:
+    """Raises: ProblemError 429 when ``partner`` is over its rate limit."""
+    _check(lambda name: authenticator.throttle(name, time.monotonic()), partner)
+
+
+async def read_body(request: web.Request, timeout_s: float) -> bytes:
     """The whole body, within ``timeout_s`` (408); a client that hangs up mid-body gets a 400
     it will not read, and no error is logged: the fault is not the gateway's."""
     if not request.can_read_body:

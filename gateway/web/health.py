@@ -25,9 +25,11 @@ async def healthz(request: web.Request) -> web.Response:
 
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
-    """200 only once the store is open and recovered and nothing has fail-stopped it."""
+    """200 only once the store is open and recovered, every front process has started
+    (server.workers > 1), and nothing has fail-stopped the store."""
     state = request.app[STATE_KEY]
-    reason = state.not_ready_reason()
+    reason = state.not_ready_reason() or (
+        "" if state.fronts_started else "the front processes are starting")
     if reason:
         return problem_response(503, reason, type_slug="not-ready", headers={"Retry-After": "1"})
     return web.json_response({"status": "ready"})

@@ -19,10 +19,11 @@ from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from gateway.logs import server_log
+from gateway.logs import access_log, server_log
+from gateway.settings import Settings
 from gateway.web.problem import problem_response
 
-__all__ = ["ProblemAppRunner"]
+__all__ = ["ProblemAppRunner", "app_runner"]
 
 _DETAIL_CHARS_MAX = 200
 
@@ -71,3 +72,17 @@ class ProblemAppRunner(web.AppRunner):
         # arguments), only making _ProblemRequestHandler connections.
         server.__class__ = _ProblemServer
         return server
+
+
+def app_runner(app: web.Application, settings: Settings) -> ProblemAppRunner:
+    """The runner of ``app`` with the server section's limits (one process, or each front)."""
+    server = settings.server
+    return ProblemAppRunner(
+        app,
+        handle_signals=False,
+        access_log=access_log if settings.log.access else None,
+        keepalive_timeout=server.keepalive_timeout,
+        max_headers=server.header_count_max,
+        max_field_size=server.header_bytes_max,
+        max_line_size=server.header_bytes_max,
+    )

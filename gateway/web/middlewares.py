@@ -130,9 +130,25 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
     return [observe]
 
 
+def _refuse_bytes_not_utf8(request: web.Request) -> None:
+    """Raises: ProblemError 400 naming the first header whose value is not UTF-8 text.
+
+    aiohttp keeps such bytes as lone surrogates, which no store, log line, answer or
+    forwarded request (gateway.fronts) can carry; refused before anything else, on every
+    route, so that one process and several answer alike."""
+    for name, value in request.headers.items():
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                raise ProblemError(400, f"{name}: not UTF-8 text",
+                                   type_slug="bad-header") from None
+
+
 async def _answer(request: web.Request, handler: Handler,
                   gate: Gate | None) -> web.StreamResponse:
     try:
+        _refuse_bytes_not_utf8(request)
         if gate is not None:
             await gate(request)
         try:

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from gateway import jsonio
 from gateway.errors import ProblemError
+from gateway.msmq.message import MessageProperties
 from gateway.queues.manager import Park, QueueManager, QueueSettings, ReceivedMessage
 from gateway.queues.redrive import Redrive, RedriveFilter
 from gateway.queues.transactions import Transactions
@@ -50,7 +51,8 @@ def _transactions(request: web.Request) -> Transactions:
     return request.app[STATE_KEY].serving().transactions
 
 
-def _split(tail: str) -> tuple[str, list[str]]:
+def split_tail(tail: str) -> tuple[str, list[str]]:
+    """``private$/name/messages`` -> (``private$/name``, [``messages``])."""
     segments = tail.split("/")
     if segments[0].lower() == "private$" and len(segments) > 1:
         return "/".join(segments[:2]), segments[2:]
@@ -87,7 +89,7 @@ async def list_queues(request: web.Request) -> web.Response:
 @routes.route("*", "/v1/queues/{tail:[\\s\\S]+}")
 async def queue_tree(request: web.Request) -> web.StreamResponse:
     qm = _qm(request)
-    name, rest = _split(request.match_info["tail"])
+    name, rest = split_tail(request.match_info["tail"])
     method = request.method
     _authorize(request, name, rest)
     if not rest:
@@ -214,16 +216,29 @@ async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Respon
         return jsonio.json_response({"transaction": tx.id, "queue": qm.queue(name).path.display,
                                   "index": index}, status=202)
     body = await request.read()
-    key = scoped_key(request, send.idempotency_key)
+    answer, replayed = await send_one(qm, name, body, send.properties,
+                                      transaction=send.transaction,
+                                      key=scoped_key(request, send.idempotency_key))
+    return sent_response(answer, replayed)
+
+
+async def send_one(qm: QueueManager, name: str, body: bytes, properties: MessageProperties, *,
+                   transaction: str | None, key: str | None) -> tuple[dict[str, object], bool]:
+    """Store one message sent outside a transaction: its answer, and whether it is the
+    replay of an earlier send with the same Idempotency-Key (``key``, scoped)."""
     prior = await replayed_send(qm, key, name, body)
     if prior is not None:
-        return jsonio.json_response(prior, status=201, headers={
-            **REPLAYED, "Location": message_location(str(prior["queue"]), str(prior["id"]))})
-    message = await qm.send(name, body, send.properties, transaction=send.transaction,
-                            dedup_key=key, fresh=True)
-    return jsonio.json_response({"id": message.message_id, "queue": message.queue,
-                                 "seq": message.seq}, status=201, headers={
-        "Location": message_location(message.queue, message.message_id)})
+        return prior, True
+    message = await qm.send(name, body, properties, transaction=transaction, dedup_key=key,
+                            fresh=True)
+    return {"id": message.message_id, "queue": message.queue, "seq": message.seq}, False
+
+
+def sent_response(answer: dict[str, object], replayed: bool) -> web.Response:
+    """The 201 of a send to one queue."""
+    headers = {"Location": message_location(str(answer["queue"]), str(answer["id"]))}
+    return jsonio.json_response(answer, status=201,
+                                headers={**REPLAYED, **headers} if replayed else headers)
 
 
 async def replayed_send(qm: QueueManager, key: str | None, name: str, body: bytes

@@ -61,6 +61,9 @@ class GatewayState:
     mapping: MappingLoader | None = None
     reload_mapping: asyncio.Event = field(default_factory=asyncio.Event)
     started_at: float = field(default_factory=time.time)  # the status page's uptime
+    # With server.workers > 1: every front process has served once (gateway.fronts); until
+    # then /readyz says the gateway is starting (a front started again later does not).
+    fronts_started: bool = True
 
     def serving(self, retry_after_s: int = 1) -> Services:
         """The services, or the 503 every route answers while the gateway cannot serve.

@@ -16,6 +16,9 @@ import pytest
 
 from tests.helpers import GatewayProcess, http_get
 
+# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+pytestmark = pytest.mark.workers
+
 
 async def _client_load(url: str, acked: list[int], started: list[int], stop: asyncio.Event,
                        worker: int) -> None:

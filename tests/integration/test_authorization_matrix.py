@@ -18,6 +18,9 @@ from gateway.web.appkeys import STATE_KEY
 from gateway.settings import parse_settings
 from tests.helpers import REPO_ROOT
 
+# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+pytestmark = pytest.mark.workers
+
 COLUMNS = ("open remote", "open loopback", "keyed anonymous", "partner A", "partner B",
            "admin")
 REMOTE = "203.0.113.9"  # TEST-NET-3: never routed; only this test's requests carry it

@@ -8,7 +8,12 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO_ROOT, GatewayProcess, http_get
+
+# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+pytestmark = pytest.mark.workers
 
 # Each curl of an example fails the script on an error answer; the rest is the example's own.
 _PRELUDE = """set -euo pipefail

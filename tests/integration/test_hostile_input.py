@@ -20,6 +20,9 @@ from gateway.msmq.message import LABEL_CHARS_MAX
 from gateway.web.rest_body import JSON_DEPTH_MAX
 from tests.helpers import GatewayProcess
 
+# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+pytestmark = pytest.mark.workers
+
 Q = "/v1/queues/private$/hostile"
 NEW_Q = "/v1/queues/private$/made_by_hostile"  # must never come to exist
 BATCH_MAX = 10_000
@@ -138,6 +141,18 @@ def test_other_headers_that_are_not_utf8(gateway: GatewayProcess, unchanged: Non
                          b'multipart/related; boundary="b' + value + b'"; type=text/xml'):
         _problem(_request(gateway, "POST", "/msmq/private$/hostile", body=b"--b\r\n\r\n<x/>",
                           headers=[(b"Content-Type", content_type)]))
+
+
+@pytest.mark.parametrize("value", NOT_UTF8, ids=repr)
+def test_any_header_that_is_not_utf8_is_refused_naming_it(gateway: GatewayProcess,
+                                                          unchanged: None, value: bytes) -> None:
+    # Refused before anything else, on every route (one process and several alike: bytes
+    # that are not UTF-8 cannot be passed on from a front to the store owner).
+    for method, path in (("GET", "/v1/queues"), ("POST", f"{Q}/messages"),
+                         ("POST", f"{Q}/receive"), ("GET", "/v1/transactions")):
+        answer = _request(gateway, method, path, body=b"x" if method == "POST" else b"",
+                          headers=[(b"X-Trace", value)])
+        assert answer[0] == 400 and _problem(answer, "X-Trace"), (path, answer)
 
 
 # ---- lone surrogates in JSON strings ---------------------------------------------------------

@@ -8,8 +8,13 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+
 from gateway.cli.sdnotify import Notifier
 from tests.helpers import GatewayProcess, http_get
+
+# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+pytestmark = pytest.mark.workers
 
 
 def _receive(sock: socket.socket, until: str, timeout: float = 20.0) -> list[str]:

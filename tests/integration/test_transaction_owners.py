@@ -21,6 +21,9 @@ from gateway.settings import ConfigError, parse_settings
 from store.framing import max_payload
 from tests.helpers import GatewayProcess
 
+# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+pytestmark = pytest.mark.workers
+
 PROBLEM = "application/problem+json"
 SEGMENT = 1 << 20
 LARGEST = max_payload(SEGMENT)  # the largest record payload a 1 MiB segment holds

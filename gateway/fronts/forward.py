@@ -1,0 +1,85 @@
+"""A front's way to the owner for every request it does not turn into a command.
+
+The request goes as it came (method, path and query, headers, body) to the owner's own
+application on its private Unix socket, with the client's address, scheme and certificate in
+``gateway.web.forwarded``'s headers; the answer comes back as the owner made it. The owner
+authenticates such a request itself, so its nonces and rate limits stay in one place.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
+
+from gateway.auth.tls import peer_certificate
+from gateway.errors import ProblemError
+from gateway.settings import Settings
+from gateway.web import forwarded
+from gateway.web.auth_middleware import read_body, refuse_declared_length
+
+__all__ = ["Forwarder"]
+
+# Hop-by-hop headers (RFC 9110 7.6.1) and those the HTTP layer sets for the body it sends.
+_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer",
+                  "transfer-encoding", "upgrade", "content-length"})
+
+
+class Forwarder:
+    def __init__(self, settings: Settings, owner_socket: str) -> None:
+        self._body_max = settings.server.request_body_max
+        self._body_timeout = settings.server.body_timeout
+        self._owner_socket = owner_socket
+        # One connection per request in flight, at most as many as the front admits.
+        self._limit = (settings.server.concurrent_requests_max
+                       + settings.server.long_polls_max)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.UnixConnector(self._owner_socket, limit=self._limit),
+            auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None),
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def forward(self, request: web.Request) -> web.Response:
+        """The owner's answer to ``request``.
+
+        Raises:
+            ProblemError: 413/408/400 for a body the owner's gate would refuse the same way;
+                503 when the owner cannot be reached.
+        """
+        assert self._session is not None
+        refuse_declared_length(request, self._body_max)
+        # Read here, or already by the front's gate (then aiohttp has kept it).
+        body = await read_body(request, self._body_timeout) or await request.read()
+        headers: CIMultiDict[str] = CIMultiDict()
+        for name, value in request.headers.items():
+            if name.lower() in _HOP or name.lower() in forwarded.FRONT_HEADERS:
+                continue
+            headers.add(name, value)  # UTF-8: the middleware refused other bytes
+        headers[forwarded.REMOTE] = request.remote or ""
+        headers[forwarded.SCHEME] = request.scheme
+        der = peer_certificate(request.transport)
+        if der:
+            headers[forwarded.CERT] = base64.b64encode(der).decode()
+        url = URL("http://owner" + request.raw_path, encoded=True)
+        try:
+            async with self._session.request(request.method, url, headers=headers,
+                                             data=body if body else None,
+                                             allow_redirects=False) as answer:
+                content = await answer.read()
+                out = CIMultiDict((k, v) for k, v in answer.headers.items()
+                                  if k.lower() not in _HOP)
+                return web.Response(status=answer.status, reason=answer.reason,
+                                    body=content, headers=out)
+        except aiohttp.ClientError as exc:
+            raise ProblemError(503, f"the store owner process cannot be reached: {exc}",
+                               type_slug="not-ready", headers={"Retry-After": "1"}) from exc
+

@@ -1,0 +1,164 @@
+"""A front process: ``python -m gateway.fronts.front FD`` (started by the owner only).
+
+It listens on the gateway's port beside the other fronts (SO_REUSEPORT), answers a REST send
+to one queue outside a transaction by itself (authentication, headers, validation) with one
+``SEND`` command to the owner, and forwards every other request to the owner
+(gateway.fronts.forward). It stops on SIGTERM or SIGINT after finishing its requests, and at
+once when the owner is gone (its end of the channel closes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pickle
+import signal
+import socket
+import ssl
+import sys
+import time
+
+import uvloop
+from aiohttp import web
+
+from gateway.auth.authenticator import Authenticator
+from gateway.auth.hmac_sig import SCHEME
+from gateway.errors import GatewayError, ProblemError
+from gateway.fronts import wire
+from gateway.fronts.channel import Channel, ChannelLost, Overloaded
+from gateway.fronts.forward import Forwarder
+from gateway.fronts.supervisor import FrontStart
+from gateway.logs import configure_logging
+from gateway.metrics import Metrics
+from gateway.queues.destinations import local_host_names
+from gateway.settings import Settings
+from gateway.web.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
+from gateway.web.auth_middleware import Gate, make_auth_gate, principal_of, require, scoped_key
+from gateway.web.http_server import app_runner
+from gateway.web.listener import bind, tls_context
+from gateway.web.middlewares import make_middlewares
+from gateway.web.rest_codec import HeaderError, parse_send_headers
+from gateway.web.rest_queues import sent_response, split_tail
+from gateway.web.state import GatewayState
+
+__all__ = ["main", "make_front_app"]
+
+log = logging.getLogger("gateway.fronts")
+
+_QUEUES = "/v1/queues/"
+_MESSAGES = "/messages"
+
+
+def make_front_app(settings: Settings, channel: Channel, forwarder: Forwarder
+                   ) -> web.Application:
+    """The front's application: one route, every method and path."""
+    metrics = Metrics()
+    gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False))
+    app = web.Application(
+        client_max_size=settings.server.request_body_max,
+        middlewares=make_middlewares(
+            metrics, concurrent_requests_max=settings.server.concurrent_requests_max))
+    app[SETTINGS_KEY] = settings
+    app[METRICS_KEY] = metrics
+    app[STATE_KEY] = GatewayState(local=local_host_names(
+        settings.server.names, settings.server.host, settings.server.port))
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        name = _sent_to(request)
+        if name is None:
+            return await forwarder.forward(request)
+        return await _send(request, name, gate, channel, forwarder)
+
+    app.router.add_route("*", "/{path:[\\s\\S]*}", handle)
+    return app
+
+
+def _sent_to(request: web.Request) -> str | None:
+    """The queue of a REST send the front answers itself: ``POST /v1/queues/<q>/messages``
+    with a plain path (nothing percent-encoded) and not signed (a signature's nonce is
+    checked where the nonces are: the owner)."""
+    if request.method != "POST":
+        return None
+    path = request.raw_path.partition("?")[0]
+    if not (path.startswith(_QUEUES) and path.endswith(_MESSAGES)) or "%" in path:
+        return None
+    if request.headers.get("Authorization", "").lstrip().startswith(SCHEME):
+        return None
+    name, rest = split_tail(path[len(_QUEUES):])
+    return name if rest == ["messages"] and name else None
+
+
+async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
+                forwarder: Forwarder) -> web.StreamResponse:
+    await gate(request)
+    require(request, "send", name)
+    try:
+        send = parse_send_headers(request.headers, now_ms=int(time.time() * 1000))
+    except HeaderError as exc:
+        raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
+    properties = send.properties
+    if (send.transaction not in (None, "single", "none") or properties.response_queue
+            or properties.admin_queue):
+        # Transactions and reply addresses need the owner's state: it does all of it.
+        return await forwarder.forward(request)
+    principal = principal_of(request)
+    command = wire.SendCommand(
+        name, await request.read(), properties, send.transaction,
+        scoped_key(request, send.idempotency_key),
+        "" if principal.admin or principal.open else principal.name)
+    try:
+        kind, payload = await channel.call(wire.Kind.SEND, command)
+    except (ChannelLost, Overloaded) as exc:
+        raise ProblemError(503, str(exc), type_slug="not-ready",
+                           headers={"Retry-After": "1"}) from exc
+    if kind == wire.Kind.PROBLEM:
+        raise wire.problem_answer(payload).error()
+    answer, replayed = wire.decode(payload)
+    return sent_response(answer, replayed)
+
+
+async def _run(start: FrontStart, channel_fd: int) -> int:
+    settings = start.settings
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    _, channel = await loop.create_unix_connection(
+        lambda: Channel(on_lost=stop.set, in_flight_max=settings.server.concurrent_requests_max
+                        + settings.server.long_polls_max),
+        sock=socket.socket(fileno=channel_fd))
+    context: ssl.SSLContext | None = tls_context(settings)
+    sock = bind(settings.server.host, settings.server.port, reuse_port=True)
+    forwarder = Forwarder(settings, start.owner_socket)
+    await forwarder.start()
+    runner = app_runner(make_front_app(settings, channel, forwarder), settings)
+    await runner.setup()
+    await web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace,
+                       ssl_context=context).start()
+    channel.send(0, wire.Kind.HELLO, os.getpid())
+    await stop.wait()
+    if channel.lost:
+        log.error("front %d: the owner process is gone; stopping", start.index)
+        return 1  # nothing here is worth a graceful stop: no request can be answered
+    await runner.cleanup()
+    await forwarder.close()
+    channel.close()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    channel_fd = int(argv[1])
+    start: FrontStart = pickle.loads(sys.stdin.buffer.read())
+    settings = start.settings
+    configure_logging(fmt=settings.log.format, level=settings.log.level)
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(_run(start, channel_fd))
+    except GatewayError as exc:
+        log.error("front %d cannot start: %s", start.index, exc)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

@@ -1,0 +1,142 @@
+"""The owner starts its fronts, restarts one that dies, and stops them before itself.
+
+Each front is ``python -m gateway.fronts.front FD``: FD is its end of a socket pair (the
+command channel), and its standard input brings the settings and the path of the owner's
+socket for forwarded requests. A front that exits while the owner runs is started again
+after a pause that doubles up to ``_RESTART_MAX_S`` (a front that cannot start does not spin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import pickle
+import signal
+import socket
+import sys
+from collections.abc import Callable
+
+from gateway.fronts import wire
+from gateway.fronts.channel import Channel
+from gateway.fronts.commands import Commands
+from gateway.settings import Settings
+
+__all__ = ["Fronts", "FrontStart"]
+
+log = logging.getLogger("gateway.fronts")
+
+_RESTART_MIN_S = 0.1
+_RESTART_MAX_S = 5.0
+
+
+class FrontStart:
+    """What a front reads from its standard input."""
+
+    def __init__(self, settings: Settings, owner_socket: str, index: int) -> None:
+        self.settings = settings
+        self.owner_socket = owner_socket
+        self.index = index
+
+
+class Fronts:
+    def __init__(self, settings: Settings, owner_socket: str, commands: Commands,
+                 on_all_serving: Callable[[], None]) -> None:
+        self.count = settings.server.workers
+        self._settings = settings
+        self._owner_socket = owner_socket
+        self._commands = commands
+        self._on_all_serving = on_all_serving
+        self._serving: dict[int, int] = {}  # front index -> pid, once it said HELLO
+        self._processes: dict[int, asyncio.subprocess.Process] = {}
+        self._channels: dict[int, Channel] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.restarts = 0
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._keep(index), name=f"front-{index}")
+                       for index in range(self.count)]
+
+    def serving(self) -> bool:
+        """Every front has said it listens."""
+        return len(self._serving) == self.count
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._processes.values() if p.returncode is None]
+
+    async def _keep(self, index: int) -> None:
+        pause = _RESTART_MIN_S
+        while True:
+            code = await self._run(index)
+            self._serving.pop(index, None)
+            if self._stopping:
+                return
+            self.restarts += 1
+            log.warning("front %d exited (%s): starting it again in %.1f s", index,
+                        _exit_text(code), pause)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _RESTART_MAX_S)
+
+    async def _run(self, index: int) -> int:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gateway.fronts.front", str(theirs.fileno()),
+                stdin=asyncio.subprocess.PIPE, pass_fds=(theirs.fileno(),))
+        finally:
+            theirs.close()
+        self._processes[index] = process
+        assert process.stdin is not None
+        process.stdin.write(pickle.dumps(FrontStart(self._settings, self._owner_socket,
+                                                    index), 5))
+        with contextlib.suppress(ConnectionError):
+            await process.stdin.drain()
+        process.stdin.close()
+
+        def on_request(channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
+            if kind == wire.Kind.HELLO:
+                self._serving[index] = wire.decode(payload)
+                log.info("front %d serving pid=%d", index, self._serving[index])
+                if self.serving():
+                    self._on_all_serving()
+            else:
+                self._commands.on_request(channel, request_id, kind, payload)
+
+        loop = asyncio.get_running_loop()
+        _, channel = await loop.create_unix_connection(
+            lambda: Channel(on_request=on_request), sock=ours)
+        self._channels[index] = channel
+        try:
+            return await process.wait()
+        finally:
+            channel.close()
+            self._channels.pop(index, None)
+
+    async def stop(self, grace_s: float) -> None:
+        """SIGTERM every front (each finishes its requests within ``grace_s``), then kill
+        those still running."""
+        self._stopping = True
+        for process in self._processes.values():
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
+        waits = [p.wait() for p in self._processes.values()]
+        try:
+            async with asyncio.timeout(grace_s + 5):
+                await asyncio.gather(*waits)
+        except TimeoutError:
+            for process in self._processes.values():
+                if process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"

@@ -1,0 +1,102 @@
+"""The frames fronts and the owner exchange (pure: no I/O).
+
+A frame is a header ``(payload length, request id, kind)`` and a payload. Requests go from a
+front to the owner; every request is answered once, with the same id, by an answer frame
+(``OK`` or ``PROBLEM``). Payloads are ``marshal`` data (tuples of plain values: the fastest
+encoding CPython has): both ends are the same program, connected by a socket pair the owner
+made and handed to its own child, so no other process writes to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import marshal
+import operator
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import ProblemError
+from gateway.inbound.parse_pool import FrameReader
+from gateway.msmq.message import MessageProperties
+
+__all__ = ["HEAD", "Kind", "ProblemAnswer", "SendCommand", "decode", "encode", "reader",
+           "send_command", "problem_answer"]
+
+HEAD = struct.Struct("<IIB")
+
+
+class Kind:
+    """Frame kinds: requests below 100, answers from 100."""
+
+    HELLO = 1  # front -> owner: serving, with its pid
+    SEND = 2  # front -> owner: store one message (SendCommand)
+    OK = 100  # SEND: (the 201's JSON answer, whether it replays an earlier send)
+    PROBLEM = 101  # the answer is an error the front turns into problem+json
+
+
+@dataclass(frozen=True, slots=True)
+class SendCommand:
+    """A REST send, already authenticated and validated by the front."""
+
+    queue: str
+    body: bytes
+    properties: MessageProperties
+    transaction: str | None  # None, "single" or "none"
+    dedup_key: str | None  # the Idempotency-Key in its principal's space
+    partner: str  # whose rate limit the owner applies ("" = none)
+
+
+@dataclass(frozen=True, slots=True)
+class ProblemAnswer:
+    """The fields of a ``ProblemError``."""
+
+    status: int
+    detail: str
+    type_slug: str
+    title: str | None
+    headers: dict[str, str]
+    extra: dict[str, object]
+
+    @classmethod
+    def of(cls, exc: ProblemError) -> ProblemAnswer:
+        return cls(exc.status_hint, exc.detail, exc.type_slug, exc.title, exc.headers,
+                   exc.extra)
+
+    def error(self) -> ProblemError:
+        return ProblemError(self.status, self.detail, type_slug=self.type_slug,
+                            title=self.title, headers=self.headers, extra=self.extra)
+
+
+_PROPERTY_NAMES = tuple(f.name for f in dataclasses.fields(MessageProperties))
+_property_values = operator.attrgetter(*_PROPERTY_NAMES)
+
+
+def encode(request_id: int, kind: int, value: Any) -> bytes:
+    """A frame; ``value`` is plain data, a ``SendCommand`` or a ``ProblemAnswer``."""
+    if isinstance(value, SendCommand):
+        value = (value.queue, value.body, _property_values(value.properties),
+                 value.transaction, value.dedup_key, value.partner)
+    elif isinstance(value, ProblemAnswer):
+        value = dataclasses.astuple(value)
+    payload = marshal.dumps(value)
+    return HEAD.pack(len(payload), request_id, kind) + payload
+
+
+def decode(payload: bytes) -> Any:
+    return marshal.loads(payload)
+
+
+def send_command(payload: bytes) -> SendCommand:
+    queue, body, values, transaction, key, partner = marshal.loads(payload)
+    properties = MessageProperties(**dict(zip(_PROPERTY_NAMES, values)))
+    return SendCommand(queue, body, properties, transaction, key, partner)
+
+
+def problem_answer(payload: bytes) -> ProblemAnswer:
+    return ProblemAnswer(*marshal.loads(payload))
+
+
+def reader() -> FrameReader:
+    """Splits a stream into ``((length, id, kind), payload)`` frames."""
+    return FrameReader(HEAD, lambda v: v[0])

@@ -1,0 +1,39 @@
+"""What a front process tells the store owner about a request it forwards.
+
+The owner serves forwarded requests on a Unix socket only its own fronts can open (a private
+directory), so it sees the front, not the client: the front passes the client's address,
+scheme and verified TLS certificate in these headers, after removing any a client sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from gateway.web.auth_middleware import PEER_CERT
+
+__all__ = ["CERT", "FRONT_HEADERS", "REMOTE", "SCHEME", "from_front"]
+
+REMOTE = "Entrepot-Front-Remote"
+SCHEME = "Entrepot-Front-Scheme"
+CERT = "Entrepot-Front-Cert"  # base64 of the DER
+FRONT_HEADERS = frozenset(h.lower() for h in (REMOTE, SCHEME, CERT))
+
+
+@web.middleware
+async def from_front(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The owner's outermost layer: the request as the client made it."""
+    headers = request.headers
+    scheme = headers.get(SCHEME, "http")
+    clone = request.clone(remote=headers.get(REMOTE, ""),
+                          scheme="https" if scheme == "https" else "http")
+    der = headers.get(CERT)
+    if der:
+        try:
+            clone[PEER_CERT] = base64.b64decode(der, validate=True)
+        except binascii.Error:
+            pass  # only a front sets it, from ssl: never malformed
+    return await handler(clone)

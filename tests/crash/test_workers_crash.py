@@ -1,0 +1,147 @@
+"""kill -9 of one process of a gateway with ``server.workers = 2`` while clients send: a
+front killed loses no acknowledged message and the gateway keeps serving (the owner starts
+the front again); the owner killed ends the fronts, and a restart has every acknowledged
+message."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.helpers import GatewayProcess, front_pids, http_get, http_request
+
+_QUEUE = "crash"
+
+
+def _is_front(pid: int) -> bool:
+    try:
+        return b"gateway.fronts.front" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    """Wait for an event (the long timeout only bounds a failure on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.05)
+
+
+def start_workers(data: Path) -> GatewayProcess:
+    """A gateway of two fronts around the owner, once both fronts serve."""
+    gateway = GatewayProcess(data, extra_args=("--workers", "2"))
+    gateway.wait_ready()  # and both fronts serve
+    return gateway
+
+
+async def _sender(url: str, worker: int, acked: set[bytes], stop: asyncio.Event) -> None:
+    """Sends until ``stop``; a refused or cut connection is tried again on a new one."""
+    number = 0
+    while not stop.is_set():
+        async with aiohttp.ClientSession() as session:
+            while not stop.is_set():
+                number += 1
+                body = f"{worker}:{number}".encode()
+                try:
+                    async with session.post(f"{url}/v1/queues/{_QUEUE}/messages",
+                                            data=body) as response:
+                        if response.status == 201:
+                            acked.add(body)
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    await asyncio.sleep(0.05)
+                    break
+
+
+def stored(url: str) -> set[bytes]:
+    bodies: set[bytes] = set()
+    after = 0
+    while True:
+        status, _, raw = http_get(f"{url}/v1/queues/{_QUEUE}/messages?after={after}"
+                                  "&limit=1000")
+        assert status == 200
+        page = json.loads(raw)
+        bodies |= {base64.b64decode(m["body_base64"]) for m in page["messages"]}
+        if not page["messages"]:
+            return bodies
+        after = page["next"]
+
+
+async def _load_until(url: str, acked: set[bytes], event: Callable[[], bool],
+                      then: Callable[[], None], until: Callable[[], bool]) -> None:
+    """Eight senders; ``then()`` once ``event()`` holds; stop once ``until()`` holds."""
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(_sender(url, w, acked, stop)) for w in range(8)]
+    while not event():
+        await asyncio.sleep(0.02)
+    then()
+    deadline = time.monotonic() + 120  # bounds a failure only
+    try:
+        while not until():
+            assert time.monotonic() < deadline, "not within 120 s: the awaited event"
+            await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(300)
+def test_a_front_killed_under_load_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    gateway = start_workers(tmp_path / "data")
+    assert http_request(f"{gateway.url}/v1/queues/{_QUEUE}", method="PUT", body=b"{}") == 201
+    fronts = front_pids(gateway.proc.pid)
+    assert len(fronts) == 2
+    acked: set[bytes] = set()
+    at_kill: list[int] = []
+
+    def kill_front() -> None:
+        at_kill.append(len(acked))
+        os.kill(fronts[0], signal.SIGKILL)
+
+    def served_on() -> bool:
+        # Both fronts again (the killed one started anew), and sends answered since.
+        now = front_pids(gateway.proc.pid)
+        return (len(now) == 2 and fronts[0] not in now and gateway.log().count("serving pid=")
+                >= 3 and len(acked) >= at_kill[0] + 300)
+
+    asyncio.run(_load_until(gateway.url, acked, lambda: len(acked) >= 300, kill_front,
+                            served_on))
+    assert "front 0 exited (killed by SIGKILL)" in gateway.log() or (
+        "front 1 exited (killed by SIGKILL)" in gateway.log())
+    lost = acked - stored(gateway.url)
+    assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {sorted(lost)[:3]}"
+    assert gateway.stop() == 0
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(300)
+def test_the_owner_killed_ends_the_fronts_and_a_restart_has_everything(
+        tmp_path: Path) -> None:
+    gateway = start_workers(tmp_path / "data")
+    assert http_request(f"{gateway.url}/v1/queues/{_QUEUE}", method="PUT", body=b"{}") == 201
+    fronts = front_pids(gateway.proc.pid)
+    acked: set[bytes] = set()
+
+    def fronts_gone() -> bool:
+        return not any(_is_front(pid) for pid in fronts)
+
+    asyncio.run(_load_until(gateway.url, acked, lambda: len(acked) >= 300,
+                            lambda: gateway.proc.send_signal(signal.SIGKILL), fronts_gone))
+    gateway.stop()
+    assert fronts_gone()
+    assert len(acked) >= 300
+    again = start_workers(tmp_path / "data")
+    lost = acked - stored(again.url)
+    assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {sorted(lost)[:3]}"
+    assert again.stop() == 0

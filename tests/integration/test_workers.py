@@ -1,0 +1,97 @@
+"""A gateway of two front processes around the store owner (``server.workers = 2``), from
+outside: what must hold across processes that one process got for free."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from gateway.auth.tls import create_self_signed
+from tests.helpers import GatewayProcess, front_pids
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayProcess, Path]]:
+    root = tmp_path_factory.mktemp("workers")
+    cert, _ = create_self_signed(root / "client", common_name="acme.example.com",
+                                 names=["localhost"], days=2)
+    config = root / "entrepot.toml"
+    config.write_text(f"""[auth]
+admin_key_sha256 = "{_sha('root-key')}"
+[[partners]]
+name = "slow"
+api_key_sha256 = "{_sha('slow-key')}"
+send = ["w_*"]
+rate = 1
+burst = 2
+[[partners]]
+name = "acme"
+cert_subject = "CN=acme.example.com,O=entrepot development"
+send = ["w_*"]
+[[queues]]
+path = "w_in"
+""")
+    proc = GatewayProcess(root / "data", extra_args=["--config", str(config),
+                                                     "--workers", "2"])
+    try:
+        proc.wait_ready()
+        yield proc, cert
+    finally:
+        proc.stop()
+
+
+def _fresh(gateway: GatewayProcess, method: str, path: str, body: bytes = b"",
+           headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """One request on a new connection (the kernel picks the front for each)."""
+    connection = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def test_two_fronts_serve(gateway: tuple[GatewayProcess, Path]) -> None:
+    assert len(front_pids(gateway[0].proc.pid)) == 2
+
+
+def test_a_partners_rate_limit_holds_across_the_fronts(
+        gateway: tuple[GatewayProcess, Path]) -> None:
+    started = time.monotonic()
+    statuses = [_fresh(gateway[0], "POST", "/v1/queues/w_in/messages", b"m%d" % n,
+                       {"Authorization": "Bearer slow-key"})[0] for n in range(12)]
+    took = time.monotonic() - started
+    # One bucket (burst 2, 1 a second) lets through at most 2 + 1 a second of the run,
+    # whichever front each send reaches; a bucket in each front would let twice that.
+    assert statuses[:2] == [201, 201], statuses
+    assert statuses.count(201) <= 2 + math.ceil(took), (statuses, took)
+    assert set(statuses) == {201, 429}, statuses
+
+
+def test_a_client_cannot_claim_an_address_or_certificate_a_front_passes_on(
+        gateway: tuple[GatewayProcess, Path]) -> None:
+    proc, cert = gateway
+    der = x509.load_pem_x509_certificate(cert.read_bytes()).public_bytes(
+        serialization.Encoding.DER)
+    claims = {"Entrepot-Front-Cert": base64.b64encode(der).decode(),
+              "Entrepot-Front-Remote": "127.0.0.1", "Entrepot-Front-Scheme": "https"}
+    for path in ("/v1/queues", "/v1/queues/w_in/messages"):
+        method = "GET" if path == "/v1/queues" else "POST"
+        status, body = _fresh(proc, method, path, b"x" if method == "POST" else b"", claims)
+        assert status == 401, (path, status, body)
+        assert json.loads(body)["type"].endswith("/unauthorized")

@@ -1,0 +1,109 @@
+"""The frames and the channel between fronts and the store owner (gateway.fronts)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from gateway.errors import ProblemError
+from gateway.fronts import wire
+from gateway.fronts.channel import Channel, ChannelLost, Overloaded
+from gateway.msmq.message import MessageProperties
+
+
+def _properties() -> MessageProperties:
+    """Every field away from its default, so that a field dropped or moved shows."""
+    return MessageProperties(
+        label="l", priority=5, recoverable=False, message_class=2, reach_queue_by_ms=11,
+        receive_by_ms=12, correlation_id="c", response_queue="r", admin_queue="a", ack=4,
+        journal="dead", app_specific=7, content_type="text/plain", transactional=True,
+        sent_at_ms=13, arrived_at_ms=14, source_qm="q", message_id="m", extra={"x": "y"})
+
+
+def test_a_send_command_comes_out_as_it_went_in() -> None:
+    command = wire.SendCommand("private$/orders", b"\x00body\xff", _properties(), "single",
+                               "partner:p\0key", "p")
+    frame = wire.encode(7, wire.Kind.SEND, command)
+    (head, payload), = wire.reader().feed(frame)
+    assert head == (len(payload), 7, wire.Kind.SEND)
+    assert wire.send_command(payload) == command
+
+
+def test_a_problem_answer_comes_out_as_the_error_it_was() -> None:
+    error = ProblemError(429, "over the rate", type_slug="rate-limited", title="t",
+                         headers={"Retry-After": "2"}, extra={"n": [1, "x"]})
+    frame = wire.encode(3, wire.Kind.PROBLEM, wire.ProblemAnswer.of(error))
+    (_, payload), = wire.reader().feed(frame)
+    again = wire.problem_answer(payload).error()
+    assert (again.status_hint, again.detail, again.type_slug, again.title, again.headers,
+            again.extra) == (429, "over the rate", "rate-limited", "t", {"Retry-After": "2"},
+                             {"n": [1, "x"]})
+
+
+def test_frames_split_anywhere_are_read_whole_and_in_order() -> None:
+    stream = b"".join(wire.encode(n, wire.Kind.OK, ({"n": n, "pad": "x" * n}, False))
+                      for n in range(40))
+    for size in (1, 2, 7, 64, 1000):
+        reader = wire.reader()
+        frames = []
+        for start in range(0, len(stream), size):
+            frames += reader.feed(stream[start:start + size])
+        assert [wire.decode(p)[0]["n"] for _, p in frames] == list(range(40))
+
+
+async def _pair(in_flight_max: int = 100) -> tuple[Channel, Channel]:
+    """A front's channel and the owner's, over a socket pair; the owner answers each request
+    with its value doubled."""
+    ours, theirs = socket.socketpair()
+    loop = asyncio.get_running_loop()
+
+    def answer(channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
+        channel.send(request_id, wire.Kind.OK, wire.decode(payload) * 2)
+
+    _, front = await loop.create_unix_connection(
+        lambda: Channel(in_flight_max=in_flight_max), sock=ours)
+    _, owner = await loop.create_unix_connection(lambda: Channel(on_request=answer),
+                                                 sock=theirs)
+    return front, owner
+
+
+async def test_requests_are_answered_by_id_and_leave_together() -> None:
+    front, owner = await _pair()
+    answers = await asyncio.gather(*(front.call(wire.Kind.SEND, n) for n in range(50)))
+    assert [kind for kind, _ in answers] == [wire.Kind.OK] * 50
+    assert [wire.decode(payload) for _, payload in answers] == [2 * n for n in range(50)]
+    # Fifty requests made in one pass of the loop went out in one write; the answers too.
+    assert front.writes == 1 and owner.writes <= 2, (front.writes, owner.writes)
+    front.close()
+    owner.close()
+
+
+async def test_a_request_beyond_the_limit_is_refused_at_once() -> None:
+    front, owner = await _pair(in_flight_max=2)
+    owner._on_request = lambda *_: None  # never answers
+    waiting = [asyncio.ensure_future(front.call(wire.Kind.SEND, n)) for n in range(2)]
+    await asyncio.sleep(0)
+    with pytest.raises(Overloaded):
+        await front.call(wire.Kind.SEND, 3)
+    owner.close()
+    for call in waiting:
+        with pytest.raises(ChannelLost):
+            await call
+
+
+async def test_waiting_requests_fail_when_the_owner_goes_and_later_ones_at_once() -> None:
+    lost: list[bool] = []
+    ours, theirs = socket.socketpair()
+    loop = asyncio.get_running_loop()
+    _, front = await loop.create_unix_connection(
+        lambda: Channel(on_lost=lambda: lost.append(True)), sock=ours)
+    call = asyncio.ensure_future(front.call(wire.Kind.SEND, 1))
+    await asyncio.sleep(0)
+    theirs.close()
+    with pytest.raises(ChannelLost):
+        await call
+    assert lost == [True]
+    with pytest.raises(ChannelLost):
+        await front.call(wire.Kind.SEND, 2)
