@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
-__all__ = ["HttpStats", "METHODS"]
+__all__ = ["HttpStats", "METHODS", "Snapshot", "since"]
 
 # Methods counted by name; anything else a client sends is counted as "other" (the label
 # values come from the network: bounded).
@@ -43,6 +43,24 @@ class HttpStats:
         counts[bisect.bisect_left(self._bounds, seconds)] += 1  # le: the first bound >= it
         counts[-1] += seconds
 
+    def snapshot(self) -> tuple[dict[tuple[str, str, int], int],
+                                dict[tuple[str, str], list[float]]]:
+        """Everything counted so far, as plain data (a front process sends it to the store
+        owner, which serves /metrics)."""
+        return dict(self._requests), {k: list(v) for k, v in self._latency.items()}
+
+    def add(self, requests: dict[tuple[str, str, int], int],
+            latency: dict[tuple[str, str], list[float]]) -> None:
+        """Count what another process counted (``since`` of two of its snapshots)."""
+        for key, count in requests.items():
+            self._requests[key] = self._requests.get(key, 0) + count
+        for pair, counts in latency.items():
+            mine = self._latency.get(pair)
+            if mine is None:
+                mine = self._latency[pair] = [0.0] * (len(self._bounds) + 2)
+            for index, value in enumerate(counts):
+                mine[index] += value
+
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily("entrepot_http_requests",
                                        "HTTP requests answered, by route, method and status.",
@@ -61,3 +79,20 @@ class HttpStats:
                 buckets.append((bound, cumulative))
             latency.add_metric([route, method], buckets, sum_value=counts[-1])
         yield latency
+
+
+Snapshot = tuple[dict[tuple[str, str, int], int], dict[tuple[str, str], list[float]]]
+
+
+def since(now: Snapshot, before: Snapshot) -> Snapshot:
+    """What was counted between two snapshots of one process."""
+    requests = {key: count - before[0].get(key, 0) for key, count in now[0].items()
+                if count != before[0].get(key, 0)}
+    latency = {}
+    for pair, counts in now[1].items():
+        old = before[1].get(pair)
+        if old is None:
+            latency[pair] = counts
+        elif old != counts:
+            latency[pair] = [a - b for a, b in zip(counts, old)]
+    return requests, latency

@@ -74,6 +74,7 @@ class Metrics:
             "Requests being handled now.",
             registry=self.registry,
         )
+        self.in_flight_now: Callable[[], int] = lambda: 0  # the middleware's count
         self.http_long_polls = Gauge(
             "entrepot_http_long_polls_parked",
             "Receives waiting for a message now (server.long_polls_max caps them).",

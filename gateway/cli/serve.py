@@ -32,7 +32,7 @@ from gateway.logs import server_log
 from gateway.settings import Settings
 from gateway.srmp import envelope as srmp_envelope
 from gateway.web.app import make_app
-from gateway.web.appkeys import AUTHENTICATOR_KEY, STATE_KEY
+from gateway.web.appkeys import AUTHENTICATOR_KEY, METRICS_KEY, STATE_KEY
 from gateway.web.http_server import app_runner
 from gateway.web.listener import bind, tls_context
 from gateway.web.state import GatewayState
@@ -98,7 +98,9 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
         state.fronts_started = False
         commands = Commands(state, app[AUTHENTICATOR_KEY])
         fronts = Fronts(settings, str(owner_dir / "owner.sock"), commands,
-                        on_all_serving=lambda: setattr(state, "fronts_started", True))
+                        on_all_serving=lambda: setattr(state, "fronts_started", True),
+                        metrics=app[METRICS_KEY])
+        state.before_scrape = fronts.take_counts
         fronts.start()
     else:
         site = web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace,

@@ -28,18 +28,23 @@ from gateway.errors import GatewayError, ProblemError
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel, ChannelLost, Overloaded
 from gateway.fronts.forward import Forwarder
+from gateway.fronts.shared_counts import SharedCounts
 from gateway.fronts.supervisor import FrontStart
 from gateway.logs import configure_logging
 from gateway.metrics import Metrics
 from gateway.queues.destinations import local_host_names
 from gateway.settings import Settings
+from gateway.web import rest_queues
+from gateway.web.app import ROUTE_TABLES
 from gateway.web.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.web.auth_middleware import Gate, make_auth_gate, principal_of, require, scoped_key
 from gateway.web.http_server import app_runner
 from gateway.web.listener import bind, tls_context
+from gateway.web.long_polls import LongPolls
 from gateway.web.middlewares import make_middlewares
 from gateway.web.rest_codec import HeaderError, parse_send_headers
 from gateway.web.rest_queues import sent_response, split_tail
+from gateway.web.srmp_routes import add_srmp_routes
 from gateway.web.state import GatewayState
 
 __all__ = ["main", "make_front_app"]
@@ -50,27 +55,47 @@ _QUEUES = "/v1/queues/"
 _MESSAGES = "/messages"
 
 
-def make_front_app(settings: Settings, channel: Channel, forwarder: Forwarder
-                   ) -> web.Application:
-    """The front's application: one route, every method and path."""
-    metrics = Metrics()
+def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
+                   forwarder: Forwarder, counts: SharedCounts) -> web.Application:
+    """The front's application: the owner's routes (so that a path unknown there is 404
+    here, a method not allowed 405, and the metric labels are the same), each forwarded but
+    the sends the front answers itself. ``counts``: every front's requests in flight, which
+    ``server.concurrent_requests_max`` caps together."""
+    server = settings.server
     gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False))
+    # Receives that may wait: the owner parks them (and caps them); here they are kept out of
+    # the in-flight cap as they are there.
+    polls = LongPolls(server.long_polls_max)
     app = web.Application(
-        client_max_size=settings.server.request_body_max,
-        middlewares=make_middlewares(
-            metrics, concurrent_requests_max=settings.server.concurrent_requests_max))
+        client_max_size=server.request_body_max,
+        middlewares=make_middlewares(metrics, shared=counts, long_polls=polls,
+                                     concurrent_requests_max=server.concurrent_requests_max))
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
-    app[STATE_KEY] = GatewayState(local=local_host_names(
-        settings.server.names, settings.server.host, settings.server.port))
+    app[STATE_KEY] = GatewayState(local=local_host_names(server.names, server.host,
+                                                         server.port))
 
-    async def handle(request: web.Request) -> web.StreamResponse:
+    async def queue_tree(request: web.Request) -> web.StreamResponse:
         name = _sent_to(request)
-        if name is None:
+        if name is not None:
+            return await _send(request, name, gate, channel, forwarder)
+        if not _may_wait(request):
             return await forwarder.forward(request)
-        return await _send(request, name, gate, channel, forwarder)
+        polls.parked += 1
+        counts.refresh()
+        try:
+            return await forwarder.forward(request)
+        finally:
+            polls.parked -= 1
+            counts.refresh()
 
-    app.router.add_route("*", "/{path:[\\s\\S]*}", handle)
+    for table in ROUTE_TABLES:
+        for route in table:
+            assert isinstance(route, web.RouteDef)
+            handler = queue_tree if route.handler is rest_queues.queue_tree else (
+                forwarder.forward)
+            app.router.add_route(route.method, route.path, handler, **route.kwargs)
+    add_srmp_routes(app, settings.srmp.virtual_dirs, forwarder.forward)
     return app
 
 
@@ -87,6 +112,16 @@ def _sent_to(request: web.Request) -> str | None:
         return None
     name, rest = split_tail(path[len(_QUEUES):])
     return name if rest == ["messages"] and name else None
+
+
+def _may_wait(request: web.Request) -> bool:
+    """A receive asking to wait for a message (``receive?wait=N``, N > 0)."""
+    if request.method != "POST" or not request.path.endswith("/receive"):
+        return False
+    try:
+        return float(request.query.get("wait", "0")) > 0
+    except ValueError:
+        return False  # the owner refuses it at once
 
 
 async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
@@ -124,15 +159,24 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    metrics = Metrics()
+
+    def answer(channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
+        if kind == wire.Kind.STATS:  # the owner serves /metrics
+            channel.send(request_id, wire.Kind.OK, (*metrics.http.snapshot(),
+                                                    metrics.in_flight_now()))
+
     _, channel = await loop.create_unix_connection(
-        lambda: Channel(on_lost=stop.set, in_flight_max=settings.server.concurrent_requests_max
+        lambda: Channel(on_request=answer, on_lost=stop.set,
+                        in_flight_max=settings.server.concurrent_requests_max
                         + settings.server.long_polls_max),
         sock=socket.socket(fileno=channel_fd))
     context: ssl.SSLContext | None = tls_context(settings)
     sock = bind(settings.server.host, settings.server.port, reuse_port=True)
     forwarder = Forwarder(settings, start.owner_socket)
     await forwarder.start()
-    runner = app_runner(make_front_app(settings, channel, forwarder), settings)
+    runner = app_runner(make_front_app(settings, metrics, channel, forwarder, SharedCounts(
+        start.counts_fd, settings.server.workers, start.index)), settings)
     await runner.setup()
     await web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace,
                        ssl_context=context).start()

@@ -18,8 +18,11 @@ import sys
 from collections.abc import Callable
 
 from gateway.fronts import wire
-from gateway.fronts.channel import Channel
+from gateway.fronts.channel import Channel, ChannelLost, Overloaded
 from gateway.fronts.commands import Commands
+from gateway.fronts.shared_counts import SharedCounts
+from gateway.http_stats import Snapshot, since
+from gateway.metrics import Metrics
 from gateway.settings import Settings
 
 __all__ = ["Fronts", "FrontStart"]
@@ -33,15 +36,17 @@ _RESTART_MAX_S = 5.0
 class FrontStart:
     """What a front reads from its standard input."""
 
-    def __init__(self, settings: Settings, owner_socket: str, index: int) -> None:
+    def __init__(self, settings: Settings, owner_socket: str, index: int,
+                 counts_fd: int) -> None:
         self.settings = settings
         self.owner_socket = owner_socket
         self.index = index
+        self.counts_fd = counts_fd  # gateway.fronts.shared_counts
 
 
 class Fronts:
     def __init__(self, settings: Settings, owner_socket: str, commands: Commands,
-                 on_all_serving: Callable[[], None]) -> None:
+                 on_all_serving: Callable[[], None], metrics: Metrics) -> None:
         self.count = settings.server.workers
         self._settings = settings
         self._owner_socket = owner_socket
@@ -53,6 +58,13 @@ class Fronts:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.restarts = 0
+        # Each front's HTTP counts as last taken into the owner's metrics, and its requests
+        # in flight then (the owner's gauge is their sum).
+        self._metrics = metrics
+        self.counts = SharedCounts.create(self.count)
+        self._counted: dict[int, Snapshot] = {}
+        self._in_flight: dict[int, int] = {}
+        metrics.http_in_flight.set_function(lambda: sum(self._in_flight.values()))
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._keep(index), name=f"front-{index}")
@@ -83,19 +95,20 @@ class Fronts:
         try:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "gateway.fronts.front", str(theirs.fileno()),
-                stdin=asyncio.subprocess.PIPE, pass_fds=(theirs.fileno(),))
+                stdin=asyncio.subprocess.PIPE, pass_fds=(theirs.fileno(), self.counts.fd))
         finally:
             theirs.close()
         self._processes[index] = process
         assert process.stdin is not None
         process.stdin.write(pickle.dumps(FrontStart(self._settings, self._owner_socket,
-                                                    index), 5))
+                                                    index, self.counts.fd), 5))
         with contextlib.suppress(ConnectionError):
             await process.stdin.drain()
         process.stdin.close()
 
         def on_request(channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
             if kind == wire.Kind.HELLO:
+                self._counted[index] = ({}, {})  # a new process counts from 0
                 self._serving[index] = wire.decode(payload)
                 log.info("front %d serving pid=%d", index, self._serving[index])
                 if self.serving():
@@ -112,6 +125,29 @@ class Fronts:
         finally:
             channel.close()
             self._channels.pop(index, None)
+            self._in_flight.pop(index, None)
+            self.counts.clear(index)
+
+    async def take_counts(self) -> None:
+        """Bring every serving front's HTTP counts into the owner's metrics (before
+        /metrics renders them); a front that does not answer within a second is left out
+        this time."""
+        async def take(index: int, channel: Channel) -> None:
+            try:
+                async with asyncio.timeout(1.0):
+                    kind, payload = await channel.call(wire.Kind.STATS, None)
+            except (TimeoutError, ChannelLost, Overloaded):
+                return
+            requests, latency, in_flight = wire.decode(payload)
+            if kind != wire.Kind.OK or index not in self._counted:
+                return
+            now = (requests, latency)
+            self._metrics.http.add(*since(now, self._counted[index]))
+            self._counted[index] = now
+            self._in_flight[index] = in_flight
+
+        await asyncio.gather(*(take(i, c) for i, c in list(self._channels.items())
+                               if i in self._serving))
 
     async def stop(self, grace_s: float) -> None:
         """SIGTERM every front (each finishes its requests within ``grace_s``), then kill

@@ -31,6 +31,7 @@ class Kind:
 
     HELLO = 1  # front -> owner: serving, with its pid
     SEND = 2  # front -> owner: store one message (SendCommand)
+    STATS = 3  # owner -> front: its HTTP counts and requests in flight, answered OK
     OK = 100  # SEND: (the 201's JSON answer, whether it replays an earlier send)
     PROBLEM = 101  # the answer is an error the front turns into problem+json
 

@@ -58,7 +58,12 @@ from store.fileops import FileOps, RealFileOps
 from store.message_store import MessageStore
 from store.options import StoreOptions
 
-__all__ = ["make_app", "store_options"]
+__all__ = ["ROUTE_TABLES", "make_app", "store_options"]
+
+# Every route but SRMP's (one a virtual directory: add_srmp_routes); a front process
+# (gateway.fronts) builds the same router, so that routes and their metric labels match.
+ROUTE_TABLES = (health.routes, admin.routes, openapi.routes, rest_tx.routes,
+                rest_messages.routes, rest_links.routes, rest_queues.routes, ui.routes)
 
 
 def store_options(settings: StoreSettings) -> StoreOptions:
@@ -97,7 +102,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
         client_max_size=settings.server.request_body_max,
         middlewares=[*([from_front] if behind_fronts else []), *make_middlewares(
             metrics, concurrent_requests_max=settings.server.concurrent_requests_max, gate=gate,
-            long_polls=long_polls)],
+            long_polls=long_polls, count=not behind_fronts)],
     )
     app[AUTHENTICATOR_KEY] = authenticator
     app[LONG_POLLS_KEY] = long_polls
@@ -116,14 +121,8 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
     workers = settings.srmp.parse_workers
     app[PARSE_POOL_KEY] = (ParsePool(workers, metrics.srmp_parse_workers_started.inc)
                            if workers else None)
-    app.add_routes(health.routes)
-    app.add_routes(admin.routes)
-    app.add_routes(openapi.routes)
-    app.add_routes(rest_tx.routes)
-    app.add_routes(rest_messages.routes)
-    app.add_routes(rest_links.routes)
-    app.add_routes(rest_queues.routes)
-    app.add_routes(ui.routes)
+    for table in ROUTE_TABLES:
+        app.add_routes(table)
     add_srmp_routes(app, settings.srmp.virtual_dirs)
     app[ui.UI_DEAD] = DeadLetterClasses()
     app[ui.UI_ERRORS] = RecentErrors()

@@ -43,6 +43,9 @@ async def metrics(request: web.Request) -> web.Response:
         return problem_response(
             403, "/metrics answers loopback clients, or the admin or metrics key "
             "(Authorization: Bearer; auth.metrics_key_sha256)", type_slug="MQ_ERROR_ACCESS_DENIED")
+    before = request.app[STATE_KEY].before_scrape
+    if before is not None:
+        await before()
     body = request.app[METRICS_KEY].render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -2,14 +2,16 @@
 
 This is the one place that turns exceptions into HTTP answers; handlers only raise.
 Health, readiness and metrics are never refused by the cap (an orchestrator must see a busy
-gateway as alive), and parked long polls do not count against it: they have their own cap
-(gateway.web.long_polls).
+gateway as alive) and do not count against it, nor do parked long polls: they have their own
+cap (gateway.web.long_polls).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import Protocol
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -22,7 +24,18 @@ from gateway.web.auth_middleware import Gate
 from gateway.web.long_polls import LongPolls
 from gateway.web.problem import as_problem, problem_response
 
-__all__ = ["make_middlewares", "NEVER_REFUSED"]
+__all__ = ["InFlight", "make_middlewares", "NEVER_REFUSED"]
+
+
+class InFlight(Protocol):
+    """Requests in flight counted across processes (gateway.fronts.shared_counts)."""
+
+    def watch(self, count: Callable[[], int]) -> None:
+        """This process's count, read by ``refresh``."""
+
+    def refresh(self) -> None: ...
+
+    def total(self) -> int: ...
 
 NEVER_REFUSED = frozenset({"/healthz", "/readyz", "/metrics"})
 
@@ -81,9 +94,13 @@ def _queue_route(tail: str) -> str:
 
 def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
                      gate: Gate | None = None,
-                     long_polls: LongPolls | None = None) -> list[Middleware]:
+                     long_polls: LongPolls | None = None,
+                     count: bool = True,
+                     shared: InFlight | None = None) -> list[Middleware]:
     """Build the middleware chain, outermost first; ``gate`` (authentication, body limits)
-    is awaited before every handler, inside the error mapping.
+    is awaited before every handler, inside the error mapping. ``count=False``: requests
+    are counted elsewhere (the store owner's forwarded requests, by the fronts). ``shared``:
+    the cap is on the sum of every front's requests in flight (gateway.fronts).
 
     One layer does the cap, the metrics and the error mapping: every layer is two more calls
     per request in aiohttp, and this runs for every message sent. The cap is a plain count
@@ -91,15 +108,21 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
     and requests are counted as plain numbers (gateway.http_stats).
     """
     in_flight = 0  # parked long polls included: the gauge shows every request being handled
+    exempt = 0  # of which health, readiness and metrics: never refused, never counted against
     polls = long_polls if long_polls is not None else LongPolls(1)
-    metrics.http_in_flight.set_function(lambda: in_flight)
-    record = metrics.http.record
+    if count:
+        metrics.in_flight_now = lambda: in_flight
+        metrics.http_in_flight.set_function(metrics.in_flight_now)
+    record = metrics.http.record if count else _not_counted
+    if shared is not None:
+        shared.watch(lambda: in_flight - polls.parked - exempt)
 
     @web.middleware
     async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
-        nonlocal in_flight
-        if (in_flight - polls.parked >= concurrent_requests_max
-                and request.path not in NEVER_REFUSED):
+        nonlocal in_flight, exempt
+        never_refused = request.path in NEVER_REFUSED
+        busy = in_flight - polls.parked - exempt if shared is None else shared.total()
+        if busy >= concurrent_requests_max and not never_refused:
             response: web.StreamResponse = problem_response(
                 503,
                 f"more than {concurrent_requests_max} requests in flight",
@@ -110,6 +133,9 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
             return response
         started = time.perf_counter()
         in_flight += 1
+        exempt += never_refused
+        if shared is not None:
+            shared.refresh()
         status = 500
         try:
             response = await _answer(request, handler, gate)
@@ -122,12 +148,19 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
             raise
         finally:
             in_flight -= 1
+            exempt -= never_refused
+            if shared is not None:
+                shared.refresh()
             _count(request, status, time.perf_counter() - started)
 
     def _count(request: web.Request, status: int, seconds: float) -> None:
         record(_route_label(request), request.method, status, seconds)
 
     return [observe]
+
+
+def _not_counted(route: str, method: str, status: int, seconds: float) -> None:
+    pass
 
 
 def _refuse_bytes_not_utf8(request: web.Request) -> None:

@@ -21,6 +21,7 @@ import time
 from dataclasses import replace
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from gateway.auth.principal import NOBODY
 from gateway.errors import ProblemError
@@ -59,12 +60,14 @@ PARSE_INLINE_BYTES_MAX = 64 * 1024  # larger requests are parsed off the event l
 _SRMP_STATUSES = (400, 403, 404, 409, 422)  # what SRMP has only one answer for: 400
 
 
-def add_srmp_routes(app: web.Application, virtual_dirs: tuple[str, ...]) -> None:
-    """One route per virtual directory, matched case-insensitively (``/MSMQ/...`` too)."""
+def add_srmp_routes(app: web.Application, virtual_dirs: tuple[str, ...],
+                    handler: Handler | None = None) -> None:
+    """One route per virtual directory, matched case-insensitively (``/MSMQ/...`` too);
+    ``handler`` instead of ``srmp_post`` in a front process (gateway.fronts)."""
     for vdir in virtual_dirs:
         pattern = "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c)
                           for c in vdir)
-        app.router.add_post(f"/{{vdir:{pattern}}}{{tail:(/.*)?}}", srmp_post,
+        app.router.add_post(f"/{{vdir:{pattern}}}{{tail:(/.*)?}}", handler or srmp_post,
                             name=f"srmp-{vdir}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -64,6 +65,8 @@ class GatewayState:
     # With server.workers > 1: every front process has served once (gateway.fronts); until
     # then /readyz says the gateway is starting (a front started again later does not).
     fronts_started: bool = True
+    # With server.workers > 1: brings the fronts' request counts in before /metrics renders.
+    before_scrape: Callable[[], Awaitable[None]] | None = None
 
     def serving(self, retry_after_s: int = 1) -> Services:
         """The services, or the 503 every route answers while the gateway cannot serve.

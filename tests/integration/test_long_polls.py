@@ -19,6 +19,9 @@ import pytest
 
 from tests.helpers import GatewayProcess
 
+# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+pytestmark = pytest.mark.workers
+
 LONG_POLLS_MAX = 8  # a partner's share: max(1, 8 // 4) = 2
 IN_FLIGHT_MAX = 16
 ADMIN = {"Authorization": "Bearer root-key"}

@@ -95,3 +95,37 @@ def test_a_client_cannot_claim_an_address_or_certificate_a_front_passes_on(
         status, body = _fresh(proc, method, path, b"x" if method == "POST" else b"", claims)
         assert status == 401, (path, status, body)
         assert json.loads(body)["type"].endswith("/unauthorized")
+
+
+def _requests_total(text: str, route: str, method: str, status: int) -> float:
+    """``entrepot_http_requests_total`` for one label set (0 when absent)."""
+    for line in text.splitlines():
+        if (line.startswith("entrepot_http_requests_total{")
+                and f'route="{route}"' in line and f'method="{method}"' in line
+                and f'status="{status}"' in line):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_metrics_count_every_front_once(gateway: tuple[GatewayProcess, Path]) -> None:
+    proc = gateway[0]
+    admin = {"Authorization": "Bearer root-key"}
+
+    def scrape() -> str:
+        status, body = _fresh(proc, "GET", "/metrics", headers=admin)
+        assert status == 200, body
+        return body.decode()
+
+    before = scrape()
+    for n in range(10):  # new connections: both fronts take some
+        assert _fresh(proc, "POST", "/v1/queues/w_in/messages", b"c%d" % n, admin)[0] == 201
+        assert _fresh(proc, "GET", "/v1/queues/w_in", headers=admin)[0] == 200
+        assert _fresh(proc, "GET", "/v1/nowhere", headers=admin)[0] == 404
+    after = scrape()
+    for route, method, status in (("/v1/queues/{path}/messages", "POST", 201),
+                                  ("/v1/queues/{path}", "GET", 200),
+                                  ("unmatched", "GET", 404)):
+        counted = (_requests_total(after, route, method, status)
+                   - _requests_total(before, route, method, status))
+        assert counted == 10, (route, method, status, counted)
+    assert "entrepot_http_requests_in_flight " in after
