@@ -1,8 +1,10 @@
 """One way to start Spark for entrepot's jobs and tests, with the settings that matter.
 
 Workers must run this interpreter (``PYSPARK_PYTHON``: pyarrow and the ``gateway`` package
-live in its environment); a local master stays on loopback; the UI and progress bar are off
-unless asked. The source is registered explicitly: registration is per session.
+live in its environment) and import pyspark from its installed package (``WORKER_SITE``:
+``spark.executorEnv.PYTHONPATH``, unless ``extra`` sets it); a local master stays on loopback;
+the UI and progress bar are off unless asked. The source is registered explicitly:
+registration is per session.
 """
 
 from __future__ import annotations
@@ -11,9 +13,15 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-__all__ = ["spark_session", "owned_session", "is_local"]
+__all__ = ["spark_session", "owned_session", "is_local", "WORKER_SITE"]
+
+# On the path of every Python process Spark starts for the session (its ``sitecustomize``
+# makes them import pyspark from the installed package: gateway/spark/worker_site).
+WORKER_SITE = Path(__file__).resolve().parent / "worker_site"
+_WORKER_PATH = "spark.executorEnv.PYTHONPATH"
 
 
 def is_local(master: str) -> bool:
@@ -38,7 +46,8 @@ def spark_session(master: str = "local[*]", app_name: str = "entrepot",
     if is_local(master):
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1"))
-    for key, value in (extra or {}).items():
+    settings = {_WORKER_PATH: str(WORKER_SITE), **(extra or {})}
+    for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("ENTREPOT_SPARK_LOG_LEVEL", "WARN"))

@@ -13,6 +13,10 @@ retention never runs ahead of a query that has not committed yet.
 
 Options are case-insensitive; an unknown one is refused when the source is loaded
 (``OPTIONS`` lists them; docs/spark.md has the table).
+
+pyarrow is imported by ``read()`` only: Spark unpickles this module in three short-lived
+Python processes on the driver before a stream's first rows (the source's creation, the
+offsets runner, the read planner), none of which builds an Arrow batch.
 """
 
 from __future__ import annotations
@@ -24,10 +28,8 @@ import logging
 import re
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -54,8 +56,10 @@ from pyspark.sql.types import (
 )
 
 from gateway.range_wire import RangeRecord, decode_records
-from gateway.spark.arrow import record_batch
 from gateway.spark.client import ClientOptions, GatewayClient, RangeGone
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["EntrepotDataSource", "RangePartition", "SourceOptions", "SourceOptionError",
            "OPTIONS", "source_schema", "fair_shares"]
@@ -264,12 +268,16 @@ class _Shape:
                     f"schema: column {wanted.name!r} is {wanted.dataType.simpleString()} but "
                     f"the source gives {have.dataType.simpleString()}{hint}")
             self.columns.append(names.index(have.name))
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        self.arrow = to_arrow_schema(schema, timezone="UTC")
+        self.schema = schema
+        self.arrow: pa.Schema | None = None  # made where rows are read (imports pyarrow)
 
     def __call__(self, batch: pa.RecordBatch, records: Sequence[RangeRecord]
                  ) -> pa.RecordBatch:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if self.arrow is None:
+            self.arrow = to_arrow_schema(self.schema, timezone="UTC")
         arrays = list(batch.columns)
         if self.body_format == "string":
             arrays[11] = _text_bodies(arrays[11], arrays[9], records)
@@ -287,6 +295,9 @@ def _text_bodies(bodies: pa.Array, content_types: pa.Array,
                  records: Sequence[RangeRecord]) -> pa.Array:
     """Bodies as text: UTF-8 unless the message's content type names another charset;
     bytes that do not decode become U+FFFD."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     plain = pc.match_substring(content_types, "charset=", ignore_case=True)
     if not pc.any(plain).as_py():
         try:
@@ -360,6 +371,8 @@ def _partitions(options: SourceOptions, start: Mapping[str, int], end: Mapping[s
 
 def _read(options: SourceOptions, shape: _Shape, partition: RangePartition) -> Iterator[Any]:
     """The partition's records as Arrow batches; anything short of the whole range raises."""
+    from gateway.spark.arrow import record_batch
+
     client = GatewayClient(options.client)
     data, covered = client.range(partition.queue, partition.start, partition.end)
     if covered != partition.end:

@@ -1,0 +1,1 @@
+"""A directory put on the path of the Python processes Spark starts (see sitecustomize)."""
