@@ -23,6 +23,14 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def rss_kib(pid: int) -> int:
+    """Resident memory of ``pid`` (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+
+
 def snapshot(pid: int) -> tuple[float, float]:
     """(CPU seconds of ``pid``, of its children together) now."""
     kids = 0.0

@@ -117,6 +117,16 @@ GOALS = [
          ("spark-ingest",), 2),
     Goal("rest-recoverable p99", "latency", "<= 2x fsync ceiling's p99", _p99,
          lambda v: v <= 2.0, ("rest-recoverable",)),
+    # server.workers = 2: two front processes around the store owner (docs/architecture.md)
+    Goal("rest-recoverable-w2", "REST send, recoverable, 2 fronts", ">= 0.6 of nostore",
+         _ratio("rest-recoverable-w2"), lambda v: v >= 0.6, ("rest-recoverable-w2",)),
+    Goal("rest-express-w2", "REST send, express, 2 fronts", ">= 0.7 of nostore",
+         _ratio("rest-express-w2"), lambda v: v >= 0.7, ("rest-express-w2",)),
+    Goal("srmp-recoverable-w2", "SRMP send, 2 fronts", ">= 0.4 of nostore",
+         _ratio("srmp-recoverable-w2"), lambda v: v >= 0.4, ("srmp-recoverable-w2",)),
+    Goal("owner CPU", "store owner's CPU per REST recoverable send, 2 fronts", "<= 15 us",
+         _field("rest-recoverable-w2", "cpu_us_per_msg", "us", 64), lambda v: v <= 15,
+         ("rest-recoverable-w2",)),
 ]
 
 

@@ -133,6 +133,9 @@ def measure(scenario: Scenario, url: str, concurrency: int, requests: int,
         per = 1e6 / (int(result["count"]) * scenario.messages_per_request)  # type: ignore[call-overload]
         record["cpu_us_per_msg"] = round((cpu_after[0] - cpu_before[0]) * per, 1)
         record["children_cpu_us_per_msg"] = round((cpu_after[1] - cpu_before[1]) * per, 1)
+        # Resident memory after the run: the server (the owner with fronts), each child.
+        record["rss_kib"] = cpu.rss_kib(pid)
+        record["children_rss_kib"] = [cpu.rss_kib(c) for c in cpu.children(pid)]
     if fsync_before is not None:
         fsync_after = ceiling("fsync")
         record["fsync_p99_ms"] = round((fsync_before[1] + fsync_after[1]) / 2, 3)

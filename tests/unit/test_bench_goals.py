@@ -36,6 +36,9 @@ RECORDS = [
     {"scenario": "memory", "concurrency": 0, "ratio": 1.5, "bytes_per_message": 150.0},
     {"scenario": "spark-ingest", "concurrency": 2, "msgs_per_s": 2_600, "ratio": 0.91,
      "ceiling_msgs_per_s": 2_850, "wall_s": 77.0, "ceiling_wall_s": 70.1},
+    _rec("rest-recoverable-w2", 6_500, 10_000, cpu_us_per_msg=42.0),
+    _rec("rest-express-w2", 7_200, 10_000),
+    _rec("srmp-recoverable-w2", 3_900, 10_000),
 ]
 
 
@@ -53,6 +56,9 @@ def test_goals_are_judged_at_64_from_the_records() -> None:
     assert "2.25x (9.0 vs 4.0 ms)" in rows["rest-recoverable p99"]
     assert rows["rest-recoverable p99"].endswith("| **no** |")
     assert rows["memory"].endswith("| 150 bytes | yes |")
+    assert rows["rest-recoverable-w2"].endswith("| 64 | 0.65 (6,500 vs 10,000/s) | yes |")
+    assert rows["srmp-recoverable-w2"].endswith("| **no** |")
+    assert rows["owner CPU"].endswith("| 64 | 42.00 us | **no** |")
 
 
 @pytest.mark.parametrize("dropped", ["memory", "store-commit", "rest-express"])
