@@ -176,7 +176,8 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
     forwarder = Forwarder(settings, start.owner_socket)
     await forwarder.start()
     runner = app_runner(make_front_app(settings, metrics, channel, forwarder, SharedCounts(
-        start.counts_fd, settings.server.workers, start.index)), settings)
+        start.counts_fd, settings.server.workers, start.index)), settings,
+        handler_cancellation=True)
     await runner.setup()
     await web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace,
                        ssl_context=context).start()

@@ -363,13 +363,20 @@ class QueueManager:
     # ---- receive, browse, get, delete ------------------------------------------------------
 
     async def receive(self, name: str, *, max_messages: int, wait_s: float,
-                      park: Park | None = None) -> list[ReceivedMessage]:
-        """Take up to ``max_messages`` messages, waiting up to ``wait_s`` for the first."""
+                      park: Park | None = None,
+                      gone: Callable[[], bool] | None = None) -> list[ReceivedMessage]:
+        """Take up to ``max_messages`` messages, waiting up to ``wait_s`` for the first.
+
+        ``gone``: the caller can no longer be answered (its connection closed while it
+        waited): what it would have taken stays in the queue instead of being removed."""
         queue = self.queue(name)
         chosen = await self.wait_and_take(queue, max_messages, wait_s, park)
         if not chosen:
             return []
         try:
+            if gone is not None and gone():
+                self._put_back(queue, chosen)
+                return []
             taken = await self._remove_and_journal(queue, chosen)
             self.events.count(queue.path.display, "received", len(taken))
             return taken
@@ -496,12 +503,16 @@ class QueueManager:
             return await self.finish(queue, records, ack=MessageClass.ACK_RECEIVE,
                                       journal=True)
         except BaseException:
-            # Not removed: put them back at their original positions.
-            for record in records:
-                lane = queue.order[self._lane(queue, record)]
-                lane.insert(bisect.bisect_left(lane, record.seq), record.seq)
-            queue.arrived.set()
+            self._put_back(queue, records)
             raise
+
+    def _put_back(self, queue: Queue, records: Sequence[StoredRecord]) -> None:
+        """Records taken and not removed: back at their original positions (still reserved
+        until the caller releases them, which it does before anything else runs)."""
+        for record in records:
+            lane = queue.order[self._lane(queue, record)]
+            lane.insert(bisect.bisect_left(lane, record.seq), record.seq)
+        queue.arrived.set()
 
     async def finish(self, queue: Queue, records: Sequence[StoredRecord], *,
                       ack: MessageClass, journal: bool = False,

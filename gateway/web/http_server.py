@@ -74,12 +74,18 @@ class ProblemAppRunner(web.AppRunner):
         return server
 
 
-def app_runner(app: web.Application, settings: Settings) -> ProblemAppRunner:
-    """The runner of ``app`` with the server section's limits (one process, or each front)."""
+def app_runner(app: web.Application, settings: Settings, *,
+               handler_cancellation: bool = False) -> ProblemAppRunner:
+    """The runner of ``app`` with the server section's limits (one process, or each front).
+
+    ``handler_cancellation``: a handler is cancelled when its client hangs up (a front's:
+    its forwarded request to the owner is then closed, and a long poll there ends without
+    taking a message; the owner's and one process's handlers finish what they started)."""
     server = settings.server
     return ProblemAppRunner(
         app,
         handle_signals=False,
+        handler_cancellation=handler_cancellation,
         access_log=access_log if settings.log.access else None,
         keepalive_timeout=server.keepalive_timeout,
         max_headers=server.header_count_max,

@@ -271,8 +271,15 @@ async def _receive(request: web.Request, qm: QueueManager, name: str) -> web.Res
             tx_id, principal_of(request), name, max_messages=max_messages, wait_s=wait,
             park=park)
     else:
-        messages = await qm.receive(name, max_messages=max_messages, wait_s=wait, park=park)
+        messages = await qm.receive(name, max_messages=max_messages, wait_s=wait, park=park,
+                                    gone=lambda: _hung_up(request))
     return jsonio.json_response({"messages": [_message(m) for m in messages]})
+
+
+def _hung_up(request: web.Request) -> bool:
+    """The client's connection is closed (a front process that held it died, too): a
+    receive outside a transaction would remove messages nobody can be given."""
+    return request.transport is None or request.transport.is_closing()
 
 
 def _long_poll(request: web.Request) -> Park:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -145,3 +147,42 @@ def test_the_owner_killed_ends_the_fronts_and_a_restart_has_everything(
     lost = acked - stored(again.url)
     assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {sorted(lost)[:3]}"
     assert again.stop() == 0
+
+
+def _holder(fronts: list[int], client: socket.socket, port: int) -> int:
+    """The front process holding the server end of ``client``'s connection."""
+    local = client.getsockname()[1]
+    wanted = f"0100007F:{port:04X} 0100007F:{local:04X}"
+    inode = next(line.split()[9] for line in Path("/proc/net/tcp").read_text().splitlines()
+                 if wanted in line)
+    for pid in fronts:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) == f"socket:[{inode}]":
+                    return pid
+    raise AssertionError(f"no front holds the connection from port {local}")
+
+
+@pytest.mark.crash
+def test_a_front_killed_with_a_parked_poll_takes_no_message(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    gateway = start_workers(tmp_path / "data")
+    assert http_request(f"{gateway.url}/v1/queues/{_QUEUE}", method="PUT", body=b"{}") == 201
+    client = socket.create_connection(("127.0.0.1", gateway.port), timeout=30)
+    request.addfinalizer(client.close)
+    client.sendall(f"POST /v1/queues/{_QUEUE}/receive?wait=60 HTTP/1.1\r\nHost: x\r\n"
+                   "Content-Length: 0\r\n\r\n".encode())
+
+    def parked() -> float:
+        text = http_get(gateway.url + "/metrics")[2].decode()
+        return next(float(line.split()[1]) for line in text.splitlines()
+                    if line.startswith("entrepot_http_long_polls_parked "))
+
+    wait_for(lambda: parked() == 1, "the poll parked")
+    os.kill(_holder(front_pids(gateway.proc.pid), client, gateway.port), signal.SIGKILL)
+    # Started again: by then the owner has long seen the dead front's connections close.
+    wait_for(lambda: gateway.log().count("serving pid=") >= 3, "the front started again")
+    assert http_request(f"{gateway.url}/v1/queues/{_QUEUE}/messages", body=b"kept") == 201
+    wait_for(lambda: parked() == 0, "the poll woke and ended")
+    assert stored(gateway.url) == {b"kept"}
+    assert gateway.stop() == 0

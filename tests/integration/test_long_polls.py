@@ -7,6 +7,7 @@ from answering."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import socket
@@ -217,3 +218,20 @@ async def test_one_partner_cannot_take_every_long_poll_slot(
     await _until_parked(session, gateway, 1)
     assert await _send(session, gateway, "lp_a", b"last") == 201
     assert (await again)[0] == 200
+
+
+async def test_a_poll_whose_client_hung_up_takes_nothing(
+        gateway: GatewayProcess, session: aiohttp.ClientSession) -> None:
+    # With fronts the owner sees the same when the front holding the poll dies
+    # (tests/crash/test_workers_crash.py).
+    sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=30)
+    sock.sendall(b"POST /v1/queues/private$/lp_b/receive?wait=60 HTTP/1.1\r\nHost: x\r\n"
+                 b"Authorization: Bearer root-key\r\nContent-Length: 0\r\n\r\n")
+    await _until_parked(session, gateway, 1)
+    sock.close()
+    assert await _send(session, gateway, "lp_b", b"kept") == 201
+    await _until_parked(session, gateway, 0)  # the poll woke and ended
+    async with session.post(f"{gateway.url}/v1/queues/private$/lp_b/receive",
+                            headers=ADMIN) as response:
+        got = await response.json()
+    assert [base64.b64decode(m["body_base64"]) for m in got["messages"]] == [b"kept"]
