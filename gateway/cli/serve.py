@@ -16,7 +16,6 @@ import shutil
 import signal
 import socket
 import ssl
-import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from aiohttp import web
 from gateway.cli.sdnotify import Notifier
 from gateway.errors import StartupError
 from gateway.fronts.commands import Commands
+from gateway.fronts.owner_dir import SOCKET_NAME, make_owner_dir
 from gateway.fronts.supervisor import Fronts
 from gateway.logs import server_log
 from gateway.settings import Settings
@@ -86,18 +86,18 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
     owner = settings.server.workers > 1
     app = make_app(settings, behind_fronts=owner)
     loop.add_signal_handler(signal.SIGHUP, app[STATE_KEY].reload_mapping.set)
-    runner = app_runner(app, settings)
+    runner = app_runner(app, settings, forwarded=owner)
     await runner.setup()
     fronts: Fronts | None = None
     if owner:
-        owner_dir = Path(tempfile.mkdtemp(prefix="entrepot-"))  # 0700: this user only
-        site: web.BaseSite = web.UnixSite(runner, str(owner_dir / "owner.sock"),
+        owner_dir = make_owner_dir(settings.store.data_dir)  # 0700: this user only
+        site: web.BaseSite = web.UnixSite(runner, str(owner_dir / SOCKET_NAME),
                                           shutdown_timeout=settings.server.shutdown_grace)
         await site.start()
         state = app[STATE_KEY]
         state.fronts_started = False
         commands = Commands(state, app[AUTHENTICATOR_KEY])
-        fronts = Fronts(settings, str(owner_dir / "owner.sock"), commands,
+        fronts = Fronts(settings, str(owner_dir / SOCKET_NAME), commands,
                         on_all_serving=lambda: setattr(state, "fronts_started", True),
                         metrics=app[METRICS_KEY])
         state.before_scrape = fronts.take_counts

@@ -34,6 +34,14 @@ class Commands:
         self._running: set[asyncio.Task[None]] = set()
 
     def on_request(self, channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
+        if kind == wire.Kind.THROTTLE:
+            try:
+                throttle(self._authenticator, wire.decode(payload))
+            except ProblemError as exc:
+                channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer.of(exc))
+            else:
+                channel.send(request_id, wire.Kind.OK, None)
+            return
         if kind != wire.Kind.SEND:
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer(
                 500, f"unknown command kind {kind}", "about:blank", None, {}, {}))
@@ -45,8 +53,6 @@ class Commands:
     async def _send(self, channel: Channel, request_id: int, payload: bytes) -> None:
         try:
             command = wire.send_command(payload)
-            if command.partner:
-                throttle(self._authenticator, command.partner)
             qm = self._state.serving().queue_manager
             answer = await send_one(qm, command.queue, command.body, command.properties,
                                     transaction=command.transaction, key=command.dedup_key)

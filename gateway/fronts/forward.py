@@ -69,7 +69,8 @@ class Forwarder:
         der = peer_certificate(request.transport)
         if der:
             headers[forwarded.CERT] = base64.b64encode(der).decode()
-        url = URL("http://owner" + request.raw_path, encoded=True)
+        # The path and query as sent (an absolute-form target's too: RFC 9112 3.2.2).
+        url = URL("http://owner" + request.rel_url.raw_path_qs, encoded=True)
         try:
             async with self._session.request(request.method, url, headers=headers,
                                              data=body if body else None,

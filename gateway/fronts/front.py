@@ -18,9 +18,11 @@ import socket
 import ssl
 import sys
 import time
+from typing import Any
 
 import uvloop
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.hmac_sig import SCHEME
@@ -68,17 +70,21 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     polls = LongPolls(server.long_polls_max)
     app = web.Application(
         client_max_size=server.request_body_max,
-        middlewares=make_middlewares(metrics, shared=counts, long_polls=polls,
-                                     concurrent_requests_max=server.concurrent_requests_max))
+        middlewares=[*make_middlewares(metrics, shared=counts, long_polls=polls,
+                                       concurrent_requests_max=server.concurrent_requests_max),
+                     _unmatched_to_owner(forwarder)])
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
     app[STATE_KEY] = GatewayState(local=local_host_names(server.names, server.host,
                                                          server.port))
 
+    # Partners with a rate limit: the owner holds their one bucket for every front.
+    limited = frozenset(p.name for p in settings.partners if p.rate)
+
     async def queue_tree(request: web.Request) -> web.StreamResponse:
         name = _sent_to(request)
         if name is not None:
-            return await _send(request, name, gate, channel, forwarder)
+            return await _send(request, name, gate, channel, forwarder, limited)
         if not _may_wait(request):
             return await forwarder.forward(request)
         polls.parked += 1
@@ -94,9 +100,22 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
             assert isinstance(route, web.RouteDef)
             handler = queue_tree if route.handler is rest_queues.queue_tree else (
                 forwarder.forward)
-            app.router.add_route(route.method, route.path, handler, **route.kwargs)
+            web.RouteDef(route.method, route.path, handler, route.kwargs).register(app.router)
     add_srmp_routes(app, settings.srmp.virtual_dirs, forwarder.forward)
     return app
+
+
+def _unmatched_to_owner(forwarder: Forwarder) -> Middleware:
+    """A path no route serves, or a method its route does not allow: the owner answers it
+    (after authentication, as one process does: a stranger learns nothing of the routes)."""
+
+    @web.middleware
+    async def unmatched(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.match_info.http_exception is not None:
+            return await forwarder.forward(request)
+        return await handler(request)
+
+    return unmatched
 
 
 def _sent_to(request: web.Request) -> str | None:
@@ -125,8 +144,12 @@ def _may_wait(request: web.Request) -> bool:
 
 
 async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
-                forwarder: Forwarder) -> web.StreamResponse:
+                forwarder: Forwarder, limited: frozenset[str]) -> web.StreamResponse:
     await gate(request)
+    principal = principal_of(request)
+    if principal.name in limited and not (principal.admin or principal.open):
+        # Before anything can refuse the request, as one process's gate does.
+        await _ask(channel, wire.Kind.THROTTLE, principal.name)
     require(request, "send", name)
     try:
         send = parse_send_headers(request.headers, now_ms=int(time.time() * 1000))
@@ -137,20 +160,25 @@ async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
             or properties.admin_queue):
         # Transactions and reply addresses need the owner's state: it does all of it.
         return await forwarder.forward(request)
-    principal = principal_of(request)
-    command = wire.SendCommand(
-        name, await request.read(), properties, send.transaction,
-        scoped_key(request, send.idempotency_key),
-        "" if principal.admin or principal.open else principal.name)
+    command = wire.SendCommand(name, await request.read(), properties, send.transaction,
+                               scoped_key(request, send.idempotency_key))
+    answer, replayed = await _ask(channel, wire.Kind.SEND, command)
+    return sent_response(answer, replayed)
+
+
+async def _ask(channel: Channel, kind: int, value: object) -> Any:
+    """The owner's answer to one command.
+
+    Raises:
+        ProblemError: the owner's refusal, or 503 when it cannot be reached."""
     try:
-        kind, payload = await channel.call(wire.Kind.SEND, command)
+        answered, payload = await channel.call(kind, value)
     except (ChannelLost, Overloaded) as exc:
         raise ProblemError(503, str(exc), type_slug="not-ready",
                            headers={"Retry-After": "1"}) from exc
-    if kind == wire.Kind.PROBLEM:
+    if answered == wire.Kind.PROBLEM:
         raise wire.problem_answer(payload).error()
-    answer, replayed = wire.decode(payload)
-    return sent_response(answer, replayed)
+    return wire.decode(payload)
 
 
 async def _run(start: FrontStart, channel_fd: int) -> int:

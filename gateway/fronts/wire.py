@@ -32,6 +32,7 @@ class Kind:
     HELLO = 1  # front -> owner: serving, with its pid
     SEND = 2  # front -> owner: store one message (SendCommand)
     STATS = 3  # owner -> front: its HTTP counts and requests in flight, answered OK
+    THROTTLE = 4  # front -> owner: take a token of this partner's rate limit (OK or 429)
     OK = 100  # SEND: (the 201's JSON answer, whether it replays an earlier send)
     PROBLEM = 101  # the answer is an error the front turns into problem+json
 
@@ -45,7 +46,6 @@ class SendCommand:
     properties: MessageProperties
     transaction: str | None  # None, "single" or "none"
     dedup_key: str | None  # the Idempotency-Key in its principal's space
-    partner: str  # whose rate limit the owner applies ("" = none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,7 @@ def encode(request_id: int, kind: int, value: Any) -> bytes:
     """A frame; ``value`` is plain data, a ``SendCommand`` or a ``ProblemAnswer``."""
     if isinstance(value, SendCommand):
         value = (value.queue, value.body, _property_values(value.properties),
-                 value.transaction, value.dedup_key, value.partner)
+                 value.transaction, value.dedup_key)
     elif isinstance(value, ProblemAnswer):
         value = dataclasses.astuple(value)
     payload = marshal.dumps(value)
@@ -89,9 +89,9 @@ def decode(payload: bytes) -> Any:
 
 
 def send_command(payload: bytes) -> SendCommand:
-    queue, body, values, transaction, key, partner = marshal.loads(payload)
+    queue, body, values, transaction, key = marshal.loads(payload)
     properties = MessageProperties(**dict(zip(_PROPERTY_NAMES, values)))
-    return SendCommand(queue, body, properties, transaction, key, partner)
+    return SendCommand(queue, body, properties, transaction, key)
 
 
 def problem_answer(payload: bytes) -> ProblemAnswer:

@@ -74,13 +74,22 @@ class ProblemAppRunner(web.AppRunner):
         return server
 
 
+# What a front adds to a request it forwards (gateway.web.forwarded): up to three headers, one
+# a client certificate in base64 (a chain of tens of KiB at most, as TLS carries it).
+_FORWARDED_HEADERS = 3
+_FORWARDED_FIELD_MAX = 256 * 1024
+
+
 def app_runner(app: web.Application, settings: Settings, *,
-               handler_cancellation: bool = False) -> ProblemAppRunner:
+               handler_cancellation: bool = False,
+               forwarded: bool = False) -> ProblemAppRunner:
     """The runner of ``app`` with the server section's limits (one process, or each front).
 
     ``handler_cancellation``: a handler is cancelled when its client hangs up (a front's:
     its forwarded request to the owner is then closed, and a long poll there ends without
-    taking a message; the owner's and one process's handlers finish what they started)."""
+    taking a message; the owner's and one process's handlers finish what they started).
+    ``forwarded``: the store owner's runner, for requests its fronts checked against the
+    limits already and add their own headers to."""
     server = settings.server
     return ProblemAppRunner(
         app,
@@ -88,7 +97,8 @@ def app_runner(app: web.Application, settings: Settings, *,
         handler_cancellation=handler_cancellation,
         access_log=access_log if settings.log.access else None,
         keepalive_timeout=server.keepalive_timeout,
-        max_headers=server.header_count_max,
-        max_field_size=server.header_bytes_max,
+        max_headers=server.header_count_max + (_FORWARDED_HEADERS if forwarded else 0),
+        max_field_size=(max(server.header_bytes_max, _FORWARDED_FIELD_MAX) if forwarded
+                        else server.header_bytes_max),
         max_line_size=server.header_bytes_max,
     )

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -143,9 +144,16 @@ def test_the_owner_killed_ends_the_fronts_and_a_restart_has_everything(
     gateway.stop()
     assert fronts_gone()
     assert len(acked) >= 300
+    # The owner's socket directory: under the data directory, or the temporary one when
+    # the data directory's path is too long for a socket address (pytest's often is).
+    bases = [tmp_path / "data" / "run", Path(tempfile.gettempdir())]
+    left = [d for base in bases if base.is_dir()
+            for d in base.glob(f"entrepot-owner-{gateway.proc.pid}-*")]
+    assert left, "the killed owner leaves its socket directory"
     again = start_workers(tmp_path / "data")
     lost = acked - stored(again.url)
     assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {sorted(lost)[:3]}"
+    assert not any(d.exists() for d in left), "a new owner clears what a killed one left"
     assert again.stop() == 0
 
 

@@ -8,6 +8,7 @@ import hashlib
 import http.client
 import json
 import math
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,6 +84,22 @@ def test_a_partners_rate_limit_holds_across_the_fronts(
     assert set(statuses) == {201, 429}, statuses
 
 
+def test_requests_a_front_refuses_spend_the_partners_rate_too(
+        gateway: tuple[GatewayProcess, Path]) -> None:
+    # As in one process, the rate limit comes before the checks of the request: bad headers
+    # and queues the partner may not use spend tokens too, so they cannot flood the fronts.
+    started = time.monotonic()
+    key = {"Authorization": "Bearer slow-key"}
+    statuses = [_fresh(gateway[0], "POST", path, b"x", {**key, **headers})[0]
+                for path, headers in [("/v1/queues/w_in/messages", {"Mq-Priority": "9"})] * 4
+                + [("/v1/queues/not_w/messages", {})] * 4
+                + [("/v1/queues/w_in/messages", {})] * 4]
+    took = time.monotonic() - started
+    passed = [s for s in statuses if s != 429]
+    assert len(passed) <= 2 + math.ceil(took), (statuses, took)
+    assert set(passed) <= {400, 403, 201}, statuses
+
+
 def test_a_client_cannot_claim_an_address_or_certificate_a_front_passes_on(
         gateway: tuple[GatewayProcess, Path]) -> None:
     proc, cert = gateway
@@ -129,3 +146,42 @@ def test_metrics_count_every_front_once(gateway: tuple[GatewayProcess, Path]) ->
                    - _requests_total(before, route, method, status))
         assert counted == 10, (route, method, status, counted)
     assert "entrepot_http_requests_in_flight " in after
+
+
+def _raw(gateway: GatewayProcess, request: bytes) -> tuple[int, bytes]:
+    """One request as bytes on a new connection: (status, the head of the answer)."""
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=30) as sock:
+        sock.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    return int(answer.split(b" ", 2)[1]), answer
+
+
+def test_requests_are_answered_as_one_process_answers_them(
+        gateway: tuple[GatewayProcess, Path]) -> None:
+    proc = gateway[0]
+    admin = "Authorization: Bearer root-key\r\n"
+    cases = [
+        # HEAD is served wherever GET is (load balancers probe with it).
+        (f"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 200),
+        (f"HEAD /v1/queues HTTP/1.1\r\nHost: x\r\n{admin}\r\n", 200),
+        # An absolute-form target (RFC 9112 3.2.2) names the path as any other.
+        (f"GET http://elsewhere/healthz HTTP/1.1\r\nHost: x\r\n\r\n", 200),
+        (f"GET http://elsewhere/v1/queues HTTP/1.1\r\nHost: x\r\n{admin}\r\n", 200),
+        # Without a credential, an unknown path or a wrong method is 401 like any other:
+        # a stranger cannot map the routes.
+        ("GET /v1/nowhere HTTP/1.1\r\nHost: x\r\n\r\n", 401),
+        ("DELETE /v1/transactions HTTP/1.1\r\nHost: x\r\n\r\n", 401),
+        (f"GET /v1/nowhere HTTP/1.1\r\nHost: x\r\n{admin}\r\n", 404),
+        (f"DELETE /v1/transactions HTTP/1.1\r\nHost: x\r\n{admin}\r\n", 405),
+        # As many header lines as server.header_count_max allows (100), forwarded.
+        ("GET /v1/queues HTTP/1.1\r\nHost: x\r\n" + admin
+         + "".join(f"X-Pad-{n}: {n}\r\n" for n in range(98)) + "\r\n", 200),
+    ]
+    for request, status in cases:
+        got, head = _raw(proc, request.encode())
+        assert got == status, (request[:60], head[:300])

@@ -24,7 +24,7 @@ def _properties() -> MessageProperties:
 
 def test_a_send_command_comes_out_as_it_went_in() -> None:
     command = wire.SendCommand("private$/orders", b"\x00body\xff", _properties(), "single",
-                               "partner:p\0key", "p")
+                               "partner:p\0key")
     frame = wire.encode(7, wire.Kind.SEND, command)
     (head, payload), = wire.reader().feed(frame)
     assert head == (len(payload), 7, wire.Kind.SEND)
