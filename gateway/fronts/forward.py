@@ -28,6 +28,12 @@ _HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer
                   "transfer-encoding", "upgrade", "content-length"})
 
 
+# Answers up to this size are read whole and answered with a length; larger ones and those
+# of unknown length (chunked) are streamed in chunks of _CHUNK.
+_WHOLE_MAX = 1 << 20
+_CHUNK = 1 << 16
+
+
 class Forwarder:
     def __init__(self, settings: Settings, owner_socket: str) -> None:
         self._body_max = settings.server.request_body_max
@@ -48,7 +54,7 @@ class Forwarder:
         if self._session is not None:
             await self._session.close()
 
-    async def forward(self, request: web.Request) -> web.Response:
+    async def forward(self, request: web.Request) -> web.StreamResponse:
         """The owner's answer to ``request``.
 
         Raises:
@@ -75,12 +81,28 @@ class Forwarder:
             async with self._session.request(request.method, url, headers=headers,
                                              data=body if body else None,
                                              allow_redirects=False) as answer:
-                content = await answer.read()
                 out = CIMultiDict((k, v) for k, v in answer.headers.items()
                                   if k.lower() not in _HOP)
-                return web.Response(status=answer.status, reason=answer.reason,
-                                    body=content, headers=out)
+                length = answer.content_length
+                if length is not None and length <= _WHOLE_MAX:
+                    return web.Response(status=answer.status, reason=answer.reason,
+                                        body=await answer.read(), headers=out)
+                return await _stream(request, answer, out)
         except aiohttp.ClientError as exc:
             raise ProblemError(503, f"the store owner process cannot be reached: {exc}",
                                type_slug="not-ready", headers={"Retry-After": "1"}) from exc
+
+
+async def _stream(request: web.Request, answer: aiohttp.ClientResponse,
+                  headers: CIMultiDict[str]) -> web.StreamResponse:
+    """An answer passed on as it arrives (a range read of many messages): a front holds a
+    chunk of it at a time, not the whole. Once started, a failure can only cut it short."""
+    response = web.StreamResponse(status=answer.status, reason=answer.reason, headers=headers)
+    if answer.content_length is not None:
+        response.content_length = answer.content_length
+    await response.prepare(request)
+    async for chunk in answer.content.iter_chunked(_CHUNK):
+        await response.write(chunk)
+    await response.write_eof()
+    return response
 

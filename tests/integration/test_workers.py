@@ -18,6 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from gateway.auth.tls import create_self_signed
+from gateway.range_wire import decode_records
 from tests.helpers import GatewayProcess, front_pids
 
 
@@ -185,3 +186,22 @@ def test_requests_are_answered_as_one_process_answers_them(
     for request, status in cases:
         got, head = _raw(proc, request.encode())
         assert got == status, (request[:60], head[:300])
+
+
+def test_a_large_answer_is_passed_on_as_it_comes(gateway: tuple[GatewayProcess, Path]) -> None:
+    proc = gateway[0]
+    admin = {"Authorization": "Bearer root-key", "Content-Type": "application/json"}
+    assert _fresh(proc, "PUT", "/v1/queues/w_big", b"{}", admin)[0] == 201
+    bodies = [bytes([n]) * 8192 for n in range(256)]
+    for start in range(0, 256, 64):
+        batch = {"messages": [{"queue": "w_big", "body_base64": base64.b64encode(b).decode()}
+                              for b in bodies[start:start + 64]]}
+        assert _fresh(proc, "POST", "/v1/batch", json.dumps(batch).encode(), admin)[0] == 201
+    connection = http.client.HTTPConnection("127.0.0.1", proc.port, timeout=60)
+    connection.request("GET", "/v1/queues/w_big/range?from=1&to=1000", headers=admin)
+    response = connection.getresponse()
+    data = response.read()
+    connection.close()
+    # Over 2 MiB: the front passed it on in chunks as the owner wrote it, not read whole.
+    assert response.status == 200 and response.getheader("Transfer-Encoding") == "chunked"
+    assert [r.body for r in decode_records(data)] == bodies
