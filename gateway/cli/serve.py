@@ -8,7 +8,6 @@ opened and recovered in the background; /readyz says when it is done).
 from __future__ import annotations
 
 import asyncio
-import gc
 import ipaddress
 import json
 import os
@@ -33,16 +32,13 @@ from gateway.settings import Settings
 from gateway.srmp import envelope as srmp_envelope
 from gateway.web.app import make_app
 from gateway.web.appkeys import AUTHENTICATOR_KEY, METRICS_KEY, STATE_KEY
-from gateway.web.http_server import app_runner
+from gateway.web.http_server import app_runner, freeze_startup_objects
 from gateway.web.listener import bind, tls_context
 from gateway.web.state import GatewayState
 from store.datadir import probe_data_dir
 from store.errors import StoreError
 
 __all__ = ["serve"]
-
-_GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
-
 
 def serve(settings: Settings, *, config_source: str) -> int:
     """Run the gateway until SIGTERM or SIGINT; return the process exit code.
@@ -161,24 +157,14 @@ async def _announce_ready(notifier: Notifier, state: GatewayState, stop: asyncio
 
 
 async def _tune_collector(state: GatewayState, stop: asyncio.Event) -> None:
-    """Once the gateway is ready, move everything alive (modules, the app, the recovered
-    store) out of the cyclic collector's reach and let young collections come less often.
-
-    Why: every full collection would walk the ~half million startup objects, pausing the
-    loop long enough to set the send latency's p99 under load, and young collections at the
-    default threshold run often enough to take a visible share of the loop's time (see
-    docs/performance.md). Startup objects that later become cyclic
-    garbage are never reclaimed: there are few (a replaced mapping), and none grow.
-    """
+    """Once the gateway is ready (the recovered store among the startup objects), freeze
+    what is alive out of the cyclic collector's reach (``freeze_startup_objects``)."""
     while not stop.is_set() and not state.ready:
         if state.failure is not None:
             return
         await asyncio.sleep(0.05)
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     server_log.info("startup objects frozen out of the cyclic collector count=%d",
-                    gc.get_freeze_count())
+                    freeze_startup_objects())
 
 
 def _warn_if_open(settings: Settings) -> None:

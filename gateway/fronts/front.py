@@ -40,7 +40,7 @@ from gateway.web import rest_queues
 from gateway.web.app import ROUTE_TABLES
 from gateway.web.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.web.auth_middleware import Gate, make_auth_gate, principal_of, require, scoped_key
-from gateway.web.http_server import app_runner
+from gateway.web.http_server import app_runner, freeze_startup_objects
 from gateway.web.listener import bind, tls_context
 from gateway.web.long_polls import LongPolls
 from gateway.web.middlewares import make_middlewares
@@ -59,9 +59,9 @@ _MESSAGES = "/messages"
 
 def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
                    forwarder: Forwarder, counts: SharedCounts) -> web.Application:
-    """The front's application: the owner's routes (so that a path unknown there is 404
-    here, a method not allowed 405, and the metric labels are the same), each forwarded but
-    the sends the front answers itself. ``counts``: every front's requests in flight, which
+    """The front's application: the owner's routes (so that the metric labels are the
+    same), each forwarded but the sends the front answers itself; a path or method no route
+    serves is forwarded too. ``counts``: every front's requests in flight, which
     ``server.concurrent_requests_max`` caps together."""
     server = settings.server
     gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False))
@@ -209,6 +209,8 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
     await runner.setup()
     await web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace,
                        ssl_context=context).start()
+    log.debug("front %d: startup objects frozen count=%d", start.index,
+              freeze_startup_objects())
     channel.send(0, wire.Kind.HELLO, os.getpid())
     await stop.wait()
     if channel.lost:
