@@ -85,6 +85,11 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
     runner = app_runner(app, settings, forwarded=owner)
     await runner.setup()
     fronts: Fronts | None = None
+    gave_up = asyncio.Event()  # a front could not be started again: exit 1
+
+    def give_up() -> None:
+        gave_up.set()
+        stop.set()
     if owner:
         owner_dir = make_owner_dir(settings.store.data_dir)  # 0700: this user only
         site: web.BaseSite = web.UnixSite(runner, str(owner_dir / SOCKET_NAME),
@@ -95,7 +100,7 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
         commands = Commands(state, app[AUTHENTICATOR_KEY])
         fronts = Fronts(settings, str(owner_dir / SOCKET_NAME), commands,
                         on_all_serving=lambda: setattr(state, "fronts_started", True),
-                        metrics=app[METRICS_KEY])
+                        metrics=app[METRICS_KEY], on_give_up=give_up)
         state.before_scrape = fronts.take_counts
         fronts.start()
     else:
@@ -136,7 +141,7 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
         sock.close()
     notifier.close()
     server_log.info("stopped")
-    return 0
+    return 1 if gave_up.is_set() else 0
 
 
 async def _announce_ready(notifier: Notifier, state: GatewayState, stop: asyncio.Event,

@@ -3,7 +3,8 @@
 Each front is ``python -m gateway.fronts.front FD``: FD is its end of a socket pair (the
 command channel), and its standard input brings the settings and the path of the owner's
 socket for forwarded requests. A front that exits while the owner runs is started again
-after a pause that doubles up to ``_RESTART_MAX_S`` (a front that cannot start does not spin).
+after a pause that doubles up to ``_RESTART_MAX_S`` (back to the least once it has served);
+one that cannot start ``_START_FAILURES_MAX`` times in a row stops the gateway.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ log = logging.getLogger("gateway.fronts")
 
 _RESTART_MIN_S = 0.1
 _RESTART_MAX_S = 5.0
+_START_FAILURES_MAX = 5
 
 
 class FrontStart:
@@ -46,18 +48,22 @@ class FrontStart:
 
 class Fronts:
     def __init__(self, settings: Settings, owner_socket: str, commands: Commands,
-                 on_all_serving: Callable[[], None], metrics: Metrics) -> None:
+                 on_all_serving: Callable[[], None], metrics: Metrics,
+                 on_give_up: Callable[[], None]) -> None:
+        """``on_give_up``: a front could not start ``_START_FAILURES_MAX`` times in a row
+        (its TLS files became unreadable, say): the gateway stops rather than serve on
+        fewer fronts while saying nothing but warnings."""
         self.count = settings.server.workers
         self._settings = settings
         self._owner_socket = owner_socket
         self._commands = commands
         self._on_all_serving = on_all_serving
+        self._on_give_up = on_give_up
         self._serving: dict[int, int] = {}  # front index -> pid, once it said HELLO
         self._processes: dict[int, asyncio.subprocess.Process] = {}
         self._channels: dict[int, Channel] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
-        self.restarts = 0
         # Each front's HTTP counts as last taken into the owner's metrics, and its requests
         # in flight then (the owner's gauge is their sum).
         self._metrics = metrics
@@ -79,12 +85,21 @@ class Fronts:
 
     async def _keep(self, index: int) -> None:
         pause = _RESTART_MIN_S
+        failed = 0  # starts in a row that ended before the front served
         while True:
             code = await self._run(index)
-            self._serving.pop(index, None)
+            served = self._serving.pop(index, None) is not None
             if self._stopping:
                 return
-            self.restarts += 1
+            if served:
+                pause, failed = _RESTART_MIN_S, 0
+            else:
+                failed += 1
+                if failed >= _START_FAILURES_MAX:
+                    log.error("front %d could not start %d times in a row (%s): stopping the "
+                              "gateway", index, failed, _exit_text(code))
+                    self._on_give_up()
+                    return
             log.warning("front %d exited (%s): starting it again in %.1f s", index,
                         _exit_text(code), pause)
             await asyncio.sleep(pause)

@@ -20,6 +20,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from gateway.auth.tls import create_self_signed
 from tests.helpers import GatewayProcess, front_pids, http_get, http_request
 
 _QUEUE = "crash"
@@ -194,3 +195,21 @@ def test_a_front_killed_with_a_parked_poll_takes_no_message(
     wait_for(lambda: parked() == 0, "the poll woke and ended")
     assert stored(gateway.url) == {b"kept"}
     assert gateway.stop() == 0
+
+
+@pytest.mark.crash
+def test_fronts_that_cannot_start_again_stop_the_gateway(tmp_path: Path) -> None:
+    cert, key = create_self_signed(tmp_path / "tls", common_name="localhost",
+                                   names=["127.0.0.1"], days=2)
+    config = tmp_path / "entrepot.toml"
+    config.write_text(f'[server]\ntls_cert = "{cert}"\ntls_key = "{key}"\n')
+    gateway = GatewayProcess(tmp_path / "data", cafile=cert,
+                             extra_args=("--config", str(config), "--workers", "2"))
+    gateway.wait_ready()
+    key.unlink()  # a front started now cannot load its TLS key
+    for pid in front_pids(gateway.proc.pid):
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: gateway.proc.poll() is not None, "the owner gave up and stopped")
+    assert gateway.proc.returncode == 1
+    assert "could not start 5 times in a row" in gateway.log()
+    assert gateway.stop() == 1
