@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel, ChannelLost, Overloaded
@@ -35,15 +36,14 @@ _RESTART_MAX_S = 5.0
 _START_FAILURES_MAX = 5
 
 
+@dataclass(frozen=True, slots=True)
 class FrontStart:
     """What a front reads from its standard input."""
 
-    def __init__(self, settings: Settings, owner_socket: str, index: int,
-                 counts_fd: int) -> None:
-        self.settings = settings
-        self.owner_socket = owner_socket
-        self.index = index
-        self.counts_fd = counts_fd  # gateway.fronts.shared_counts
+    settings: Settings
+    owner_socket: str
+    index: int
+    counts_fd: int  # gateway.fronts.shared_counts
 
 
 class Fronts:
@@ -79,9 +79,6 @@ class Fronts:
     def serving(self) -> bool:
         """Every front has said it listens."""
         return len(self._serving) == self.count
-
-    def pids(self) -> list[int]:
-        return [p.pid for p in self._processes.values() if p.returncode is None]
 
     async def _keep(self, index: int) -> None:
         pause = _RESTART_MIN_S
