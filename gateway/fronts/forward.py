@@ -101,8 +101,11 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse,
     if answer.content_length is not None:
         response.content_length = answer.content_length
     await response.prepare(request)
-    async for chunk in answer.content.iter_chunked(_CHUNK):
-        await response.write(chunk)
-    await response.write_eof()
+    try:
+        async for chunk in answer.content.iter_chunked(_CHUNK):
+            await response.write(chunk)
+        await response.write_eof()
+    except ConnectionError:  # the client hung up: closing the owner's answer ends it
+        pass
     return response
 

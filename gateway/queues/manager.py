@@ -63,6 +63,7 @@ RECEIVE_WAIT_S_MAX = 60.0
 # Held while a receive waits for a message (a long-poll slot, gateway.web.long_polls).
 Park = Callable[[], contextlib.AbstractContextManager[object]]
 RECEIVE_MAX = 1000
+GONE_CHECK_S = 1.0  # how often a waiting receive looks whether its caller is still there
 PRIORITIES = 8
 
 
@@ -367,16 +368,12 @@ class QueueManager:
                       gone: Callable[[], bool] | None = None) -> list[ReceivedMessage]:
         """Take up to ``max_messages`` messages, waiting up to ``wait_s`` for the first.
 
-        ``gone``: the caller can no longer be answered (its connection closed while it
-        waited): what it would have taken stays in the queue instead of being removed."""
+        ``gone``: the caller can no longer be answered (``wait_and_take``)."""
         queue = self.queue(name)
-        chosen = await self.wait_and_take(queue, max_messages, wait_s, park)
+        chosen = await self.wait_and_take(queue, max_messages, wait_s, park, gone)
         if not chosen:
             return []
         try:
-            if gone is not None and gone():
-                self._put_back(queue, chosen)
-                return []
             taken = await self._remove_and_journal(queue, chosen)
             self.events.count(queue.path.display, "received", len(taken))
             return taken
@@ -384,11 +381,15 @@ class QueueManager:
             queue.reserved.difference_update(r.seq for r in chosen)
 
     async def wait_and_take(self, queue: Queue, max_messages: int, wait_s: float,
-                            park: Park | None = None) -> list[StoredRecord]:
+                            park: Park | None = None,
+                            gone: Callable[[], bool] | None = None) -> list[StoredRecord]:
         """Reserve up to ``max_messages`` deliverable messages, waiting for the first.
 
         ``park`` is entered for the wait, only when there is one (nothing to take at once):
-        the caller's hold on a long-poll slot (gateway.web.long_polls).
+        the caller's hold on a long-poll slot (gateway.web.long_polls). ``gone``: the caller
+        can no longer be answered (its connection closed); looked at every
+        ``GONE_CHECK_S`` of the wait and before taking, it ends the wait with nothing taken
+        (the message stays for others, the slot is given back).
 
         Raises:
             QueueError: 409 when registered range consumers read the queue as a log;
@@ -407,8 +408,11 @@ class QueueManager:
                     return []
                 queue.arrived.clear()
                 try:
-                    await asyncio.wait_for(queue.arrived.wait(), remaining)
+                    await asyncio.wait_for(queue.arrived.wait(), remaining if gone is None
+                                           else min(remaining, GONE_CHECK_S))
                 except TimeoutError:
+                    pass
+                if gone is not None and gone():
                     return []
                 chosen = self._take(queue, max_messages)
                 if chosen:
@@ -507,8 +511,9 @@ class QueueManager:
             raise
 
     def _put_back(self, queue: Queue, records: Sequence[StoredRecord]) -> None:
-        """Records taken and not removed: back at their original positions (still reserved
-        until the caller releases them, which it does before anything else runs)."""
+        """Records taken and not removed (the removal failed): back at their original
+        positions (still reserved until the caller releases them, which it does before
+        anything else runs)."""
         for record in records:
             lane = queue.order[self._lane(queue, record)]
             lane.insert(bisect.bisect_left(lane, record.seq), record.seq)

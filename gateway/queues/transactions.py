@@ -26,7 +26,7 @@ import asyncio
 import enum
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from gateway.auth.principal import Principal
@@ -322,14 +322,15 @@ class Transactions:
                        source_qm=props.source_qm or self.qm.qm_guid)
 
     async def receive(self, tx_id: str, principal: Principal, name: str, *,
-                      max_messages: int, wait_s: float, park: Park | None = None
-                      ) -> list[ReceivedMessage]:
+                      max_messages: int, wait_s: float, park: Park | None = None,
+                      gone: Callable[[], bool] | None = None) -> list[ReceivedMessage]:
+        """``gone``: the caller can no longer be answered (QueueManager.wait_and_take)."""
         tx = self._active(tx_id, principal)
         queue = self.qm.queue(name)
         if not queue.settings.transactional:
             raise BadRequest(f"{queue.path.display!r} is not transactional: receive "
                              "outside the transaction", type_slug="MQ_ERROR_TRANSACTION_USAGE")
-        records = await self.qm.wait_and_take(queue, max_messages, wait_s, park)
+        records = await self.qm.wait_and_take(queue, max_messages, wait_s, park, gone)
         if not records and any(q is queue for q, _, _ in tx.sends):
             raise Conflict("a transaction cannot receive a message it sent (its "
                            "sends become visible at commit)",

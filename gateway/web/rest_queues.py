@@ -113,7 +113,7 @@ async def queue_tree(request: web.Request) -> web.StreamResponse:
         return jsonio.json_response({"id": moved.message_id, "queue": moved.queue})
     if len(rest) == 2 and rest[0] == "messages":
         message_id = unquote(rest[1])
-        if method == "GET":
+        if method in ("GET", "HEAD"):
             return jsonio.json_response(_message(await qm.get(name, message_id)))
         if method == "DELETE":
             await qm.delete(name, message_id)
@@ -133,7 +133,7 @@ def _authorize(request: web.Request, name: str, rest: list[str]) -> None:
         require(request, "receive", name)
     elif rest and rest[0] in ("head", "range", "consumers"):
         require(request, "receive", name)  # a range consumer is a receiver that keeps a log
-    elif not rest and method == "GET":
+    elif not rest and method in ("GET", "HEAD"):
         principal = principal_of(request)
         if not (principal.may("send", _canonical(name))
                 or principal.may("receive", _canonical(name))):
@@ -151,7 +151,8 @@ def _canonical(name: str) -> str:
 
 async def _dispatch(method: str, table: dict[str, object], request: web.Request,
                     qm: QueueManager, name: str) -> web.StreamResponse:
-    handler = table.get(method)
+    # HEAD is GET without the body (aiohttp leaves the body out), as on every other route.
+    handler = table.get(method) or (table.get("GET") if method == "HEAD" else None)
     if handler is None:
         raise web.HTTPMethodNotAllowed(method, sorted(table))
     response: web.StreamResponse = await handler(request, qm, name)  # type: ignore[operator]
@@ -269,7 +270,7 @@ async def _receive(request: web.Request, qm: QueueManager, name: str) -> web.Res
     if tx_id is not None and tx_id not in ("none", "single"):
         messages = await _transactions(request).receive(
             tx_id, principal_of(request), name, max_messages=max_messages, wait_s=wait,
-            park=park)
+            park=park, gone=lambda: _hung_up(request))
     else:
         messages = await qm.receive(name, max_messages=max_messages, wait_s=wait, park=park,
                                     gone=lambda: _hung_up(request))
@@ -278,7 +279,7 @@ async def _receive(request: web.Request, qm: QueueManager, name: str) -> web.Res
 
 def _hung_up(request: web.Request) -> bool:
     """The client's connection is closed (a front process that held it died, too): a
-    receive outside a transaction would remove messages nobody can be given."""
+    waiting receive would take messages nobody can be given, and hold a long-poll slot."""
     return request.transport is None or request.transport.is_closing()
 
 

@@ -25,6 +25,7 @@ from gateway.range_wire import CONTENT_TYPE, END_OF_RANGE, encode_record
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.rest_body import json_body
 from gateway.web.rest_codec import message_json
+from store.records import StoredRecord
 
 __all__ = ["handle", "RANGE_WIDTH_MAX"]
 
@@ -77,7 +78,7 @@ async def _consumer(request: web.Request, consumers: RangeConsumers, queue: Queu
         position, created = await consumers.register(queue, name, start)
         return web.json_response({"name": name, "position": position},
                                  status=201 if created else 200)
-    if method == "GET":
+    if method in ("GET", "HEAD"):
         positions = consumers.positions(queue)
         if name not in positions:
             raise ProblemError(404, f"no consumer {name!r} on {queue.path.display}",
@@ -115,8 +116,25 @@ async def _range(request: web.Request, qm: QueueManager, consumers: RangeConsume
         return web.json_response({"queue": queue.path.display, "from": start,
                                   "next": max(start, end), "messages": messages},
                                  headers=headers)
+    if request.method == "HEAD":  # the headers alone: the body is written piece by piece
+        return web.Response(headers={**headers, "Content-Type": CONTENT_TYPE})
     response = web.StreamResponse(headers={**headers, "Content-Type": CONTENT_TYPE})
     await response.prepare(request)
+    try:
+        await _write_records(request, response, qm, queue, records)
+    except ConnectionError:  # the reader hung up: its answer ends here, nothing failed
+        server_log.info("range of %s not sent whole: the client closed the connection",
+                        queue.path.display)
+    return response
+
+
+async def _write_records(request: web.Request, response: web.StreamResponse,
+                         qm: QueueManager, queue: Queue, records: list[StoredRecord]) -> None:
+    """The records framed and written every ``_FLUSH_BYTES``, then the end marker.
+
+    Raises:
+        ConnectionError: the reader hung up.
+    """
     pieces: list[bytes | memoryview] = []
     pending = 0
     removals = qm.store.removals  # a second index lookup a record only after a removal
@@ -131,7 +149,7 @@ async def _range(request: web.Request, qm: QueueManager, consumers: RangeConsume
                             queue.path.display, record.seq)
             if request.transport is not None:
                 request.transport.close()
-            return response
+            return
         try:
             meta, body = split_payload(qm.store.read(record))
         except MessageFormatError as exc:  # a record we did not write: never skip silently
@@ -148,11 +166,10 @@ async def _range(request: web.Request, qm: QueueManager, consumers: RangeConsume
     pieces.append(END_OF_RANGE)  # a reader tells a whole answer from a cut one by it
     await response.write(b"".join(pieces))
     await response.write_eof()
-    return response
 
 
 def _allow(method: str, allowed: str) -> None:
-    if method != allowed:
+    if method != allowed and not (method == "HEAD" and allowed == "GET"):
         raise web.HTTPMethodNotAllowed(method, [allowed])
 
 

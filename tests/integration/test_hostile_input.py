@@ -9,8 +9,10 @@ and over their limits; HTTP that aiohttp's parser refuses before any handler run
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
+import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 
@@ -311,3 +313,21 @@ def test_the_gateway_still_serves_after_the_corpus(gateway: GatewayProcess) -> N
     assert _request(gateway, "GET", "/healthz")[0] == 200
     assert _request(gateway, "GET", "/readyz")[0] == 200
     assert _request(gateway, "POST", f"{Q}/messages", body=b"fine")[0] == 201
+
+
+def test_a_reader_hanging_up_mid_range_is_no_error(gateway: GatewayProcess) -> None:
+    # The module's teardown finds no "unhandled error" in the log: a reader that leaves in
+    # the middle of a range answer is not the gateway's failure.
+    assert _json(gateway, "PUT", "/v1/queues/hostile_range", b"{}")[0] == 201
+    body = base64.b64encode(b"r" * 65536).decode()
+    batch = json.dumps({"messages": [{"queue": "hostile_range", "body_base64": body}] * 16})
+    for _ in range(4):  # 4 MiB in all
+        assert _json(gateway, "POST", "/v1/batch", batch.encode())[0] == 201
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=60) as sock:
+        sock.sendall(b"GET /v1/queues/hostile_range/range?from=1&to=1000 HTTP/1.1\r\n"
+                     b"Host: 127.0.0.1\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+    deadline = time.monotonic() + 60  # bounds a failure only
+    while 'route="/v1/queues/{path}/range"' not in _request(gateway, "GET", "/metrics")[2].decode():
+        assert time.monotonic() < deadline, "the range request never ended"
+        time.sleep(0.05)

@@ -104,9 +104,9 @@ async def _gauge(session: aiohttp.ClientSession, gateway: GatewayProcess, name: 
 
 
 async def _until_parked(session: aiohttp.ClientSession, gateway: GatewayProcess,
-                        count: int) -> None:
+                        count: int, bound_s: float = EVENT_BOUND_S) -> None:
     """Wait for the event "``count`` long polls are parked" (the gateway's own gauge)."""
-    deadline = time.monotonic() + EVENT_BOUND_S
+    deadline = time.monotonic() + bound_s
     while await _gauge(session, gateway, "entrepot_http_long_polls_parked") != count:
         assert time.monotonic() < deadline, f"never {count} parked long polls"
         await asyncio.sleep(0.05)
@@ -220,18 +220,31 @@ async def test_one_partner_cannot_take_every_long_poll_slot(
     assert (await again)[0] == 200
 
 
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["plain", "transaction"])
 async def test_a_poll_whose_client_hung_up_takes_nothing(
-        gateway: GatewayProcess, session: aiohttp.ClientSession) -> None:
+        gateway: GatewayProcess, session: aiohttp.ClientSession, in_transaction: bool) -> None:
     # With fronts the owner sees the same when the front holding the poll dies
     # (tests/crash/test_workers_crash.py).
+    queue = "lp_tx" if in_transaction else "lp_b"
+    tx = b""
+    if in_transaction:
+        async with session.put(f"{gateway.url}/v1/queues/private$/lp_tx",
+                               json={"transactional": True}, headers=ADMIN) as response:
+            assert response.status == 201
+        async with session.post(f"{gateway.url}/v1/transactions", headers=ADMIN) as response:
+            tx = b"Mq-Transaction: " + (await response.json())["id"].encode() + b"\r\n"
     sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=30)
-    sock.sendall(b"POST /v1/queues/private$/lp_b/receive?wait=60 HTTP/1.1\r\nHost: x\r\n"
-                 b"Authorization: Bearer root-key\r\nContent-Length: 0\r\n\r\n")
+    sock.sendall(b"POST /v1/queues/private$/" + queue.encode() + b"/receive?wait=60 HTTP/1.1"
+                 b"\r\nHost: x\r\nAuthorization: Bearer root-key\r\n" + tx
+                 + b"Content-Length: 0\r\n\r\n")
     await _until_parked(session, gateway, 1)
     sock.close()
-    assert await _send(session, gateway, "lp_b", b"kept") == 201
-    await _until_parked(session, gateway, 0)  # the poll woke and ended
-    async with session.post(f"{gateway.url}/v1/queues/private$/lp_b/receive",
+    # The poll ends and gives its slot back without waiting for a message or its 60 s.
+    await _until_parked(session, gateway, 0, bound_s=30.0)
+    async with session.post(f"{gateway.url}/v1/queues/private$/{queue}/messages",
+                            data=b"kept", headers=ADMIN) as response:
+        assert response.status == 201
+    async with session.post(f"{gateway.url}/v1/queues/private$/{queue}/receive",
                             headers=ADMIN) as response:
         got = await response.json()
     assert [base64.b64decode(m["body_base64"]) for m in got["messages"]] == [b"kept"]

@@ -6,6 +6,7 @@ import asyncio
 import base64
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -340,3 +341,19 @@ async def test_integral_json_numbers_are_integers_and_fractions_are_refused(clie
     assert "Priority" in problem["detail"]
     (received,) = (await (await client.post("/v1/queues/floats/receive")).json())["messages"]
     assert received["priority"] == 5
+
+
+async def test_head_is_answered_wherever_get_is(client: Any) -> None:
+    # Load balancers and monitors probe with HEAD: the queue tree answers it as GET.
+    assert (await client.put("/v1/queues/heads", json={})).status == 201
+    sent = await client.post("/v1/queues/heads/messages", data=b"x")
+    assert sent.status == 201
+    message = (await sent.json())["id"]
+    for path in ("/v1/queues/heads", "/v1/queues/heads/messages",
+                 f"/v1/queues/heads/messages/{quote(message, safe='')}",
+                 "/v1/queues/heads/head", "/v1/queues/heads/range?from=1&to=2"):
+        got, head = await client.get(path), await client.head(path)
+        assert (head.status, await head.read()) == (got.status, b""), path
+        assert got.status == 200, path
+    wrong = await client.head("/v1/queues/heads/purge")
+    assert wrong.status == 405 and "POST" in wrong.headers["Allow"]
