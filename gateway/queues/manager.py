@@ -411,7 +411,7 @@ class QueueManager:
                     await asyncio.wait_for(queue.arrived.wait(), remaining if gone is None
                                            else min(remaining, GONE_CHECK_S))
                 except TimeoutError:
-                    pass
+                    pass  # the deadline or a look at ``gone``: the loop decides which
                 if gone is not None and gone():
                     return []
                 chosen = self._take(queue, max_messages)
