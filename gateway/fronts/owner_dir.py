@@ -49,10 +49,9 @@ def _clear_stale(base: Path) -> None:
 
 
 def _running(pid: int) -> bool:
+    """A live process (a zombie, dead and not yet reaped by its parent, is not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
         return False
-    except PermissionError:
-        return True  # someone else's
-    return True
+    return stat.rpartition(")")[2].split()[0] != "Z"
