@@ -31,7 +31,7 @@ from gateway.logs import server_log
 from gateway.settings import Settings
 from gateway.srmp import envelope as srmp_envelope
 from gateway.web.app import make_app
-from gateway.web.appkeys import AUTHENTICATOR_KEY, METRICS_KEY, STATE_KEY
+from gateway.web.appkeys import METRICS_KEY, STATE_KEY
 from gateway.web.http_server import app_runner, freeze_startup_objects
 from gateway.web.listener import bind, tls_context
 from gateway.web.state import GatewayState
@@ -97,7 +97,7 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
         await site.start()
         state = app[STATE_KEY]
         state.fronts_started = False
-        commands = Commands(state, app[AUTHENTICATOR_KEY])
+        commands = Commands(app)
         fronts = Fronts(settings, str(owner_dir / SOCKET_NAME), commands,
                         on_all_serving=lambda: setattr(state, "fronts_started", True),
                         metrics=app[METRICS_KEY], on_give_up=give_up)

@@ -1,24 +1,30 @@
 """The owner's side of the commands: run each on the one store, answer on its channel.
 
-A command is answered ``OK`` only once what it stored is durable (``QueueManager.send``
-returns after the store's commit), so a front that dies loses no acknowledged message: the
-client of a request in flight sees its connection close and sends again.
+A command is answered ``OK`` only once what it stored is durable (``QueueManager.send`` and
+SRMP delivery return after the store's commit), so a front that dies loses no acknowledged
+message: the client of a request in flight sees its connection close and sends again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import pickle
+from collections.abc import Awaitable
 
-from gateway.auth.authenticator import Authenticator
+from aiohttp import web
+
 from gateway.errors import ProblemError
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel
+from gateway.inbound.parse_pool import parsed_of
 from gateway.queues.errors import QueueError
+from gateway.srmp.parsed import ParsedRequest
+from gateway.web.appkeys import AUTHENTICATOR_KEY, STATE_KEY
 from gateway.web.auth_middleware import throttle
 from gateway.web.problem import as_problem
 from gateway.web.rest_queues import send_one
-from gateway.web.state import GatewayState
+from gateway.web.srmp_routes import Sender, deliver_srmp
 
 __all__ = ["Commands"]
 
@@ -26,11 +32,12 @@ log = logging.getLogger("gateway.fronts")
 
 
 class Commands:
-    """Runs the commands fronts send."""
+    """Runs the commands fronts send, on the owner's application ``app``."""
 
-    def __init__(self, state: GatewayState, authenticator: Authenticator) -> None:
-        self._state = state
-        self._authenticator = authenticator
+    def __init__(self, app: web.Application) -> None:
+        self._app = app
+        self._state = app[STATE_KEY]
+        self._authenticator = app[AUTHENTICATOR_KEY]
         self._running: set[asyncio.Task[None]] = set()
 
     def on_request(self, channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
@@ -42,31 +49,49 @@ class Commands:
             else:
                 channel.send(request_id, wire.Kind.OK, None)
             return
-        if kind != wire.Kind.SEND:
+        if kind == wire.Kind.SEND:
+            work: Awaitable[object] = self._send(payload)
+        elif kind == wire.Kind.SRMP:
+            work = self._srmp(payload)
+        else:
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer(
                 500, f"unknown command kind {kind}", "about:blank", None, {}, {}))
             return
-        task = asyncio.get_running_loop().create_task(self._send(channel, request_id, payload))
+        task = asyncio.get_running_loop().create_task(self._answer(channel, request_id, work))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
-    async def _send(self, channel: Channel, request_id: int, payload: bytes) -> None:
+    async def _answer(self, channel: Channel, request_id: int, work: Awaitable[object]) -> None:
         try:
-            command = wire.send_command(payload)
-            qm = self._state.serving().queue_manager
-            answer = await send_one(qm, command.queue, command.body, command.properties,
-                                    transaction=command.transaction, key=command.dedup_key)
+            answer = await work
         except QueueError as refused:
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer.of(
                 as_problem(refused)))
         except ProblemError as exc:
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer.of(exc))
         except Exception:
-            log.exception("send command failed")
+            log.exception("command failed")
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer(
                 500, "internal error; see the gateway log", "about:blank", None, {}, {}))
         else:
             channel.send(request_id, wire.Kind.OK, answer)
+
+    async def _send(self, payload: bytes) -> object:
+        command = wire.send_command(payload)
+        qm = self._state.serving().queue_manager
+        return await send_one(qm, command.queue, command.body, command.properties,
+                              transaction=command.transaction, key=command.dedup_key)
+
+    async def _srmp(self, payload: bytes) -> object:
+        command = wire.srmp_command(payload)
+
+        async def parsed() -> ParsedRequest:
+            # The pickle is the front's own (our child process's), as a parse worker's is.
+            return parsed_of(command.parse_kind, pickle.loads(command.parse),
+                             command.content_type, command.raw)
+
+        return await deliver_srmp(self._app, Sender(command.remote, command.principal,
+                                                     command.content_type), parsed)
 
     async def drain(self) -> None:
         """Wait for the commands being run (before the store closes)."""

@@ -2,9 +2,10 @@
 
 It listens on the gateway's port beside the other fronts (SO_REUSEPORT), answers a REST send
 to one queue outside a transaction by itself (authentication, headers, validation) with one
-``SEND`` command to the owner, and forwards every other request to the owner
-(gateway.fronts.forward). It stops on SIGTERM or SIGINT after finishing its requests, and at
-once when the owner is gone (its end of the channel closes).
+``SEND`` command to the owner, parses SRMP requests and hands each over as one ``SRMP``
+command, and forwards every other request to the owner (gateway.fronts.forward). It stops on
+SIGTERM or SIGINT after finishing its requests, and at once when the owner is gone (its end
+of the channel closes).
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from aiohttp.typedefs import Handler, Middleware
 
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.hmac_sig import SCHEME
+from gateway.auth.principal import Principal
 from gateway.errors import GatewayError, ProblemError
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel, ChannelLost, Overloaded
 from gateway.fronts.forward import Forwarder
 from gateway.fronts.shared_counts import SharedCounts
 from gateway.fronts.supervisor import FrontStart
+from gateway.inbound.parse_pool import parse_answer
 from gateway.logs import configure_logging
 from gateway.metrics import Metrics
 from gateway.queues.destinations import local_host_names
@@ -46,7 +49,7 @@ from gateway.web.long_polls import LongPolls
 from gateway.web.middlewares import make_middlewares
 from gateway.web.rest_codec import HeaderError, parse_send_headers
 from gateway.web.rest_queues import sent_response, split_tail
-from gateway.web.srmp_routes import add_srmp_routes
+from gateway.web.srmp_routes import PARSE_INLINE_BYTES_MAX, add_srmp_routes
 from gateway.web.state import GatewayState
 
 __all__ = ["main", "make_front_app"]
@@ -101,7 +104,10 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
             handler = queue_tree if route.handler is rest_queues.queue_tree else (
                 forwarder.forward)
             web.RouteDef(route.method, route.path, handler, route.kwargs).register(app.router)
-    add_srmp_routes(app, settings.srmp.virtual_dirs, forwarder.forward)
+    async def srmp(request: web.Request) -> web.StreamResponse:
+        return await _srmp(request, gate, channel, limited)
+
+    add_srmp_routes(app, settings.srmp.virtual_dirs, srmp)
     return app
 
 
@@ -145,11 +151,7 @@ def _may_wait(request: web.Request) -> bool:
 
 async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
                 forwarder: Forwarder, limited: frozenset[str]) -> web.StreamResponse:
-    await gate(request)
-    principal = principal_of(request)
-    if principal.name in limited and not (principal.admin or principal.open):
-        # Before anything can refuse the request, as one process's gate does.
-        await _ask(channel, wire.Kind.THROTTLE, principal.name)
+    await _authenticate(request, gate, channel, limited)
     require(request, "send", name)
     try:
         send = parse_send_headers(request.headers, now_ms=int(time.time() * 1000))
@@ -164,6 +166,34 @@ async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
                                scoped_key(request, send.idempotency_key))
     answer, replayed = await _ask(channel, wire.Kind.SEND, command)
     return sent_response(answer, replayed)
+
+
+async def _authenticate(request: web.Request, gate: Gate, channel: Channel,
+                        limited: frozenset[str]) -> Principal:
+    """The request's principal; a partner with a rate limit takes a token at the owner
+    (before anything can refuse the request, as one process's gate does)."""
+    await gate(request)
+    principal = principal_of(request)
+    if principal.name in limited and not (principal.admin or principal.open):
+        await _ask(channel, wire.Kind.THROTTLE, principal.name)
+    return principal
+
+
+async def _srmp(request: web.Request, gate: Gate, channel: Channel,
+                limited: frozenset[str]) -> web.StreamResponse:
+    """An SRMP request: authenticated and parsed here (the work one process gives its parse
+    workers), delivered by the owner."""
+    principal = await _authenticate(request, gate, channel, limited)
+    raw = await request.read()
+    content_type = request.headers.get("Content-Type", "")
+    if len(raw) <= PARSE_INLINE_BYTES_MAX:
+        parse_kind, parse = parse_answer(content_type, raw)
+    else:  # off the loop, as one process parses a large request without parse workers
+        parse_kind, parse = await asyncio.get_running_loop().run_in_executor(
+            None, parse_answer, content_type, raw)
+    headers = await _ask(channel, wire.Kind.SRMP, wire.SrmpCommand(
+        request.remote or "", principal, content_type, raw, parse_kind, parse))
+    return web.Response(status=200, headers=headers)
 
 
 async def _ask(channel: Channel, kind: int, value: object) -> Any:

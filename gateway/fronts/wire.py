@@ -16,12 +16,13 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.auth.principal import NOBODY, Principal
 from gateway.errors import ProblemError
 from gateway.inbound.parse_pool import FrameReader
 from gateway.msmq.message import MessageProperties
 
-__all__ = ["HEAD", "Kind", "ProblemAnswer", "SendCommand", "decode", "encode", "reader",
-           "send_command", "problem_answer"]
+__all__ = ["HEAD", "Kind", "ProblemAnswer", "SendCommand", "SrmpCommand", "decode", "encode",
+           "reader", "send_command", "srmp_command", "problem_answer"]
 
 HEAD = struct.Struct("<IIB")
 
@@ -33,7 +34,9 @@ class Kind:
     SEND = 2  # front -> owner: store one message (SendCommand)
     STATS = 3  # owner -> front: its HTTP counts and requests in flight, answered OK
     THROTTLE = 4  # front -> owner: take a token of this partner's rate limit (OK or 429)
-    OK = 100  # SEND: (the 201's JSON answer, whether it replays an earlier send)
+    SRMP = 5  # front -> owner: an SRMP request the front parsed (SrmpCommand)
+    OK = 100  # SEND: (the 201's JSON answer, whether it replays an earlier send); SRMP: the
+    # 200's headers (or None)
     PROBLEM = 101  # the answer is an error the front turns into problem+json
 
 
@@ -46,6 +49,20 @@ class SendCommand:
     properties: MessageProperties
     transaction: str | None  # None, "single" or "none"
     dedup_key: str | None  # the Idempotency-Key in its principal's space
+
+
+@dataclass(frozen=True, slots=True)
+class SrmpCommand:
+    """An SRMP request: who sent it (authenticated by the front) and the front's parse of
+    it, ``parse_kind`` and ``parse`` as gateway.inbound.parse_pool's ``parse_answer`` makes
+    them; ``raw`` the request body, which the parse points into."""
+
+    remote: str
+    principal: Principal
+    content_type: str
+    raw: bytes
+    parse_kind: int
+    parse: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +88,7 @@ class ProblemAnswer:
 
 _PROPERTY_NAMES = tuple(f.name for f in dataclasses.fields(MessageProperties))
 _property_values = operator.attrgetter(*_PROPERTY_NAMES)
+_principal_values = operator.attrgetter(*(f.name for f in dataclasses.fields(Principal)))
 
 
 def encode(request_id: int, kind: int, value: Any) -> bytes:
@@ -78,6 +96,11 @@ def encode(request_id: int, kind: int, value: Any) -> bytes:
     if isinstance(value, SendCommand):
         value = (value.queue, value.body, _property_values(value.properties),
                  value.transaction, value.dedup_key)
+    elif isinstance(value, SrmpCommand):
+        # NOBODY goes as None: the owner tells it apart by identity.
+        principal = None if value.principal is NOBODY else _principal_values(value.principal)
+        value = (value.remote, principal, value.content_type, value.raw, value.parse_kind,
+                 value.parse)
     elif isinstance(value, ProblemAnswer):
         value = dataclasses.astuple(value)
     payload = marshal.dumps(value)
@@ -92,6 +115,12 @@ def send_command(payload: bytes) -> SendCommand:
     queue, body, values, transaction, key = marshal.loads(payload)
     properties = MessageProperties(**dict(zip(_PROPERTY_NAMES, values)))
     return SendCommand(queue, body, properties, transaction, key)
+
+
+def srmp_command(payload: bytes) -> SrmpCommand:
+    remote, principal, content_type, raw, parse_kind, parse = marshal.loads(payload)
+    return SrmpCommand(remote, NOBODY if principal is None else Principal(*principal),
+                       content_type, raw, parse_kind, parse)
 
 
 def problem_answer(payload: bytes) -> ProblemAnswer:

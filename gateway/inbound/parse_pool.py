@@ -48,7 +48,7 @@ from gateway.srmp.parsed import ParsedRequest
 from gateway.srmp.properties import add_mime_parts
 
 __all__ = ["ParsePool", "WorkerLost", "encode_request", "request_reader", "FrameReader",
-           "serve_worker", "INLINE_REQUESTS_MAX"]
+           "serve_worker", "INLINE_REQUESTS_MAX", "parse_answer", "parsed_of"]
 
 
 _REQUEST = struct.Struct("<IIH")
@@ -107,7 +107,10 @@ def request_reader() -> FrameReader:
     return FrameReader(_REQUEST, lambda v: v[1] + v[2])
 
 
-def _answer(content_type: str, raw: bytes) -> tuple[int, bytes]:
+def parse_answer(content_type: str, raw: bytes) -> tuple[int, bytes]:
+    """A parse of ``raw`` made to travel: ``(kind, pickle)`` as described above, which
+    ``parsed_of`` turns back into a ``ParsedRequest`` in the process that holds ``raw``.
+    Made by a parse worker, and by a front process (gateway.fronts) for its store owner."""
     try:
         message = parse_request(content_type, raw)
     except SrmpError as exc:
@@ -174,12 +177,35 @@ def _properties(values: tuple[object, ...]) -> MessageProperties:
 _BY_CONSTRUCTOR[MessageProperties] = lambda p: (_properties, (_property_values(p),))
 
 
+def parsed_of(kind: int, value: Any, content_type: str, raw: bytes) -> ParsedRequest:
+    """The ``ParsedRequest`` of a ``parse_answer`` (its pickle loaded), for ``raw``.
+
+    Raises:
+        SrmpError: as ``parse_request`` (the parse found the request malformed).
+        RuntimeError: the parser failed unexpectedly (a bug: answered 500).
+    """
+    if kind == _KIND_MESSAGE:
+        (kind_name, to, message_id, stream, signed, properties, error, body_start, body_end,
+         rest) = value
+        if properties is not None:
+            add_mime_parts(properties.extra, raw, body_start, body_end)
+        load = (functools.partial(parse_request, content_type, raw) if rest is None
+                else functools.partial(_message, raw, body_start, body_end, rest))
+        return ParsedRequest(kind=kind_name, to=to, message_id=message_id, stream=stream,
+                             signed=signed, body=raw[body_start:body_end],
+                             properties=properties, error=error, load=load)
+    if kind == _KIND_ERROR:
+        name, reason = value
+        raise _ERRORS.get(name, SrmpError)(reason)
+    raise RuntimeError(f"SRMP parse worker: {value}")
+
+
 def serve_worker(stdin: io.BufferedIOBase, stdout: io.BufferedIOBase) -> None:
     """The worker's loop: parse each request, answer in order, until stdin closes."""
     reader = request_reader()
     while chunk := stdin.read1(_PIPE_BYTES):
         for (request_id, _, ctype_len), data in reader.feed(chunk):
-            kind, payload = _answer(data[:ctype_len].decode("utf-8", "replace"),
+            kind, payload = parse_answer(data[:ctype_len].decode("utf-8", "replace"),
                                     data[ctype_len:])
             stdout.write(_ANSWER.pack(request_id, len(payload), kind) + payload)
         # One write for what one read brought: fewer wake-ups of the gateway's loop.
@@ -312,20 +338,7 @@ class ParsePool:
         if not worker.alive:
             raise WorkerLost("the SRMP parse worker exited")
         kind, value = await worker.send(next(self._ids) & 0xFFFFFFFF, content_type, raw)
-        if kind == _KIND_MESSAGE:
-            (kind_name, to, message_id, stream, signed, properties, error, body_start, body_end,
-             rest) = value
-            if properties is not None:
-                add_mime_parts(properties.extra, raw, body_start, body_end)
-            load = (functools.partial(parse_request, content_type, raw) if rest is None
-                    else functools.partial(_message, raw, body_start, body_end, rest))
-            return ParsedRequest(kind=kind_name, to=to, message_id=message_id, stream=stream,
-                                 signed=signed, body=raw[body_start:body_end],
-                                 properties=properties, error=error, load=load)
-        if kind == _KIND_ERROR:
-            name, reason = value
-            raise _ERRORS.get(name, SrmpError)(reason)
-        raise RuntimeError(f"SRMP parse worker: {value}")
+        return parsed_of(kind, value, content_type, raw)
 
     def _ready(self) -> _Worker | None:
         """The usual case without a coroutine: one worker, running (spares every SRMP

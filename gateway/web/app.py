@@ -118,7 +118,8 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
         lambda: state.services.links.destinations() if state.services is not None else ())
     app[FILE_OPS_KEY] = file_ops or RealFileOps()
     app[SIGNERS_KEY] = load_signers(settings.srmp.signers_dir)
-    workers = settings.srmp.parse_workers
+    # Behind fronts, the fronts parse SRMP requests: none reaches this app as HTTP.
+    workers = 0 if behind_fronts else settings.srmp.parse_workers
     app[PARSE_POOL_KEY] = (ParsePool(workers, metrics.srmp_parse_workers_started.inc)
                            if workers else None)
     for table in ROUTE_TABLES:

@@ -1,6 +1,8 @@
 """``POST /{virtual dir}/...``: the SRMP front door (docs/srmp.md, "Receiver pipeline and
 status codes"; [MC-MQSRM] §3.1.5.1). Thin: parse (pure codec), resolve the destination, check
-access, hand over to gateway.inbound.deliver.
+access, hand over to gateway.inbound.deliver. Everything after the parse takes the sender as a
+``Sender`` (address, principal, content type), not the HTTP request: a store owner behind front
+processes (gateway.fronts) gets SRMP requests parsed by a front, as a command.
 
 The destination comes from the envelope's ``<to>``, never from the Request-URI (which Windows
 may lower-case). Inbound redirection (mapping files) runs first, then the host check: a
@@ -18,12 +20,13 @@ import functools
 import ipaddress
 import re
 import time
-from dataclasses import replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway.auth.principal import NOBODY
+from gateway.auth.principal import NOBODY, Principal
 from gateway.errors import ProblemError
 from gateway.inbound.deliver import Outcome, deliver
 from gateway.inbound.forward import forward
@@ -54,7 +57,8 @@ from mapping.engine import route_inbound
 from mapping.names import ORDER_QUEUE
 from mapping.rules import RuleSet
 
-__all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX", "split_query"]
+__all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX", "Sender", "deliver_srmp",
+           "split_query"]
 
 PARSE_INLINE_BYTES_MAX = 64 * 1024  # larger requests are parsed off the event loop
 _SRMP_STATUSES = (400, 403, 404, 409, 422)  # what SRMP has only one answer for: 400
@@ -82,45 +86,68 @@ async def srmp_post(request: web.Request) -> web.Response:
         pool.requests -= 1
 
 
+@dataclass(frozen=True, slots=True)
+class Sender:
+    """Who sent an SRMP request: ``remote`` its address, ``principal`` from its client
+    certificate (NOBODY without one), ``content_type`` the request's."""
+
+    remote: str
+    principal: Principal
+    content_type: str
+
+
 async def _srmp_post(request: web.Request) -> web.Response:
-    state = request.app[STATE_KEY]
-    metrics = request.app[METRICS_KEY]
+    raw = await request.read()
+    content_type = request.headers.get("Content-Type", "")
+    headers = await deliver_srmp(
+        request.app, Sender(request.remote or "", principal_of(request), content_type),
+        lambda: _parse(request.app[PARSE_POOL_KEY], content_type, raw))
+    return web.Response(status=200, headers=headers)
+
+
+async def deliver_srmp(app: web.Application, sender: Sender,
+                       parse: Callable[[], Awaitable[ParsedRequest]]) -> dict[str, str] | None:
+    """Take one SRMP request (``parse`` gives its parse): the headers of its 200 answer.
+
+    Raises:
+        ProblemError: every refusal, as SRMP answers it (``_as_srmp``).
+    """
+    state = app[STATE_KEY]
+    metrics = app[METRICS_KEY]
     services = state.serving(5)
     qm, sequencer = services.queue_manager, services.sequencer
-    raw = await request.read()
     kind = "unknown"
     try:
-        parsed = await _parse(request.app[PARSE_POOL_KEY],
-                              request.headers.get("Content-Type", ""), raw)
+        parsed = await parse()
         kind = parsed.kind
-        queue = _destination(request, parsed.to)
+        queue = _destination(app, parsed.to)
         if isinstance(queue, tuple):
-            stored = await _forward(request, parsed, *queue)
+            stored = await _forward(app, sender, parsed, *queue)
             metrics.srmp_message(kind, "forwarded" if stored else "duplicate")
-            return web.Response(status=200)
+            return None
         if kind in (Kind.STREAM_RECEIPT, Kind.FINAL_STREAM_RECEIPT):
             # A receipt moves one of our outgoing streams on, whatever queue its <to> names:
             # it is taken only from a sender that may send order acknowledgements.
-            refusal = _access(request, qm.queue(ORDER_QUEUE))
+            refusal = _access(app, sender, qm.queue(ORDER_QUEUE))
             if refusal:
                 raise ProblemError(403, f"stream receipt refused: {refusal}",
                                    type_slug="MQ_ERROR_ACCESS_DENIED")
-            if await _receipt(request, parsed.message):
+            if await _receipt(app, parsed.message):
                 metrics.srmp_message(kind, "stream_advanced")
-                return web.Response(status=200)
+                return None
     except (SrmpError, ProblemError, QueueError) as exc:
         metrics.srmp_message(kind, "rejected")
         raise _as_srmp(exc) from exc
-    refusal = _access(request, queue)
+    refusal = _access(app, sender, queue)
     if refusal:
         metrics.srmp_message(kind, "rejected")
         raise ProblemError(403, refusal, type_slug="MQ_ERROR_ACCESS_DENIED")
     try:
-        authenticated = _authenticate(request, parsed, queue)
+        authenticated = _authenticate(app, parsed, queue)
         props = _local_admin(parsed.properties(), state.local)
         check_reply_addresses(props, local=state.local, outbound=state.outbound,
-                              may_send=lambda canonical: _may_send(request, canonical),
-                              principal=principal_of(request), srmp=True)
+                              may_send=lambda canonical: _may_send(app, sender, canonical),
+                              principal=sender.principal, srmp=True)
         query = split_query(parsed.to)[1]
         if query:  # kept with the message: the address it came to is the whole URL
             props = replace(props, extra={**props.extra, "srmp_query": query})
@@ -129,7 +156,7 @@ async def _srmp_post(request: web.Request) -> web.Response:
         stream = parsed.stream if kind == Kind.USER else None
         outcome = await deliver(qm, sequencer, queue, props, parsed.body, stream=stream,
                                 queue_url=parsed.to,
-                                vouched=principal_of(request) is not NOBODY or _trusted(request))
+                                vouched=sender.principal is not NOBODY or _trusted(app, sender))
     except (SrmpError, ProblemError, QueueError) as exc:
         metrics.srmp_message(kind, "rejected")
         raise _as_srmp(exc) from exc
@@ -138,8 +165,7 @@ async def _srmp_post(request: web.Request) -> web.Response:
         server_log.debug("srmp %s %s: %s", kind, parsed.message_id, outcome.value)
     # An extension Windows ignores: an entrepot sender learns whether a stream message was
     # taken, so one that overtook a lost predecessor is sent again at once, not a round later.
-    headers = {VERDICT_HEADER: outcome.value} if stream is not None else None
-    return web.Response(status=200, headers=headers)
+    return {VERDICT_HEADER: outcome.value} if stream is not None else None
 
 
 def _as_srmp(exc: SrmpError | ProblemError | QueueError) -> ProblemError:
@@ -179,7 +205,7 @@ def split_query(url: str) -> tuple[str, str]:
     return head, query
 
 
-def _destination(request: web.Request, to: str) -> Queue | tuple[str, bool]:
+def _destination(app: web.Application, to: str) -> Queue | tuple[str, bool]:
     """The local queue ``<to>`` names after inbound redirection, or (the URL of another host
     to forward the message to, whether a redirection changed it): when a redirection leads
     there, or with ``srmp.forward`` (a transparent store-and-forward server).
@@ -187,7 +213,7 @@ def _destination(request: web.Request, to: str) -> Queue | tuple[str, bool]:
     Raises:
         ProblemError: multicast, foreign host (not forwarded), unknown queue.
     """
-    state = request.app[STATE_KEY]
+    state = app[STATE_KEY]
     if not to.lower().startswith(("http://", "https://")):
         raise ProblemError(400, f"<to> {to[:200]!r} is not an http(s) queue URL (multicast "
                            "and other transports are not served here)",
@@ -200,7 +226,7 @@ def _destination(request: web.Request, to: str) -> Queue | tuple[str, bool]:
     paths, urls = split_destinations(redirected, state.local)
     if urls:
         readdressed = redirected != "DIRECT=" + to
-        if not (readdressed or request.app[SETTINGS_KEY].srmp.forward):
+        if not (readdressed or app[SETTINGS_KEY].srmp.forward):
             raise ProblemError(400, f"<to> {to!r} names another host: this gateway forwards "
                                "only what its inbound redirections send on (or with "
                                "srmp.forward)", type_slug="no-route")
@@ -243,22 +269,22 @@ class _InboundRoutes:
 _ROUTES = _InboundRoutes()
 
 
-async def _forward(request: web.Request, parsed: ParsedRequest, url: str,
+async def _forward(app: web.Application, sender: Sender, parsed: ParsedRequest, url: str,
                    readdressed: bool) -> bool:
     """Store and forward to another host (trusted senders only)."""
-    services = request.app[STATE_KEY].serving()
-    if principal_of(request) is NOBODY and not _trusted(request):
-        raise ProblemError(403, f"{request.remote} may not forward through this gateway",
+    services = app[STATE_KEY].serving()
+    if sender.principal is NOBODY and not _trusted(app, sender):
+        raise ProblemError(403, f"{sender.remote} may not forward through this gateway",
                            type_slug="MQ_ERROR_ACCESS_DENIED")
     return await forward(services.queue_manager, services.links, url, parsed.properties(),
                          parsed.body,
-                         content_type=request.headers.get("Content-Type", "text/xml"),
+                         content_type=sender.content_type or "text/xml",
                          readdressed=readdressed)
 
 
-async def _receipt(request: web.Request, message: SrmpMessage) -> bool:
+async def _receipt(app: web.Application, message: SrmpMessage) -> bool:
     """A stream receipt for one of our outgoing streams moves it on (not stored)."""
-    links = request.app[STATE_KEY].serving().links
+    links = app[STATE_KEY].serving().links
     envelope = message.envelope
     receipt = envelope.stream_receipt
     if receipt is None:
@@ -270,7 +296,7 @@ async def _receipt(request: web.Request, message: SrmpMessage) -> bool:
     return await links.on_stream_receipt(receipt.stream_id, receipt.last_ordinal, final)
 
 
-def _authenticate(request: web.Request, parsed: ParsedRequest, queue: Queue) -> bool:
+def _authenticate(app: web.Application, parsed: ParsedRequest, queue: Queue) -> bool:
     """True when the message carries a signature that verifies with its sender's configured
     certificate. A signature that fails is refused wherever the message goes (it was
     tampered with, or signed by someone else); an authenticated queue takes verified
@@ -283,7 +309,7 @@ def _authenticate(request: web.Request, parsed: ParsedRequest, queue: Queue) -> 
         return False  # the common case: the whole envelope is not needed
     message = parsed.message
     env = message.envelope
-    signers = request.app[SIGNERS_KEY]
+    signers = app[SIGNERS_KEY]
     source = env.msmq.source_qm if env.msmq is not None else ""
     key = signers.get(source)
     verified = False
@@ -314,30 +340,30 @@ def _local_admin(props: MessageProperties, local: LocalNames) -> MessageProperti
     return replace(props, admin_queue=path)
 
 
-def _access(request: web.Request, queue: Queue) -> str:
+def _access(app: web.Application, sender: Sender, queue: Queue) -> str:
     """Why the sender may not send to ``queue`` ("" when it may): a partner known by its
     client certificate by its allow list; anyone else by source network, or to an anonymous
     queue (MSMQ lets "Everyone" send over HTTP; here that is the queue's explicit choice)."""
-    principal = principal_of(request)
+    principal = sender.principal
     if principal is not NOBODY:
         if principal.may("send", queue.path.canonical):
             return ""
         return f"partner {principal.name!r} may not send to {queue.path.display!r}"
-    if queue.settings.anonymous or _trusted(request):
+    if queue.settings.anonymous or _trusted(app, sender):
         return ""
-    return (f"{request.remote} may not send to {queue.path.display!r}: the sender presented no "
+    return (f"{sender.remote} may not send to {queue.path.display!r}: the sender presented no "
             "partner certificate, is not in srmp.allow_networks, and the queue is not anonymous")
 
 
-def _may_send(request: web.Request, canonical: str) -> str:
+def _may_send(app: web.Application, sender: Sender, canonical: str) -> str:
     """``_access`` for a queue named as an admin or response queue ("" for one that does not
     exist: nothing is delivered there)."""
-    queue = request.app[STATE_KEY].serving().queue_manager.lookup(canonical)
-    return "" if queue is None else _access(request, queue)
+    queue = app[STATE_KEY].serving().queue_manager.lookup(canonical)
+    return "" if queue is None else _access(app, sender, queue)
 
 
-def _trusted(request: web.Request) -> bool:
-    return _in_networks(request.remote or "", request.app[SETTINGS_KEY].srmp.allow_networks)
+def _trusted(app: web.Application, sender: Sender) -> bool:
+    return _in_networks(sender.remote, app[SETTINGS_KEY].srmp.allow_networks)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -22,6 +22,8 @@ from gateway.errors import ConfigError
 from gateway.settings import parse_settings
 from tests.helpers import GatewayProcess, free_port, tls_server_config
 
+pytestmark = pytest.mark.workers
+
 
 @pytest.fixture(scope="module")
 def tls_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayProcess, Path]]:

@@ -19,7 +19,10 @@ from cryptography.hazmat.primitives import serialization
 
 from gateway.auth.tls import create_self_signed
 from gateway.range_wire import decode_records
+from gateway.srmp.eod import VERDICT_HEADER
+from gateway.web.srmp_routes import PARSE_INLINE_BYTES_MAX
 from tests.helpers import GatewayProcess, front_pids
+from tests.srmp_client import stream_message, user_message
 
 
 def _sha(text: str) -> str:
@@ -32,7 +35,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayP
     cert, _ = create_self_signed(root / "client", common_name="acme.example.com",
                                  names=["localhost"], days=2)
     config = root / "entrepot.toml"
-    config.write_text(f"""[auth]
+    config.write_text(f"""[server]
+names = ["gw"]
+[auth]
 admin_key_sha256 = "{_sha('root-key')}"
 [[partners]]
 name = "slow"
@@ -205,3 +210,48 @@ def test_a_large_answer_is_passed_on_as_it_comes(gateway: tuple[GatewayProcess, 
     # Over 2 MiB: the front passed it on in chunks as the owner wrote it, not read whole.
     assert response.status == 200 and response.getheader("Transfer-Encoding") == "chunked"
     assert [r.body for r in decode_records(data)] == bodies
+
+
+def _srmp(gateway: GatewayProcess, body: bytes, headers: list[tuple[str, str]]
+          ) -> tuple[int, dict[str, str], bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=60)
+    try:
+        connection.request("POST", "/msmq/w_srmp", body=body,
+                           headers={k: v for k, v in headers if k != "Content-Length"})
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+def test_srmp_is_parsed_by_the_fronts_and_stored_by_the_owner(
+        gateway: tuple[GatewayProcess, Path]) -> None:
+    proc = gateway[0]
+    admin = {"Authorization": "Bearer root-key", "Content-Type": "application/json"}
+    assert _fresh(proc, "PUT", "/v1/queues/w_srmp", b"{}", admin)[0] == 201
+    assert _fresh(proc, "PUT", "/v1/queues/w_srmp_tx", b'{"transactional": true}',
+                  admin)[0] == 201
+    to = "http://gw/msmq/w_srmp"
+    bodies = [b"small", b"L" * (PARSE_INLINE_BYTES_MAX + 1)]  # the large one off the loop
+    for ordinal, body in enumerate(bodies, 1):
+        request = user_message(to, body, ordinal=ordinal)
+        status, headers, answer = _srmp(proc, request.body, request.headers)
+        assert (status, answer) == (200, b""), answer[:300]
+        assert VERDICT_HEADER not in headers
+    streamed = stream_message(to + "_tx", b"in a stream", 1, receipts_to="http://gw/msmq/w_in")
+    status, headers, _ = _srmp(proc, streamed.body, streamed.headers)
+    assert (status, headers.get(VERDICT_HEADER)) == (200, "stored"), _
+    # A request the parse refuses: answered by the owner as SRMP refusals are, and counted.
+    status, _, answer = _srmp(proc, b"<not srmp", [("Content-Type", "text/xml")])
+    assert status == 400 and json.loads(answer)["type"].endswith("/MQ_ERROR_BAD_XML_FORMAT")
+    got = []
+    for queue in ("w_srmp", "w_srmp_tx"):
+        status, body = _fresh(proc, "POST", f"/v1/queues/{queue}/receive?max=10", b"", admin)
+        assert status == 200, body
+        got += [base64.b64decode(m["body_base64"]) for m in json.loads(body)["messages"]]
+    assert got == [*bodies, b"in a stream"]
+    status, metrics = _fresh(proc, "GET", "/metrics", headers=admin)
+    text = metrics.decode()
+    # The owner started no parse worker: every request was parsed in a front.
+    assert "entrepot_srmp_parse_workers_started_total 0.0" in text
+    assert 'entrepot_srmp_messages_total{kind="unknown",outcome="rejected"} 1.0' in text

@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from gateway.auth.principal import ADMIN, NOBODY, Principal
 from gateway.errors import ProblemError
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel, ChannelLost, Overloaded
@@ -29,6 +30,18 @@ def test_a_send_command_comes_out_as_it_went_in() -> None:
     (head, payload), = wire.reader().feed(frame)
     assert head == (len(payload), 7, wire.Kind.SEND)
     assert wire.send_command(payload) == command
+
+
+@pytest.mark.parametrize("principal", [
+    NOBODY, Principal("acme", send=("orders", "in_*"), receive=("out",)), ADMIN])
+def test_an_srmp_command_comes_out_as_it_went_in(principal: Principal) -> None:
+    command = wire.SrmpCommand("10.0.0.1", principal, "multipart/related; boundary=b",
+                               b"\x00raw\xff", 1, b"\x80pickle")
+    (_, payload), = wire.reader().feed(wire.encode(9, wire.Kind.SRMP, command))
+    again = wire.srmp_command(payload)
+    assert again == command
+    # The owner tells an anonymous sender apart by identity (srmp_routes).
+    assert (again.principal is NOBODY) == (principal is NOBODY)
 
 
 def test_a_problem_answer_comes_out_as_the_error_it_was() -> None:
