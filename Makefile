@@ -1,8 +1,9 @@
 # entrepot — the two set-up commands (README "Set up") and a few more.
 #   make run        create .venv if missing, install entrepot, serve on the embedded defaults
 #   make test       create/update .venv with the dev and spark extras, run every test not
-#                   marked slow, those marked workers again with server.workers = 2, and
-#                   mypy --strict (docs/testing.md)
+#                   marked slow (real gateways on the default server.workers: one front per
+#                   usable CPU), those marked workers again in one process
+#                   (server.workers = 1), and mypy --strict (docs/testing.md)
 #   make test-slow  only the tests marked slow: the long sizes of the store and link crash
 #                   tests and of the Spark cluster test (make test runs their small sizes)
 #   make install    install for systemd: /opt/entrepot/venv, /etc/entrepot, the unit
@@ -37,7 +38,7 @@ run: $(VENV)/.installed-run
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest
-	ENTREPOT_TEST_WORKERS=2 $(BIN)/python -m pytest -m "workers and not slow"
+	ENTREPOT_TEST_WORKERS=1 $(BIN)/python -m pytest -m "workers and not slow"
 	$(BIN)/mypy --strict gateway store mapping
 
 test-slow: $(VENV)/.installed-dev

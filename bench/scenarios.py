@@ -82,7 +82,7 @@ def _with_queue(prefill: bool = False, workers: int = 1) -> Callable[[], Context
 
     @contextlib.contextmanager
     def server() -> Iterator[str]:
-        with servers.gateway(("--workers", str(workers))) as url:
+        with servers.gateway(workers=workers) as url:
             _call(url, "PUT", "/v1/queues/bench", {})
             _call(url, "PUT", "/v1/queues/private$/bench_tx", {"transactional": True})
             body = base64.b64encode(os.urandom(1024)).decode()

@@ -80,12 +80,16 @@ def ceiling(mode: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def gateway(extra_args: tuple[str, ...] = (), port: int = 0) -> Iterator[str]:
-    """A real ``entrepot serve`` on a fresh data directory; yields its base URL."""
+def gateway(extra_args: tuple[str, ...] = (), port: int = 0, workers: int = 1
+            ) -> Iterator[str]:
+    """A real ``entrepot serve`` on a fresh data directory, of ``workers`` processes
+    (server.workers; one unless a scenario says otherwise, whatever the machine's default);
+    yields its base URL."""
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="entrepot-bench-", dir=_scratch()) as tmp:
         args = [sys.executable, "-m", "gateway", "serve", "--listen", f"127.0.0.1:{port}",
-                "--data-dir", str(Path(tmp) / "data"), "--log-level", "warning", *extra_args]
+                "--data-dir", str(Path(tmp) / "data"), "--log-level", "warning",
+                "--workers", str(workers), *extra_args]
         with _process(args, f"http://127.0.0.1:{port}") as url:
             yield url
 

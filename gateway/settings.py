@@ -128,8 +128,9 @@ class ServerSettings:
     header_count_max: int = _int(100, low=8, high=1000)
     header_bytes_max: int = _size("8KiB", low="1KiB", high="1MiB")
     # Processes: 1 serves everything in one; N > 1 starts N front processes around the one
-    # that owns the store (gateway.fronts, docs/architecture.md).
-    workers: int = _int(1, low=1, high=64)
+    # that owns the store (gateway.fronts, docs/architecture.md); 0, the default, one per
+    # usable CPU (gateway.fronts.cpus), so one process on a machine of one.
+    workers: int = _int(0, low=0, high=64)
 
     @property
     def host(self) -> str:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 from pathlib import Path
 
+from gateway.fronts.cpus import usable_cpus
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -86,7 +88,8 @@ class GatewayProcess:
             args[i + 1] for i, a in enumerate(args[:-1]) if a == "--workers"]
         # Fronts to wait for (a --workers in a config file is not seen: such a test waits
         # for them itself).
-        self.fronts = int(given[-1].partition("=")[2] or given[-1]) if given else 1
+        self.fronts = int(given[-1].partition("=")[2] or given[-1]) if given else 0
+        self.fronts = self.fronts or usable_cpus()  # server.workers = 0: one per usable CPU
         # Appended: a gateway restarted on the same port keeps the log of its earlier life.
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(

@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="overrides log.level")
     serve.add_argument("--workers", type=int, metavar="N",
                        help="HTTP front processes around the one that owns the store; 1 "
-                       "serves everything in one process (overrides server.workers)")
+                       "serves everything in one process, 0 one front per usable CPU "
+                       "(overrides server.workers; default 0)")
     serve.add_argument("--links-paused", action="store_const", const=True,
                        help="start every link and receipt lane paused, to inspect a restored "
                        "copy without forwarding (sets links.start_paused)")

@@ -25,6 +25,7 @@ from aiohttp import web
 from gateway.cli.sdnotify import Notifier
 from gateway.errors import StartupError
 from gateway.fronts.commands import Commands
+from gateway.fronts.cpus import usable_cpus
 from gateway.fronts.owner_dir import SOCKET_NAME, make_owner_dir
 from gateway.fronts.supervisor import Fronts
 from gateway.logs import server_log
@@ -50,6 +51,8 @@ def serve(settings: Settings, *, config_source: str) -> int:
         probe_data_dir(Path(settings.store.data_dir))
     except StoreError as exc:
         raise StartupError(f"data directory {settings.store.data_dir}: {exc}") from exc
+    if not settings.server.workers:
+        settings = replace(settings, server=replace(settings.server, workers=usable_cpus()))
     context = tls_context(settings)
     if settings.server.workers > 1:
         sock, settings = _reserve(settings)
@@ -111,8 +114,9 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
     if settings.server.host not in ("127.0.0.1", "::1", "localhost"):
         _warn_if_open(settings)
     server_log.info(
-        "entrepot serving listen=%s data_dir=%s config=%s srmp_parser=%s",
+        "entrepot serving listen=%s workers=%d data_dir=%s config=%s srmp_parser=%s",
         settings.server.listen,
+        settings.server.workers,
         Path(settings.store.data_dir).resolve(),
         config_source,
         # mypyc-compiled (setup.py), or the same source interpreted (a slower parse).

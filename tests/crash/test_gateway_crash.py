@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import GatewayProcess, http_get
 
-# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+# Run again in one process (server.workers = 1) by make test (ENTREPOT_TEST_WORKERS).
 pytestmark = pytest.mark.workers
 
 

@@ -18,7 +18,7 @@ from gateway.web.appkeys import STATE_KEY
 from gateway.settings import parse_settings
 from tests.helpers import REPO_ROOT
 
-# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+# Run again in one process (server.workers = 1) by make test (ENTREPOT_TEST_WORKERS).
 pytestmark = pytest.mark.workers
 
 COLUMNS = ("open remote", "open loopback", "keyed anonymous", "partner A", "partner B",

@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import REPO_ROOT, GatewayProcess, http_get
 
-# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+# Run again in one process (server.workers = 1) by make test (ENTREPOT_TEST_WORKERS).
 pytestmark = pytest.mark.workers
 
 # Each curl of an example fails the script on an error answer; the rest is the example's own.

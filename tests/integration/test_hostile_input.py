@@ -22,7 +22,7 @@ from gateway.msmq.message import LABEL_CHARS_MAX
 from gateway.web.rest_body import JSON_DEPTH_MAX
 from tests.helpers import GatewayProcess
 
-# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+# Run again in one process (server.workers = 1) by make test (ENTREPOT_TEST_WORKERS).
 pytestmark = pytest.mark.workers
 
 Q = "/v1/queues/private$/hostile"

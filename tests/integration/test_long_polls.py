@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers import GatewayProcess
 
-# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+# Run again in one process (server.workers = 1) by make test (ENTREPOT_TEST_WORKERS).
 pytestmark = pytest.mark.workers
 
 LONG_POLLS_MAX = 8  # a partner's share: max(1, 8 // 4) = 2

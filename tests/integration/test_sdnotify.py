@@ -13,7 +13,7 @@ import pytest
 from gateway.cli.sdnotify import Notifier
 from tests.helpers import GatewayProcess, http_get
 
-# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+# Run again in one process (server.workers = 1) by make test (ENTREPOT_TEST_WORKERS).
 pytestmark = pytest.mark.workers
 
 

@@ -24,7 +24,7 @@ from gateway.auth.hmac_sig import sign
 from tests.helpers import GatewayProcess, tls_server_config
 from tests.srmp_client import user_message
 
-# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+# Run again in one process (server.workers = 1) by make test (ENTREPOT_TEST_WORKERS).
 pytestmark = pytest.mark.workers
 
 SECRET = b"acme-shared-secret-0123456789"

@@ -25,7 +25,7 @@ from gateway.auth.tls import create_self_signed
 from tests.helpers import GatewayProcess
 from tests.srmp_client import user_message
 
-# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+# Run again in one process (server.workers = 1) by make test (ENTREPOT_TEST_WORKERS).
 pytestmark = pytest.mark.workers
 
 SECRETS = {name: f"{name}-shared-secret-0123456789".encode() for name in ("a", "b", "c")}

@@ -10,7 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from tests.helpers import REPO_ROOT, GatewayProcess, free_port, http_get
+import pytest
+
+from gateway.fronts.cpus import usable_cpus
+from tests.helpers import REPO_ROOT, GatewayProcess, free_port, front_pids, http_get
 
 
 def _run_cli(*args: str, cwd: Path = REPO_ROOT, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -68,6 +71,19 @@ def test_json_log_format(tmp_path: Path) -> None:
     assert serving[0]["level"] == "info"
     # Which SRMP parser runs: the build compiles it (tests/unit/gateway/test_srmp_compiled.py).
     assert "srmp_parser=compiled" in serving[0]["message"]
+
+
+def test_the_default_is_one_front_per_usable_cpu(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ENTREPOT_TEST_WORKERS", raising=False)  # no --workers at all
+    proc = GatewayProcess(tmp_path / "data")
+    cpus = usable_cpus()
+    try:
+        proc.wait_ready()
+        assert len(front_pids(proc.proc.pid)) == (cpus if cpus > 1 else 0)
+        assert f"workers={cpus} " in proc.log()
+    finally:
+        assert proc.stop() == 0
 
 
 def test_unknown_config_key_exits_2_naming_the_key(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from gateway.settings import ConfigError, parse_settings
 from store.framing import max_payload
 from tests.helpers import GatewayProcess
 
-# Run again with server.workers = 2 by make test (ENTREPOT_TEST_WORKERS).
+# Run again in one process (server.workers = 1) by make test (ENTREPOT_TEST_WORKERS).
 pytestmark = pytest.mark.workers
 
 PROBLEM = "application/problem+json"
