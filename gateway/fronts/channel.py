@@ -86,6 +86,11 @@ class Channel(asyncio.Protocol):
         self.send(request_id, kind, value)
         try:
             return await waiter
+        except asyncio.CancelledError:
+            # The caller gave up (its client hung up): a receive waiting at the other end
+            # takes nothing more for it.
+            self.send(request_id, wire.Kind.CANCEL, None)
+            raise
         finally:
             self._waiting.pop(request_id, None)
 

@@ -23,7 +23,7 @@ from gateway.srmp.parsed import ParsedRequest
 from gateway.web.appkeys import AUTHENTICATOR_KEY, STATE_KEY
 from gateway.web.auth_middleware import throttle
 from gateway.web.problem import as_problem
-from gateway.web.rest_queues import send_one
+from gateway.web.rest_queues import receive_messages, send_one
 from gateway.web.srmp_routes import Sender, deliver_srmp
 
 __all__ = ["Commands"]
@@ -39,6 +39,9 @@ class Commands:
         self._state = app[STATE_KEY]
         self._authenticator = app[AUTHENTICATOR_KEY]
         self._running: set[asyncio.Task[None]] = set()
+        # Receives being run, and those of them whose front's client went away (CANCEL).
+        self._receiving: set[tuple[Channel, int]] = set()
+        self._gone: set[tuple[Channel, int]] = set()
 
     def on_request(self, channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
         if kind == wire.Kind.THROTTLE:
@@ -49,10 +52,16 @@ class Commands:
             else:
                 channel.send(request_id, wire.Kind.OK, None)
             return
+        if kind == wire.Kind.CANCEL:
+            if (channel, request_id) in self._receiving:
+                self._gone.add((channel, request_id))
+            return
         if kind == wire.Kind.SEND:
             work: Awaitable[object] = self._send(payload)
         elif kind == wire.Kind.SRMP:
             work = self._srmp(payload)
+        elif kind == wire.Kind.RECEIVE:
+            work = self._receive(channel, request_id, payload)
         else:
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer(
                 500, f"unknown command kind {kind}", "about:blank", None, {}, {}))
@@ -92,6 +101,18 @@ class Commands:
 
         return await deliver_srmp(self._app, Sender(command.remote, command.principal,
                                                      command.content_type), parsed)
+
+    async def _receive(self, channel: Channel, request_id: int, payload: bytes) -> object:
+        command = wire.receive_command(payload)
+        key = (channel, request_id)
+        self._receiving.add(key)
+        try:
+            return await receive_messages(
+                self._app, command.principal, command.queue, command.asked,
+                gone=lambda: channel.lost or key in self._gone)
+        finally:
+            self._receiving.discard(key)
+            self._gone.discard(key)
 
     async def drain(self) -> None:
         """Wait for the commands being run (before the store closes)."""

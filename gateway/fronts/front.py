@@ -25,6 +25,7 @@ import uvloop
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from gateway import jsonio
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.hmac_sig import SCHEME
 from gateway.auth.principal import Principal
@@ -48,7 +49,7 @@ from gateway.web.listener import bind, tls_context
 from gateway.web.long_polls import LongPolls
 from gateway.web.middlewares import make_middlewares
 from gateway.web.rest_codec import HeaderError, parse_send_headers
-from gateway.web.rest_queues import sent_response, split_tail
+from gateway.web.rest_queues import receive_query, sent_response, split_tail
 from gateway.web.srmp_routes import PARSE_INLINE_BYTES_MAX, add_srmp_routes
 from gateway.web.state import GatewayState
 
@@ -57,7 +58,6 @@ __all__ = ["main", "make_front_app"]
 log = logging.getLogger("gateway.fronts")
 
 _QUEUES = "/v1/queues/"
-_MESSAGES = "/messages"
 
 
 def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
@@ -85,15 +85,18 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     limited = frozenset(p.name for p in settings.partners if p.rate)
 
     async def queue_tree(request: web.Request) -> web.StreamResponse:
-        name = _sent_to(request)
+        name = _own_route(request, "messages")
         if name is not None:
             return await _send(request, name, gate, channel, forwarder, limited)
-        if not _may_wait(request):
+        name = _own_route(request, "receive")
+        if name is None:
             return await forwarder.forward(request)
+        if not _may_wait(request):
+            return await _receive(request, name, gate, channel, limited)
         polls.parked += 1
         counts.refresh()
         try:
-            return await forwarder.forward(request)
+            return await _receive(request, name, gate, channel, limited)
         finally:
             polls.parked -= 1
             counts.refresh()
@@ -124,19 +127,20 @@ def _unmatched_to_owner(forwarder: Forwarder) -> Middleware:
     return unmatched
 
 
-def _sent_to(request: web.Request) -> str | None:
-    """The queue of a REST send the front answers itself: ``POST /v1/queues/<q>/messages``
-    with a plain path (nothing percent-encoded) and not signed (a signature's nonce is
-    checked where the nonces are: the owner)."""
+def _own_route(request: web.Request, last: str) -> str | None:
+    """The queue of a REST send (``last`` "messages") or receive ("receive") the front
+    answers itself: ``POST /v1/queues/<q>/<last>`` with a plain path (nothing
+    percent-encoded) and not signed (a signature's nonce is checked where the nonces are:
+    the owner)."""
     if request.method != "POST":
         return None
     path = request.raw_path.partition("?")[0]
-    if not (path.startswith(_QUEUES) and path.endswith(_MESSAGES)) or "%" in path:
+    if not (path.startswith(_QUEUES) and path.endswith("/" + last)) or "%" in path:
         return None
     if request.headers.get("Authorization", "").lstrip().startswith(SCHEME):
         return None
     name, rest = split_tail(path[len(_QUEUES):])
-    return name if rest == ["messages"] and name else None
+    return name if rest == [last] and name else None
 
 
 def _may_wait(request: web.Request) -> bool:
@@ -166,6 +170,17 @@ async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
                                scoped_key(request, send.idempotency_key))
     answer, replayed = await _ask(channel, wire.Kind.SEND, command)
     return sent_response(answer, replayed)
+
+
+async def _receive(request: web.Request, name: str, gate: Gate, channel: Channel,
+                   limited: frozenset[str]) -> web.StreamResponse:
+    """A receive: checked here, run by the owner (``RECEIVE``); a client that hangs up
+    while it waits cancels it there (``CANCEL``), so it takes nothing."""
+    principal = await _authenticate(request, gate, channel, limited)
+    require(request, "receive", name)
+    asked = receive_query(request)
+    messages = await _ask(channel, wire.Kind.RECEIVE, wire.ReceiveCommand(name, asked, principal))
+    return jsonio.json_response({"messages": messages})
 
 
 async def _authenticate(request: web.Request, gate: Gate, channel: Channel,

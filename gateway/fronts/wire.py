@@ -21,8 +21,9 @@ from gateway.errors import ProblemError
 from gateway.inbound.parse_pool import FrameReader
 from gateway.msmq.message import MessageProperties
 
-__all__ = ["HEAD", "Kind", "ProblemAnswer", "SendCommand", "SrmpCommand", "decode", "encode",
-           "reader", "send_command", "srmp_command", "problem_answer"]
+__all__ = ["HEAD", "Kind", "ProblemAnswer", "ReceiveCommand", "SendCommand", "SrmpCommand",
+           "decode", "encode", "reader", "receive_command", "send_command", "srmp_command",
+           "problem_answer"]
 
 HEAD = struct.Struct("<IIB")
 
@@ -35,8 +36,10 @@ class Kind:
     STATS = 3  # owner -> front: its HTTP counts and requests in flight, answered OK
     THROTTLE = 4  # front -> owner: take a token of this partner's rate limit (OK or 429)
     SRMP = 5  # front -> owner: an SRMP request the front parsed (SrmpCommand)
+    RECEIVE = 6  # front -> owner: take messages (ReceiveCommand)
+    CANCEL = 7  # front -> owner: the client of this request id went away (no answer)
     OK = 100  # SEND: (the 201's JSON answer, whether it replays an earlier send); SRMP: the
-    # 200's headers (or None)
+    # 200's headers (or None); RECEIVE: the messages as JSON objects
     PROBLEM = 101  # the answer is an error the front turns into problem+json
 
 
@@ -63,6 +66,16 @@ class SrmpCommand:
     raw: bytes
     parse_kind: int
     parse: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiveCommand:
+    """A REST receive, authenticated and validated by the front: ``asked`` is
+    ``(max, wait, Mq-Transaction)``."""
+
+    queue: str
+    asked: tuple[int, float, str | None]
+    principal: Principal
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,14 +110,23 @@ def encode(request_id: int, kind: int, value: Any) -> bytes:
         value = (value.queue, value.body, _property_values(value.properties),
                  value.transaction, value.dedup_key)
     elif isinstance(value, SrmpCommand):
-        # NOBODY goes as None: the owner tells it apart by identity.
-        principal = None if value.principal is NOBODY else _principal_values(value.principal)
-        value = (value.remote, principal, value.content_type, value.raw, value.parse_kind,
-                 value.parse)
+        value = (value.remote, _principal(value.principal), value.content_type, value.raw,
+                 value.parse_kind, value.parse)
+    elif isinstance(value, ReceiveCommand):
+        value = (value.queue, value.asked, _principal(value.principal))
     elif isinstance(value, ProblemAnswer):
         value = dataclasses.astuple(value)
     payload = marshal.dumps(value)
     return HEAD.pack(len(payload), request_id, kind) + payload
+
+
+def _principal(principal: Principal) -> tuple[object, ...] | None:
+    """NOBODY goes as None: the owner tells it apart by identity."""
+    return None if principal is NOBODY else _principal_values(principal)
+
+
+def _principal_of(values: tuple[Any, ...] | None) -> Principal:
+    return NOBODY if values is None else Principal(*values)
 
 
 def decode(payload: bytes) -> Any:
@@ -119,8 +141,12 @@ def send_command(payload: bytes) -> SendCommand:
 
 def srmp_command(payload: bytes) -> SrmpCommand:
     remote, principal, content_type, raw, parse_kind, parse = marshal.loads(payload)
-    return SrmpCommand(remote, NOBODY if principal is None else Principal(*principal),
-                       content_type, raw, parse_kind, parse)
+    return SrmpCommand(remote, _principal_of(principal), content_type, raw, parse_kind, parse)
+
+
+def receive_command(payload: bytes) -> ReceiveCommand:
+    queue, asked, principal = marshal.loads(payload)
+    return ReceiveCommand(queue, asked, _principal_of(principal))
 
 
 def problem_answer(payload: bytes) -> ProblemAnswer:

@@ -16,6 +16,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from gateway import jsonio
+from gateway.auth.principal import Principal
 from gateway.errors import ProblemError
 from gateway.msmq.message import MessageProperties
 from gateway.queues.manager import Park, QueueManager, QueueSettings, ReceivedMessage
@@ -260,35 +261,52 @@ async def replayed_send(qm: QueueManager, key: str | None, name: str, body: byte
 
 
 async def _receive(request: web.Request, qm: QueueManager, name: str) -> web.Response:
+    asked = receive_query(request)
+    messages = await receive_messages(request.app, principal_of(request), name, asked,
+                                      gone=lambda: _hung_up(request))
+    return jsonio.json_response({"messages": messages})
+
+
+def receive_query(request: web.Request) -> tuple[int, float, str | None]:
+    """A receive's ``(max, wait, Mq-Transaction)``.
+
+    Raises:
+        ProblemError: 400 naming the query parameter or header."""
     max_messages = _query_int(request, "max", 1, 1, 1000)
     wait = _query_float(request, "wait", 0.0, 0.0, 60.0)
     try:
         tx_id = header_text(request.headers, "Mq-Transaction")
     except HeaderError as exc:
         raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
-    park = _long_poll(request) if wait > 0 else None
+    return max_messages, wait, tx_id
+
+
+async def receive_messages(app: web.Application, principal: Principal, name: str,
+                           asked: tuple[int, float, str | None], *,
+                           gone: Callable[[], bool]) -> list[dict[str, object]]:
+    """Take up to ``max`` messages from queue ``name`` for ``principal``, waiting up to
+    ``wait`` seconds, in its transaction when ``Mq-Transaction`` names one; ``gone`` tells
+    when the client went away (nothing is taken then). The messages as JSON objects."""
+    max_messages, wait, tx_id = asked
+    services = app[STATE_KEY].serving()
+    park: Park | None = None
+    if wait > 0:  # the long-poll slot: a partner's counts against its share
+        partner = None if principal.admin or principal.open else principal.name
+        park = functools.partial(app[LONG_POLLS_KEY].slot, partner)
     if tx_id is not None and tx_id not in ("none", "single"):
-        messages = await _transactions(request).receive(
-            tx_id, principal_of(request), name, max_messages=max_messages, wait_s=wait,
-            park=park, gone=lambda: _hung_up(request))
+        messages = await services.transactions.receive(
+            tx_id, principal, name, max_messages=max_messages, wait_s=wait, park=park,
+            gone=gone)
     else:
-        messages = await qm.receive(name, max_messages=max_messages, wait_s=wait, park=park,
-                                    gone=lambda: _hung_up(request))
-    return jsonio.json_response({"messages": [_message(m) for m in messages]})
+        messages = await services.queue_manager.receive(
+            name, max_messages=max_messages, wait_s=wait, park=park, gone=gone)
+    return [_message(m) for m in messages]
 
 
 def _hung_up(request: web.Request) -> bool:
     """The client's connection is closed (a front process that held it died, too): a
     waiting receive would take messages nobody can be given, and hold a long-poll slot."""
     return request.transport is None or request.transport.is_closing()
-
-
-def _long_poll(request: web.Request) -> Park:
-    """The long-poll slot a waiting receive holds: a partner's counts against its share,
-    the admin's and an open gateway's only against the overall cap."""
-    principal = principal_of(request)
-    partner = None if principal.admin or principal.open else principal.name
-    return functools.partial(request.app[LONG_POLLS_KEY].slot, partner)
 
 
 async def _browse(request: web.Request, qm: QueueManager, name: str) -> web.Response:

@@ -120,3 +120,24 @@ async def test_waiting_requests_fail_when_the_owner_goes_and_later_ones_at_once(
     assert lost == [True]
     with pytest.raises(ChannelLost):
         await front.call(wire.Kind.SEND, 2)
+
+
+async def test_a_request_whose_caller_gives_up_is_cancelled_at_the_other_end() -> None:
+    front, owner = await _pair()
+    seen: list[tuple[int, int]] = []
+    owner._on_request = lambda _, request_id, kind, __: seen.append((request_id, kind))
+
+    async def frames(count: int) -> None:
+        while len(seen) < count:
+            await asyncio.sleep(0.01)
+
+    call = asyncio.ensure_future(front.call(wire.Kind.RECEIVE, None))
+    await asyncio.wait_for(frames(1), 30)  # upper bounds only
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await asyncio.wait_for(frames(2), 30)
+    [(request_id, first), (cancelled, second)] = seen
+    assert (first, second, cancelled) == (wire.Kind.RECEIVE, wire.Kind.CANCEL, request_id)
+    front.close()
+    owner.close()

@@ -1,0 +1,96 @@
+"""A front process's application in-process, with a scripted store owner at the other end
+of its channel: which requests it answers with commands, and what it sends."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from gateway.fronts import wire
+from gateway.fronts.channel import Channel
+from gateway.fronts.front import make_front_app
+from gateway.fronts.shared_counts import SharedCounts
+from gateway.metrics import Metrics
+from gateway.settings import Settings
+
+
+class _NoForwarding:
+    """The front's forwarder, failing the test if a request is forwarded as HTTP."""
+
+    def __init__(self) -> None:
+        self.forwarded: list[str] = []
+
+    async def forward(self, request: Any) -> Any:
+        self.forwarded.append(request.path)
+        raise AssertionError(f"{request.method} {request.path} forwarded as HTTP")
+
+
+class _Owner:
+    """The owner's end: records each command, answers with ``answer(kind, payload)``."""
+
+    def __init__(self, answer: Callable[[int, bytes], Any]) -> None:
+        self.commands: list[tuple[int, int, bytes]] = []
+        self._answer = answer
+
+    def on_request(self, channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
+        self.commands.append((request_id, kind, payload))
+        value = self._answer(kind, payload)
+        if value is not None:
+            channel.send(request_id, wire.Kind.OK, value)
+
+
+@pytest.fixture
+async def front(aiohttp_client: Any, settings_factory: Callable[..., Settings]
+                ) -> AsyncIterator[Callable[[_Owner], Awaitable[tuple[Any, _NoForwarding]]]]:
+    """Makes a front app (an open gateway's settings) whose channel leads to ``owner``."""
+    channels: list[Channel] = []
+
+    async def make(owner: _Owner) -> tuple[Any, _NoForwarding]:
+        ours, theirs = socket.socketpair()
+        loop = asyncio.get_running_loop()
+        _, channel = await loop.create_unix_connection(Channel, sock=ours)
+        _, other = await loop.create_unix_connection(
+            lambda: Channel(on_request=owner.on_request), sock=theirs)
+        channels.extend((channel, other))
+        forwarder = _NoForwarding()
+        app = make_front_app(settings_factory(), Metrics(), channel,
+                             forwarder, SharedCounts.create(2))  # type: ignore[arg-type]
+        return await aiohttp_client(app), forwarder
+
+    yield make
+    for channel in channels:
+        channel.close()
+    await asyncio.sleep(0)  # the transports close on the next pass
+
+
+async def test_a_receive_is_checked_here_and_run_by_the_owner_as_one_command(
+        front: Any) -> None:
+    message = {"id": "{g}\\1", "queue": "orders", "seq": 1, "body_base64": "aGk="}
+    owner = _Owner(lambda kind, payload: [message] if kind == wire.Kind.RECEIVE else None)
+    client, forwarder = await front(owner)
+    response = await client.post("/v1/queues/orders/receive?max=5&wait=0.5",
+                                 headers={"Mq-Transaction": "none"})
+    assert response.status == 200, await response.text()
+    assert (await response.json()) == {"messages": [message]}
+    [(_, kind, payload)] = owner.commands
+    assert kind == wire.Kind.RECEIVE
+    command = wire.receive_command(payload)
+    assert (command.queue, command.asked) == ("orders", (5, 0.5, "none"))
+    assert command.principal.open  # no credentials configured: an open gateway
+    assert forwarder.forwarded == []
+
+
+@pytest.mark.parametrize(("query", "named"), [("max=0", "max"), ("wait=soon", "wait"),
+                                              ("max=1001", "max")])
+async def test_a_bad_receive_is_refused_here_naming_the_parameter(
+        front: Any, query: str, named: str) -> None:
+    owner = _Owner(lambda kind, payload: None)
+    client, _ = await front(owner)
+    response = await client.post(f"/v1/queues/orders/receive?{query}")
+    assert response.status == 400
+    assert named in (await response.json())["detail"]
+    assert owner.commands == []
