@@ -184,6 +184,9 @@ SCENARIOS: list[Scenario] = [
     Scenario("rest-receive", _with_queue(prefill=True),
              "/v1/queues/bench/receive?max=1", compare_to="nostore", body_size=0,
              stored_queue="bench", stored_sign=-1),
+    Scenario("rest-receive-w2", _with_queue(prefill=True, workers=2),
+             "/v1/queues/bench/receive?max=1", compare_to="nostore", body_size=0,
+             stored_queue="bench", stored_sign=-1),
 ]
 
 __all__ = ["SCENARIOS", "Scenario"]
