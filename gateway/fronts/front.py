@@ -19,6 +19,7 @@ import socket
 import ssl
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import uvloop
@@ -58,6 +59,7 @@ __all__ = ["main", "make_front_app"]
 log = logging.getLogger("gateway.fronts")
 
 _QUEUES = "/v1/queues/"
+_PUSH_S = 1.0
 
 
 def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
@@ -234,10 +236,12 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
         loop.add_signal_handler(signum, stop.set)
     metrics = Metrics()
 
+    def counts() -> tuple[object, ...]:
+        return (*metrics.http.snapshot(), metrics.in_flight_now())
+
     def answer(channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
         if kind == wire.Kind.STATS:  # the owner serves /metrics
-            channel.send(request_id, wire.Kind.OK, (*metrics.http.snapshot(),
-                                                    metrics.in_flight_now()))
+            channel.send(request_id, wire.Kind.OK, counts())
 
     _, channel = await loop.create_unix_connection(
         lambda: Channel(on_request=answer, on_lost=stop.set,
@@ -257,14 +261,26 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
     log.debug("front %d: startup objects frozen count=%d", start.index,
               freeze_startup_objects())
     channel.send(0, wire.Kind.HELLO, os.getpid())
+    pushing = asyncio.create_task(_push_counts(channel, counts))
     await stop.wait()
+    pushing.cancel()
     if channel.lost:
         log.error("front %d: the owner process is gone; stopping", start.index)
         return 1  # nothing here is worth a graceful stop: no request can be answered
     await runner.cleanup()
     await forwarder.close()
+    channel.send(0, wire.Kind.COUNTS, counts())  # the last requests, counted
+    await asyncio.sleep(0)  # the frame leaves on this pass, before the close
     channel.close()
     return 0
+
+
+async def _push_counts(channel: Channel, counts: Callable[[], object]) -> None:
+    """The front's counts to the owner every ``_PUSH_S`` seconds, unasked, so that a front
+    killed (SIGKILL) loses only the requests of its last second from /metrics."""
+    while not channel.lost:
+        await asyncio.sleep(_PUSH_S)
+        channel.send(0, wire.Kind.COUNTS, counts())
 
 
 def main(argv: list[str]) -> int:

@@ -125,6 +125,8 @@ class Fronts:
                 log.info("front %d serving pid=%d", index, self._serving[index])
                 if self.serving():
                     self._on_all_serving()
+            elif kind == wire.Kind.COUNTS:
+                self._absorb(index, payload)
             else:
                 self._commands.on_request(channel, request_id, kind, payload)
 
@@ -150,16 +152,26 @@ class Fronts:
                     kind, payload = await channel.call(wire.Kind.STATS, None)
             except (TimeoutError, ChannelLost, Overloaded):
                 return
-            requests, latency, in_flight = wire.decode(payload)
-            if kind != wire.Kind.OK or index not in self._counted:
-                return
-            now = (requests, latency)
-            self._metrics.http.add(*since(now, self._counted[index]))
-            self._counted[index] = now
-            self._in_flight[index] = in_flight
+            if kind == wire.Kind.OK:
+                self._absorb(index, payload)
 
         await asyncio.gather(*(take(i, c) for i, c in list(self._channels.items())
                                if i in self._serving))
+
+    def _absorb(self, index: int, payload: bytes) -> None:
+        """Count what front ``index`` counted since it last told (its counts are totals
+        since it started, asked at scrape time or pushed every second: a front killed
+        loses only what it counted since its last push)."""
+        requests, latency, in_flight = wire.decode(payload)
+        if index not in self._counted:
+            return  # before its HELLO, or after it exited
+        now = (requests, latency)
+        new = since(now, self._counted[index])
+        if new[0]:
+            log.debug("front %d counted %d requests in all", index, sum(requests.values()))
+        self._metrics.http.add(*new)
+        self._counted[index] = now
+        self._in_flight[index] = in_flight
 
     async def stop(self, grace_s: float) -> None:
         """SIGTERM every front (each finishes its requests within ``grace_s``), then kill

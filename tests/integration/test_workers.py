@@ -8,6 +8,8 @@ import hashlib
 import http.client
 import json
 import math
+import os
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -255,3 +257,30 @@ def test_srmp_is_parsed_by_the_fronts_and_stored_by_the_owner(
     # The owner started no parse worker: every request was parsed in a front.
     assert "entrepot_srmp_parse_workers_started_total 0.0" in text
     assert 'entrepot_srmp_messages_total{kind="unknown",outcome="rejected"} 1.0' in text
+
+
+def test_a_front_that_stops_hands_its_last_counts_to_the_owner(
+        gateway: tuple[GatewayProcess, Path]) -> None:
+    proc = gateway[0]
+    admin = {"Authorization": "Bearer root-key"}
+
+    def queues_listed() -> float:
+        status, body = _fresh(proc, "GET", "/metrics", headers=admin)
+        assert status == 200, body
+        return _requests_total(body.decode(), "/v1/queues", "GET", 200)
+
+    before = queues_listed()
+    for _ in range(10):  # new connections: both fronts take some
+        assert _fresh(proc, "GET", "/v1/queues", headers=admin)[0] == 200
+    old = front_pids(proc.proc.pid)
+    for pid in old:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60  # an upper bound only: both fronts started again
+    while time.monotonic() < deadline:
+        new = front_pids(proc.proc.pid)
+        if len(new) == 2 and not set(new) & set(old):
+            break
+        time.sleep(0.05)
+    proc.wait_ready()
+    # Nothing scraped them before they stopped: each front sent its counts on its way out.
+    assert queues_listed() - before == 10

@@ -9,6 +9,7 @@ import pytest
 
 from gateway.auth.principal import ADMIN, NOBODY, Principal
 from gateway.errors import ProblemError
+from gateway.fronts import front as front_process
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel, ChannelLost, Overloaded
 from gateway.msmq.message import MessageProperties
@@ -141,3 +142,26 @@ async def test_a_request_whose_caller_gives_up_is_cancelled_at_the_other_end() -
     assert (first, second, cancelled) == (wire.Kind.RECEIVE, wire.Kind.CANCEL, request_id)
     front.close()
     owner.close()
+
+
+async def test_a_front_pushes_its_counts_unasked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``_PUSH_S`` seconds (here 10 ms), so that a front killed loses only the counts
+    of its last interval."""
+    monkeypatch.setattr(front_process, "_PUSH_S", 0.01)
+    front, owner = await _pair()
+    pushed: list[tuple[int, int, object]] = []
+    owner._on_request = lambda _, request_id, kind, payload: pushed.append(
+        (request_id, kind, wire.decode(payload)))
+    total = iter(range(1, 1000))
+    pushing = asyncio.ensure_future(front_process._push_counts(front, lambda: next(total)))
+
+    async def pushes(count: int) -> None:
+        while len(pushed) < count:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(pushes(3), 30)  # an upper bound only
+    assert pushed[:3] == [(0, wire.Kind.COUNTS, 1), (0, wire.Kind.COUNTS, 2),
+                          (0, wire.Kind.COUNTS, 3)]
+    owner.close()
+    await asyncio.wait_for(pushing, 30)  # ends once the owner is gone
+    front.close()
