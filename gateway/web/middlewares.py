@@ -113,7 +113,7 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
     if count:
         metrics.in_flight_now = lambda: in_flight
         metrics.http_in_flight.set_function(metrics.in_flight_now)
-    record = metrics.http.record if count else _not_counted
+    record = metrics.http.record
     if shared is not None:
         shared.watch(lambda: in_flight - polls.parked - exempt)
 
@@ -154,13 +154,10 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
             _count(request, status, time.perf_counter() - started)
 
     def _count(request: web.Request, status: int, seconds: float) -> None:
-        record(_route_label(request), request.method, status, seconds)
+        if count:  # else another process counts it (a front, for the store owner)
+            record(_route_label(request), request.method, status, seconds)
 
     return [observe]
-
-
-def _not_counted(route: str, method: str, status: int, seconds: float) -> None:
-    """The recorder of a process whose requests another counts (the store owner's)."""
 
 
 def _refuse_bytes_not_utf8(request: web.Request) -> None:
