@@ -23,7 +23,7 @@ from gateway.srmp.parsed import ParsedRequest
 from gateway.web.appkeys import AUTHENTICATOR_KEY, STATE_KEY
 from gateway.web.auth_middleware import throttle
 from gateway.web.problem import as_problem
-from gateway.web.rest_queues import receive_messages, send_one
+from gateway.web.rest_queues import browse_page, receive_messages, send_one
 from gateway.web.srmp_routes import Sender, deliver_srmp
 
 __all__ = ["Commands"]
@@ -62,6 +62,8 @@ class Commands:
             work = self._srmp(payload)
         elif kind == wire.Kind.RECEIVE:
             work = self._receive(channel, request_id, payload)
+        elif kind == wire.Kind.BROWSE:
+            work = self._browse(payload)
         else:
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer(
                 500, f"unknown command kind {kind}", "about:blank", None, {}, {}))
@@ -113,6 +115,10 @@ class Commands:
         finally:
             self._receiving.discard(key)
             self._gone.discard(key)
+
+    async def _browse(self, payload: bytes) -> object:
+        queue, asked = wire.decode(payload)
+        return browse_page(self._state.serving().queue_manager, queue, asked)
 
     async def drain(self) -> None:
         """Wait for the commands being run (before the store closes)."""

@@ -50,7 +50,7 @@ from gateway.web.listener import bind, tls_context
 from gateway.web.long_polls import LongPolls
 from gateway.web.middlewares import make_middlewares
 from gateway.web.rest_codec import HeaderError, parse_send_headers
-from gateway.web.rest_queues import receive_query, sent_response, split_tail
+from gateway.web.rest_queues import browse_query, receive_query, sent_response, split_tail
 from gateway.web.srmp_routes import PARSE_INLINE_BYTES_MAX, add_srmp_routes
 from gateway.web.state import GatewayState
 
@@ -87,10 +87,13 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     limited = frozenset(p.name for p in settings.partners if p.rate)
 
     async def queue_tree(request: web.Request) -> web.StreamResponse:
-        name = _own_route(request, "messages")
+        name = _own_route(request, "POST", "messages")
         if name is not None:
             return await _send(request, name, gate, channel, forwarder, limited)
-        name = _own_route(request, "receive")
+        name = _own_route(request, "GET", "messages")
+        if name is not None:
+            return await _browse(request, name, gate, channel, limited)
+        name = _own_route(request, "POST", "receive")
         if name is None:
             return await forwarder.forward(request)
         if not _may_wait(request):
@@ -129,12 +132,12 @@ def _unmatched_to_owner(forwarder: Forwarder) -> Middleware:
     return unmatched
 
 
-def _own_route(request: web.Request, last: str) -> str | None:
-    """The queue of a REST send (``last`` "messages") or receive ("receive") the front
-    answers itself: ``POST /v1/queues/<q>/<last>`` with a plain path (nothing
-    percent-encoded) and not signed (a signature's nonce is checked where the nonces are:
-    the owner)."""
-    if request.method != "POST":
+def _own_route(request: web.Request, method: str, last: str) -> str | None:
+    """The queue of a request the front answers with a command: ``POST .../messages`` (a
+    send), ``GET`` or ``HEAD .../messages`` (a browse), ``POST .../receive``, on
+    ``/v1/queues/<q>/`` with a plain path (nothing percent-encoded) and not signed (a
+    signature's nonce is checked where the nonces are: the owner)."""
+    if request.method != method and not (method == "GET" and request.method == "HEAD"):
         return None
     path = request.raw_path.partition("?")[0]
     if not (path.startswith(_QUEUES) and path.endswith("/" + last)) or "%" in path:
@@ -183,6 +186,15 @@ async def _receive(request: web.Request, name: str, gate: Gate, channel: Channel
     asked = receive_query(request)
     messages = await _ask(channel, wire.Kind.RECEIVE, wire.ReceiveCommand(name, asked, principal))
     return jsonio.json_response({"messages": messages})
+
+
+async def _browse(request: web.Request, name: str, gate: Gate, channel: Channel,
+                  limited: frozenset[str]) -> web.StreamResponse:
+    """A browse: checked here, read by the owner (``BROWSE``)."""
+    await _authenticate(request, gate, channel, limited)
+    require(request, "receive", name)
+    page = await _ask(channel, wire.Kind.BROWSE, (name, browse_query(request)))
+    return jsonio.json_response(page)
 
 
 async def _authenticate(request: web.Request, gate: Gate, channel: Channel,

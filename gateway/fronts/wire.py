@@ -39,8 +39,9 @@ class Kind:
     RECEIVE = 6  # front -> owner: take messages (ReceiveCommand)
     CANCEL = 7  # front -> owner: the client of this request id went away (no answer)
     COUNTS = 8  # front -> owner: its HTTP counts and requests in flight, unasked (no answer)
+    BROWSE = 9  # front -> owner: (queue, (after, limit)), checked by the front
     OK = 100  # SEND: (the 201's JSON answer, whether it replays an earlier send); SRMP: the
-    # 200's headers (or None); RECEIVE: the messages as JSON objects
+    # 200's headers (or None); RECEIVE: the messages as JSON objects; BROWSE: the page
     PROBLEM = 101  # the answer is an error the front turns into problem+json
 
 

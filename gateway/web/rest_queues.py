@@ -310,10 +310,24 @@ def _hung_up(request: web.Request) -> bool:
 
 
 async def _browse(request: web.Request, qm: QueueManager, name: str) -> web.Response:
-    after = _query_int(request, "after", 0, 0, 2**62)
-    limit = _query_int(request, "limit", 100, 1, 1000)
+    return jsonio.json_response(browse_page(qm, name, browse_query(request)))
+
+
+def browse_query(request: web.Request) -> tuple[int, int]:
+    """A browse's ``(after, limit)``.
+
+    Raises:
+        ProblemError: 400 naming the query parameter."""
+    return (_query_int(request, "after", 0, 0, 2**62),
+            _query_int(request, "limit", 100, 1, 1000))
+
+
+def browse_page(qm: QueueManager, name: str, asked: tuple[int, int]) -> dict[str, object]:
+    """Up to ``limit`` messages of queue ``name`` after sequence ``after``, left in place,
+    and where the next page starts."""
+    after, limit = asked
     messages, last = qm.browse(name, after=after, limit=limit)
-    return jsonio.json_response({"messages": [_message(m) for m in messages], "next": last})
+    return {"messages": [_message(m) for m in messages], "next": last}
 
 
 def _redrive(request: web.Request) -> Redrive:

@@ -94,3 +94,21 @@ async def test_a_bad_receive_is_refused_here_naming_the_parameter(
     assert response.status == 400
     assert named in (await response.json())["detail"]
     assert owner.commands == []
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+async def test_a_browse_is_checked_here_and_read_by_the_owner_as_one_command(
+        front: Any, method: str) -> None:
+    page = {"messages": [{"id": "{g}\\3", "queue": "orders", "seq": 3}], "next": 3}
+    owner = _Owner(lambda kind, payload: page if kind == wire.Kind.BROWSE else None)
+    client, forwarder = await front(owner)
+    response = await client.request(method, "/v1/queues/orders/messages?after=2&limit=7")
+    assert response.status == 200, await response.text()
+    if method == "GET":
+        assert (await response.json()) == page
+    [(_, kind, payload)] = owner.commands
+    assert (kind, wire.decode(payload)) == (wire.Kind.BROWSE, ("orders", (2, 7)))
+    assert forwarder.forwarded == []
+    response = await client.get("/v1/queues/orders/messages?limit=0")
+    assert response.status == 400 and "limit" in (await response.json())["detail"]
+    assert len(owner.commands) == 1
