@@ -177,6 +177,9 @@ def _refuse_bytes_not_utf8(request: web.Request) -> None:
 
 async def _answer(request: web.Request, handler: Handler,
                   gate: Gate | None) -> web.StreamResponse:
+    # An absolute-form target without a path ("GET http://host") has the path "/"
+    # (RFC 9110 4.2.3); aiohttp leaves it empty.
+    instance = request.path or "/"
     try:
         _refuse_bytes_not_utf8(request)
         if gate is not None:
@@ -191,7 +194,7 @@ async def _answer(request: web.Request, handler: Handler,
             exc.detail,
             type_slug=exc.type_slug,
             title=exc.title,
-            instance=request.path,
+            instance=instance,
             headers=exc.headers,
             extra=exc.extra,
         )
@@ -200,9 +203,9 @@ async def _answer(request: web.Request, handler: Handler,
             raise
         headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
         detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
-        return problem_response(exc.status, detail, instance=request.path, headers=headers)
+        return problem_response(exc.status, detail, instance=instance, headers=headers)
     except asyncio.CancelledError:
         raise
     except Exception:
         server_log.exception("unhandled error method=%s path=%s", request.method, request.path)
-        return problem_response(500, "internal error; see the gateway log", instance=request.path)
+        return problem_response(500, "internal error; see the gateway log", instance=instance)

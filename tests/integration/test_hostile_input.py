@@ -331,3 +331,12 @@ def test_a_reader_hanging_up_mid_range_is_no_error(gateway: GatewayProcess) -> N
     while 'route="/v1/queues/{path}/range"' not in _request(gateway, "GET", "/metrics")[2].decode():
         assert time.monotonic() < deadline, "the range request never ended"
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize("target", ["http://elsewhere", "http://elsewhere/v1/nowhere"])
+def test_an_absolute_form_target_names_its_path_in_the_problem(gateway: GatewayProcess,
+                                                               target: str) -> None:
+    # The path of "http://elsewhere" is "/" (RFC 9110 4.2.3): one process and several say so.
+    status, _, body = _request(gateway, "GET", target)
+    assert status == 404, body[:300]
+    assert json.loads(body)["instance"] == (target.partition("elsewhere")[2] or "/")
