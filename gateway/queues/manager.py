@@ -19,12 +19,7 @@ from dataclasses import replace
 
 from gateway.logs import server_log
 from gateway.msmq.classes import JournalLevel, MessageClass
-from gateway.msmq.message import (
-    DecodedMessage,
-    MessageProperties,
-    compose_id,
-    decode_payload,
-)
+from gateway.msmq.message import DecodedMessage, MessageProperties, compose_id, decode_payload
 from gateway.queues import sending
 from gateway.queues.acks import wants_ack
 from gateway.queues.copies import ack_specs, dead_letter_spec
@@ -63,6 +58,7 @@ RECEIVE_WAIT_S_MAX = 60.0
 # Held while a receive waits for a message (a long-poll slot, gateway.web.long_polls).
 Park = Callable[[], contextlib.AbstractContextManager[object]]
 RECEIVE_MAX = 1000
+ANSWER_BYTES_MAX = 16 << 20  # bodies in one receive or browse answer (beyond its first)
 GONE_CHECK_S = 1.0  # how often a waiting receive looks whether its caller is still there
 PRIORITIES = 8
 
@@ -487,15 +483,20 @@ class QueueManager:
         return None
 
     def _take(self, queue: Queue, count: int) -> list[StoredRecord]:
-        """Reserve the next ``count`` deliverable messages (highest priority, then oldest)."""
+        """Reserve the next ``count`` deliverable messages (highest priority, then oldest),
+        fewer when their bodies would pass ``ANSWER_BYTES_MAX``."""
         chosen: list[StoredRecord] = []
+        size = 0
         for lane in queue.order:
             while lane and len(chosen) < count:
-                seq = lane.popleft()
-                record = self.store.record(queue.queue_id, seq)
-                if record is None or seq in queue.reserved:
-                    continue  # deleted by id meanwhile
-                queue.reserved.add(seq)
+                record = self.store.record(queue.queue_id, lane[0])
+                if record is None or lane[0] in queue.reserved:
+                    lane.popleft()  # deleted by id meanwhile
+                    continue
+                size += record.payload_len
+                if chosen and size > ANSWER_BYTES_MAX:
+                    return chosen  # it stays first in its lane for the next receive
+                queue.reserved.add(lane.popleft())
                 chosen.append(record)
             if len(chosen) >= count:
                 break
@@ -550,8 +551,13 @@ class QueueManager:
         queue = self.queue(name)
         limit = max(1, min(limit, RECEIVE_MAX))
         records = self.store.first_records(queue.queue_id, after, limit)
-        messages = []
-        for record in records:
+        messages: list[ReceivedMessage] = []
+        size = 0
+        for index, record in enumerate(records):
+            size += record.payload_len
+            if messages and size > ANSWER_BYTES_MAX:
+                records = records[:index]  # the next page starts at this one
+                break
             decoded = decode_payload(self.store.read(record))
             messages.append(ReceivedMessage(self.message_id(queue, record, decoded.properties),
                                             queue.path.display, record.seq,

@@ -312,7 +312,8 @@ def document() -> dict[str, Any]:
                         {"200": ok(messages, "The messages (none when the wait ended)")},
                         params=q + [
                 _query("max", {"type": "integer", "minimum": 1, "maximum": 1000},
-                       "At most this many messages (default 1)."),
+                       "At most this many messages (default 1), and no more than 16 MiB of "
+                       "bodies (the first message whatever its size)."),
                 _query("wait", {"type": "number", "minimum": 0, "maximum": 60},
                        "Seconds to wait for a first message (default 0). A wait that "
                        "would go over server.long_polls_max, or a partner's quarter of it, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -357,3 +358,31 @@ async def test_head_is_answered_wherever_get_is(client: Any) -> None:
         assert got.status == 200, path
     wrong = await client.head("/v1/queues/heads/purge")
     assert wrong.status == 405 and "POST" in wrong.headers["Allow"]
+
+
+async def test_one_answer_carries_at_most_16_mib_of_bodies(client: Any) -> None:
+    """A thousand messages of the largest size would be gigabytes in one answer: a receive
+    or a browse stops before its bodies pass 16 MiB (the first one whatever its size), and
+    the rest is there for the next."""
+    await client.put("/v1/queues/big", json={})
+    await client.put("/v1/queues/private$/big_tx", json={"transactional": True})
+    bodies = [bytes([n]) * 4_000_000 for n in range(5)]  # four fit in 16 MiB, not five
+    for body in bodies:
+        for queue in ("big", "private$/big_tx"):
+            sent = await client.post(f"/v1/queues/{queue}/messages", data=io.BytesIO(body))
+            assert sent.status == 201, await sent.text()
+
+    def got(page: dict[str, Any]) -> list[bytes]:
+        return [base64.b64decode(m["body_base64"]) for m in page["messages"]]
+
+    page = await (await client.get("/v1/queues/big/messages?limit=10")).json()
+    assert got(page) == bodies[:4]
+    rest = await (await client.get(f"/v1/queues/big/messages?after={page['next']}")).json()
+    assert got(rest) == bodies[4:]
+    first = await (await client.post("/v1/queues/big/receive?max=10")).json()
+    assert got(first) == bodies[:4]
+    assert got(await (await client.post("/v1/queues/big/receive?max=10")).json()) == bodies[4:]
+    tx = (await (await client.post("/v1/transactions")).json())["id"]
+    held = await (await client.post("/v1/queues/private$/big_tx/receive?max=10",
+                                    headers={"Mq-Transaction": tx})).json()
+    assert got(held) == bodies[:4]
