@@ -23,7 +23,12 @@ from gateway.srmp.parsed import ParsedRequest
 from gateway.web.appkeys import AUTHENTICATOR_KEY, STATE_KEY
 from gateway.web.auth_middleware import throttle
 from gateway.web.problem import as_problem
-from gateway.web.rest_queues import browse_page, receive_messages, send_one
+from gateway.web.rest_queues import (
+    browse_page,
+    receive_messages,
+    send_in_transaction,
+    send_one,
+)
 from gateway.web.srmp_routes import Sender, deliver_srmp
 
 __all__ = ["Commands"]
@@ -64,6 +69,8 @@ class Commands:
             work = self._receive(channel, request_id, payload)
         elif kind == wire.Kind.BROWSE:
             work = self._browse(payload)
+        elif kind == wire.Kind.TX_SEND:
+            work = self._tx_send(payload)
         else:
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer(
                 500, f"unknown command kind {kind}", "about:blank", None, {}, {}))
@@ -115,6 +122,13 @@ class Commands:
         finally:
             self._receiving.discard(key)
             self._gone.discard(key)
+
+    async def _tx_send(self, payload: bytes) -> object:
+        command = wire.tx_send_command(payload)
+        services = self._state.serving()
+        return send_in_transaction(services.queue_manager, services.transactions,
+                                   command.principal, command.transaction, command.queue,
+                                   command.body, command.properties)
 
     async def _browse(self, payload: bytes) -> object:
         queue, asked = wire.decode(payload)

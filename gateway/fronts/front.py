@@ -167,10 +167,13 @@ async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
     except HeaderError as exc:
         raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
     properties = send.properties
-    if (send.transaction not in (None, "single", "none") or properties.response_queue
-            or properties.admin_queue):
-        # Transactions and reply addresses need the owner's state: it does all of it.
+    if properties.response_queue or properties.admin_queue:
+        # Reply addresses are checked against the owner's state: it does all of it.
         return await forwarder.forward(request)
+    if send.transaction not in (None, "single", "none"):
+        held = await _ask(channel, wire.Kind.TX_SEND, wire.TxSendCommand(
+            send.transaction, name, await request.read(), properties, principal_of(request)))
+        return jsonio.json_response(held, status=202)
     command = wire.SendCommand(name, await request.read(), properties, send.transaction,
                                scoped_key(request, send.idempotency_key))
     answer, replayed = await _ask(channel, wire.Kind.SEND, command)

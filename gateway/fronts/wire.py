@@ -22,8 +22,8 @@ from gateway.inbound.parse_pool import FrameReader
 from gateway.msmq.message import MessageProperties
 
 __all__ = ["HEAD", "Kind", "ProblemAnswer", "ReceiveCommand", "SendCommand", "SrmpCommand",
-           "decode", "encode", "reader", "receive_command", "send_command", "srmp_command",
-           "problem_answer"]
+           "TxSendCommand", "decode", "encode", "reader", "receive_command", "send_command",
+           "srmp_command", "tx_send_command", "problem_answer"]
 
 HEAD = struct.Struct("<IIB")
 
@@ -40,8 +40,10 @@ class Kind:
     CANCEL = 7  # front -> owner: the client of this request id went away (no answer)
     COUNTS = 8  # front -> owner: its HTTP counts and requests in flight, unasked (no answer)
     BROWSE = 9  # front -> owner: (queue, (after, limit)), checked by the front
+    TX_SEND = 10  # front -> owner: a send held in a transaction (TxSendCommand)
     OK = 100  # SEND: (the 201's JSON answer, whether it replays an earlier send); SRMP: the
-    # 200's headers (or None); RECEIVE: the messages as JSON objects; BROWSE: the page
+    # 200's headers (or None); RECEIVE: the messages as JSON objects; BROWSE: the page;
+    # TX_SEND: the 202's answer
     PROBLEM = 101  # the answer is an error the front turns into problem+json
 
 
@@ -68,6 +70,17 @@ class SrmpCommand:
     raw: bytes
     parse_kind: int
     parse: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TxSendCommand:
+    """A REST send in a transaction, validated by the front (no reply addresses)."""
+
+    transaction: str
+    queue: str
+    body: bytes
+    properties: MessageProperties
+    principal: Principal
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +127,9 @@ def encode(request_id: int, kind: int, value: Any) -> bytes:
     elif isinstance(value, SrmpCommand):
         value = (value.remote, _principal(value.principal), value.content_type, value.raw,
                  value.parse_kind, value.parse)
+    elif isinstance(value, TxSendCommand):
+        value = (value.transaction, value.queue, value.body,
+                 _property_values(value.properties), _principal(value.principal))
     elif isinstance(value, ReceiveCommand):
         value = (value.queue, value.asked, _principal(value.principal))
     elif isinstance(value, ProblemAnswer):
@@ -137,13 +153,21 @@ def decode(payload: bytes) -> Any:
 
 def send_command(payload: bytes) -> SendCommand:
     queue, body, values, transaction, key = marshal.loads(payload)
-    properties = MessageProperties(**dict(zip(_PROPERTY_NAMES, values)))
-    return SendCommand(queue, body, properties, transaction, key)
+    return SendCommand(queue, body, _properties(values), transaction, key)
+
+
+def _properties(values: tuple[Any, ...]) -> MessageProperties:
+    return MessageProperties(**dict(zip(_PROPERTY_NAMES, values)))
 
 
 def srmp_command(payload: bytes) -> SrmpCommand:
     remote, principal, content_type, raw, parse_kind, parse = marshal.loads(payload)
     return SrmpCommand(remote, _principal_of(principal), content_type, raw, parse_kind, parse)
+
+
+def tx_send_command(payload: bytes) -> TxSendCommand:
+    transaction, queue, body, values, principal = marshal.loads(payload)
+    return TxSendCommand(transaction, queue, body, _properties(values), _principal_of(principal))
 
 
 def receive_command(payload: bytes) -> ReceiveCommand:

@@ -211,17 +211,30 @@ async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Respon
     if send.transaction not in (None, "single", "none"):
         transactions = _transactions(request)
         principal = principal_of(request)
-        transactions.get(send.transaction, principal, join=True)
+        transactions.get(send.transaction, principal, join=True)  # before the body is read
         body = await request.read()
-        tx, index = transactions.send(send.transaction, principal, name, body,
-                                      send.properties)
-        return jsonio.json_response({"transaction": tx.id, "queue": qm.queue(name).path.display,
-                                  "index": index}, status=202)
+        return jsonio.json_response(send_in_transaction(
+            qm, transactions, principal, send.transaction, name, body, send.properties),
+            status=202)
     body = await request.read()
     answer, replayed = await send_one(qm, name, body, send.properties,
                                       transaction=send.transaction,
                                       key=scoped_key(request, send.idempotency_key))
     return sent_response(answer, replayed)
+
+
+def send_in_transaction(qm: QueueManager, transactions: Transactions, principal: Principal,
+                        tx_id: str, name: str, body: bytes, properties: MessageProperties
+                        ) -> dict[str, object]:
+    """Hold a send to queue ``name`` in ``principal``'s transaction ``tx_id`` (stored at its
+    commit): the 202's answer.
+
+    Raises:
+        QueueError: an unknown queue first, then a transaction that is not the principal's
+            (404), or a send the transaction cannot hold."""
+    display = qm.queue(name).path.display
+    tx, index = transactions.send(tx_id, principal, name, body, properties)
+    return {"transaction": tx.id, "queue": display, "index": index}
 
 
 async def send_one(qm: QueueManager, name: str, body: bytes, properties: MessageProperties, *,

@@ -112,3 +112,21 @@ async def test_a_browse_is_checked_here_and_read_by_the_owner_as_one_command(
     response = await client.get("/v1/queues/orders/messages?limit=0")
     assert response.status == 400 and "limit" in (await response.json())["detail"]
     assert len(owner.commands) == 1
+
+
+async def test_a_send_in_a_transaction_is_held_by_the_owner_as_one_command(
+        front: Any) -> None:
+    held = {"transaction": "tx-1", "queue": "private$/orders", "index": 0}
+    owner = _Owner(lambda kind, payload: held if kind == wire.Kind.TX_SEND else None)
+    client, forwarder = await front(owner)
+    response = await client.post("/v1/queues/private$/orders/messages", data=b"in tx",
+                                 headers={"Mq-Transaction": "tx-1", "Mq-Label": "l"})
+    assert response.status == 202, await response.text()
+    assert (await response.json()) == held
+    [(_, kind, payload)] = owner.commands
+    command = wire.tx_send_command(payload)
+    assert (kind, command.transaction, command.queue, command.body,
+            command.properties.label) == (wire.Kind.TX_SEND, "tx-1", "private$/orders",
+                                          b"in tx", "l")
+    assert command.principal.open
+    assert forwarder.forwarded == []
