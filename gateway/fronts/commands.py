@@ -29,6 +29,7 @@ from gateway.web.rest_queues import (
     send_in_transaction,
     send_one,
 )
+from gateway.web.rest_tx import transaction_action
 from gateway.web.srmp_routes import Sender, deliver_srmp
 
 __all__ = ["Commands"]
@@ -71,6 +72,8 @@ class Commands:
             work = self._browse(payload)
         elif kind == wire.Kind.TX_SEND:
             work = self._tx_send(payload)
+        elif kind == wire.Kind.TX:
+            work = self._tx(payload)
         else:
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer(
                 500, f"unknown command kind {kind}", "about:blank", None, {}, {}))
@@ -129,6 +132,11 @@ class Commands:
         return send_in_transaction(services.queue_manager, services.transactions,
                                    command.principal, command.transaction, command.queue,
                                    command.body, command.properties)
+
+    async def _tx(self, payload: bytes) -> object:
+        command = wire.tx_command(payload)
+        return await transaction_action(self._state.serving().transactions, command.principal,
+                                        command.action, command.transaction)
 
     async def _browse(self, payload: bytes) -> object:
         queue, asked = wire.decode(payload)

@@ -41,7 +41,7 @@ from gateway.logs import configure_logging
 from gateway.metrics import Metrics
 from gateway.queues.destinations import local_host_names
 from gateway.settings import Settings
-from gateway.web import rest_queues
+from gateway.web import rest_queues, rest_tx
 from gateway.web.app import ROUTE_TABLES
 from gateway.web.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.web.auth_middleware import Gate, make_auth_gate, principal_of, require, scoped_key
@@ -106,11 +106,17 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
             polls.parked -= 1
             counts.refresh()
 
+    async def transaction(request: web.Request) -> web.StreamResponse:
+        if _signed(request):
+            return await forwarder.forward(request)
+        return await _transaction(request, gate, channel, limited)
+
+    own: dict[object, Handler] = {rest_queues.queue_tree: queue_tree, rest_tx.begin: transaction,
+                                  rest_tx.show: transaction, rest_tx.act: transaction}
     for table in ROUTE_TABLES:
         for route in table:
             assert isinstance(route, web.RouteDef)
-            handler = queue_tree if route.handler is rest_queues.queue_tree else (
-                forwarder.forward)
+            handler = own.get(route.handler, forwarder.forward)
             web.RouteDef(route.method, route.path, handler, route.kwargs).register(app.router)
     async def srmp(request: web.Request) -> web.StreamResponse:
         return await _srmp(request, gate, channel, limited)
@@ -142,10 +148,15 @@ def _own_route(request: web.Request, method: str, last: str) -> str | None:
     path = request.raw_path.partition("?")[0]
     if not (path.startswith(_QUEUES) and path.endswith("/" + last)) or "%" in path:
         return None
-    if request.headers.get("Authorization", "").lstrip().startswith(SCHEME):
+    if _signed(request):
         return None
     name, rest = split_tail(path[len(_QUEUES):])
     return name if rest == [last] and name else None
+
+
+def _signed(request: web.Request) -> bool:
+    """An HMAC-signed request: forwarded, its nonce is checked where the nonces are."""
+    return request.headers.get("Authorization", "").lstrip().startswith(SCHEME)
 
 
 def _may_wait(request: web.Request) -> bool:
@@ -198,6 +209,18 @@ async def _browse(request: web.Request, name: str, gate: Gate, channel: Channel,
     require(request, "receive", name)
     page = await _ask(channel, wire.Kind.BROWSE, (name, browse_query(request)))
     return jsonio.json_response(page)
+
+
+async def _transaction(request: web.Request, gate: Gate, channel: Channel,
+                       limited: frozenset[str]) -> web.StreamResponse:
+    """Begin (``POST /v1/transactions``), show, prepare, commit or abort a transaction: run
+    by the owner for the principal (``TX``)."""
+    principal = await _authenticate(request, gate, channel, limited)
+    action = request.match_info.get("action") or (
+        "begin" if request.method == "POST" else "show")
+    status, answer = await _ask(channel, wire.Kind.TX, wire.TxCommand(
+        action, request.match_info.get("id", ""), principal))
+    return jsonio.json_response(answer, status=status)
 
 
 async def _authenticate(request: web.Request, gate: Gate, channel: Channel,

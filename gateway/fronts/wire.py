@@ -22,8 +22,8 @@ from gateway.inbound.parse_pool import FrameReader
 from gateway.msmq.message import MessageProperties
 
 __all__ = ["HEAD", "Kind", "ProblemAnswer", "ReceiveCommand", "SendCommand", "SrmpCommand",
-           "TxSendCommand", "decode", "encode", "reader", "receive_command", "send_command",
-           "srmp_command", "tx_send_command", "problem_answer"]
+           "TxCommand", "TxSendCommand", "decode", "encode", "reader", "receive_command",
+           "send_command", "srmp_command", "tx_command", "tx_send_command", "problem_answer"]
 
 HEAD = struct.Struct("<IIB")
 
@@ -41,9 +41,10 @@ class Kind:
     COUNTS = 8  # front -> owner: its HTTP counts and requests in flight, unasked (no answer)
     BROWSE = 9  # front -> owner: (queue, (after, limit)), checked by the front
     TX_SEND = 10  # front -> owner: a send held in a transaction (TxSendCommand)
+    TX = 11  # front -> owner: begin, show, prepare, commit or abort (TxCommand)
     OK = 100  # SEND: (the 201's JSON answer, whether it replays an earlier send); SRMP: the
     # 200's headers (or None); RECEIVE: the messages as JSON objects; BROWSE: the page;
-    # TX_SEND: the 202's answer
+    # TX_SEND: the 202's answer; TX: (status, answer)
     PROBLEM = 101  # the answer is an error the front turns into problem+json
 
 
@@ -80,6 +81,16 @@ class TxSendCommand:
     queue: str
     body: bytes
     properties: MessageProperties
+    principal: Principal
+
+
+@dataclass(frozen=True, slots=True)
+class TxCommand:
+    """A transaction's ``action`` (begin, show, prepare, commit, abort) for ``principal``;
+    ``transaction`` is "" to begin one."""
+
+    action: str
+    transaction: str
     principal: Principal
 
 
@@ -130,6 +141,8 @@ def encode(request_id: int, kind: int, value: Any) -> bytes:
     elif isinstance(value, TxSendCommand):
         value = (value.transaction, value.queue, value.body,
                  _property_values(value.properties), _principal(value.principal))
+    elif isinstance(value, TxCommand):
+        value = (value.action, value.transaction, _principal(value.principal))
     elif isinstance(value, ReceiveCommand):
         value = (value.queue, value.asked, _principal(value.principal))
     elif isinstance(value, ProblemAnswer):
@@ -168,6 +181,11 @@ def srmp_command(payload: bytes) -> SrmpCommand:
 def tx_send_command(payload: bytes) -> TxSendCommand:
     transaction, queue, body, values, principal = marshal.loads(payload)
     return TxSendCommand(transaction, queue, body, _properties(values), _principal_of(principal))
+
+
+def tx_command(payload: bytes) -> TxCommand:
+    action, transaction, principal = marshal.loads(payload)
+    return TxCommand(action, transaction, _principal_of(principal))
 
 
 def receive_command(payload: bytes) -> ReceiveCommand:

@@ -10,6 +10,7 @@ import time
 from aiohttp import web
 
 from gateway import jsonio
+from gateway.auth.principal import Principal
 from gateway.errors import ProblemError
 from gateway.msmq.message import MessageProperties
 from gateway.queues.batch import batch_answer, send_batch
@@ -27,7 +28,7 @@ from gateway.web.rest_codec import (
     parse_send_headers,
 )
 
-__all__ = ["routes", "BATCH_PROPERTY_KEYS"]
+__all__ = ["routes", "BATCH_PROPERTY_KEYS", "transaction_action"]
 
 routes = web.RouteTableDef()
 BATCH_MESSAGES_MAX = 10_000
@@ -43,9 +44,7 @@ def _ready(request: web.Request) -> tuple[QueueManager, Transactions]:
 
 @routes.post("/v1/transactions")
 async def begin(request: web.Request) -> web.Response:
-    _, transactions = _ready(request)
-    tx = transactions.begin(principal_of(request))
-    return jsonio.json_response(tx.summary(), status=201)
+    return await _tx_response(request, "begin", "")
 
 
 @routes.get("/v1/transactions")
@@ -61,25 +60,41 @@ async def list_transactions(request: web.Request) -> web.Response:
 
 @routes.get("/v1/transactions/{id}")
 async def show(request: web.Request) -> web.Response:
-    _, transactions = _ready(request)
-    return jsonio.json_response(transactions.get(request.match_info["id"],
-                                                 principal_of(request)).summary())
+    return await _tx_response(request, "show", request.match_info["id"])
 
 
 @routes.post("/v1/transactions/{id}/{action}")
 async def act(request: web.Request) -> web.Response:
+    return await _tx_response(request, request.match_info["action"], request.match_info["id"])
+
+
+async def _tx_response(request: web.Request, action: str, tx_id: str) -> web.Response:
     _, transactions = _ready(request)
-    tx_id, action = request.match_info["id"], request.match_info["action"]
-    principal = principal_of(request)
+    status, answer = await transaction_action(transactions, principal_of(request), action,
+                                              tx_id)
+    return jsonio.json_response(answer, status=status)
+
+
+async def transaction_action(transactions: Transactions, principal: Principal, action: str,
+                             tx_id: str) -> tuple[int, dict[str, object]]:
+    """``begin`` a transaction, ``show``, ``prepare``, ``commit`` or ``abort`` transaction
+    ``tx_id`` for ``principal``: the answer's status and body.
+
+    Raises:
+        QueueError: 404 for a transaction that is not the principal's (gateway.queues).
+        ProblemError: 404 for an action there is not."""
+    if action == "begin":
+        return 201, transactions.begin(principal).summary()
+    if action == "show":
+        return 200, transactions.get(tx_id, principal).summary()
     if action == "prepare":
-        tx = await transactions.prepare(tx_id, principal)
-        return jsonio.json_response(tx.summary())
+        return 200, (await transactions.prepare(tx_id, principal)).summary()
     if action == "commit":
         made = await transactions.commit(tx_id, principal)
-        return jsonio.json_response({"id": tx_id, "state": "committed", "messages": made})
+        return 200, {"id": tx_id, "state": "committed", "messages": made}
     if action == "abort":
         await transactions.abort(tx_id, principal)
-        return jsonio.json_response({"id": tx_id, "state": "aborted"})
+        return 200, {"id": tx_id, "state": "aborted"}
     raise ProblemError(404, f"no action {action!r} (prepare, commit or abort)",
                        type_slug="not-found")
 

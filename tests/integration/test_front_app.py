@@ -130,3 +130,24 @@ async def test_a_send_in_a_transaction_is_held_by_the_owner_as_one_command(
                                           b"in tx", "l")
     assert command.principal.open
     assert forwarder.forwarded == []
+
+
+@pytest.mark.parametrize(("method", "path", "action", "status"), [
+    ("POST", "/v1/transactions", ("begin", ""), 201),
+    ("GET", "/v1/transactions/tx-1", ("show", "tx-1"), 200),
+    ("POST", "/v1/transactions/tx-1/prepare", ("prepare", "tx-1"), 200),
+    ("POST", "/v1/transactions/tx-1/commit", ("commit", "tx-1"), 200),
+    ("POST", "/v1/transactions/tx-1/abort", ("abort", "tx-1"), 200)])
+async def test_a_transactions_actions_are_run_by_the_owner_as_commands(
+        front: Any, method: str, path: str, action: tuple[str, str], status: int) -> None:
+    answer = {"id": "tx-1", "state": "x"}
+    owner = _Owner(lambda kind, payload: (status, answer) if kind == wire.Kind.TX else None)
+    client, forwarder = await front(owner)
+    response = await client.request(method, path)
+    assert response.status == status, await response.text()
+    assert (await response.json()) == answer
+    [(_, kind, payload)] = owner.commands
+    command = wire.tx_command(payload)
+    assert (kind, (command.action, command.transaction)) == (wire.Kind.TX, action)
+    assert command.principal.open
+    assert forwarder.forwarded == []
