@@ -330,7 +330,19 @@ class Transactions:
         if not queue.settings.transactional:
             raise BadRequest(f"{queue.path.display!r} is not transactional: receive "
                              "outside the transaction", type_slug="MQ_ERROR_TRANSACTION_USAGE")
-        records = await self.qm.wait_and_take(queue, max_messages, wait_s, park, gone)
+
+        def ended() -> bool:
+            """Committed, aborted, expired or being ended while the receive waited: it may
+            take nothing more (a message reserved for it would stay reserved for nobody)."""
+            return (tx.state is not TxState.ACTIVE or tx.lock.locked()
+                    or self._open.get(tx_id) is not tx)
+
+        records = await self.qm.wait_and_take(
+            queue, max_messages, wait_s, park,
+            lambda: ended() or (gone is not None and gone()))
+        if ended():  # then nothing was taken: the look comes before every take
+            raise Conflict(f"transaction {tx_id} ended while the receive waited",
+                           type_slug="MQ_ERROR_TRANSACTION_USAGE")
         if not records and any(q is queue for q, _, _ in tx.sends):
             raise Conflict("a transaction cannot receive a message it sent (its "
                            "sends become visible at commit)",

@@ -248,3 +248,34 @@ async def test_a_poll_whose_client_hung_up_takes_nothing(
                             headers=ADMIN) as response:
         got = await response.json()
     assert [base64.b64decode(m["body_base64"]) for m in got["messages"]] == [b"kept"]
+
+
+@pytest.mark.parametrize("end", ["commit", "abort"])
+async def test_a_poll_in_a_transaction_that_ends_takes_nothing(
+        gateway: GatewayProcess, session: aiohttp.ClientSession, end: str) -> None:
+    """A receive waiting in a transaction that is committed or aborted meanwhile ends with
+    a conflict: a message that arrives later is for the next receiver, not reserved for a
+    transaction nobody can end any more."""
+    queue = f"{gateway.url}/v1/queues/private$/lp_end_{end}"
+    async with session.put(queue, json={"transactional": True}, headers=ADMIN) as response:
+        assert response.status == 201
+    async with session.post(f"{gateway.url}/v1/transactions", headers=ADMIN) as response:
+        tx = (await response.json())["id"]
+
+    async def poll() -> tuple[int, dict[str, object]]:
+        async with session.post(f"{queue}/receive?wait=60",
+                                headers={**ADMIN, "Mq-Transaction": tx}) as response:
+            return response.status, await response.json(content_type=None)
+
+    waiting = asyncio.ensure_future(poll())
+    await _until_parked(session, gateway, 1)
+    async with session.post(f"{gateway.url}/v1/transactions/{tx}/{end}",
+                            headers=ADMIN) as response:
+        assert response.status == 200, await response.text()
+    async with session.post(f"{queue}/messages", data=b"later", headers=ADMIN) as response:
+        assert response.status == 201
+    status, answer = await asyncio.wait_for(waiting, EVENT_BOUND_S)
+    assert status == 409 and tx in str(answer["detail"]), answer
+    async with session.post(f"{queue}/receive", headers=ADMIN) as response:
+        got = await response.json()
+    assert [base64.b64decode(m["body_base64"]) for m in got["messages"]] == [b"later"]
