@@ -8,6 +8,7 @@ contains ``/``, and what follows it names the sub-resource.
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -419,7 +420,7 @@ def _label(body: dict[str, object]) -> str:
 
 
 def _query_int(request: web.Request, key: str, default: int, low: int, high: int) -> int:
-    return int(_query_number(request, key, default, low, high, int, "an integer"))
+    return int(_query_number(request, key, default, low, high, _int, "an integer"))
 
 
 def _query_float(request: web.Request, key: str, default: float, low: float,
@@ -427,16 +428,32 @@ def _query_float(request: web.Request, key: str, default: float, low: float,
     return _query_number(request, key, default, low, high, float, "a number")
 
 
+_PLAIN_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?", re.ASCII)
+_PLAIN_INT = re.compile(r"[0-9]+", re.ASCII)
+
+
+def _int(text: str) -> float:
+    return int(text)
+
+
 def _query_number(request: web.Request, key: str, default: float, low: float, high: float,
                   parse: Callable[[str], float], what: str) -> float:
-    """A query parameter in ``[low, high]``; a bad one is 400 naming it and its value."""
-    raw = request.query.get(key)
-    if raw is None:
+    """A query parameter in ``[low, high]``; a bad one is 400 naming it and its value.
+    Only ASCII digits (and a decimal point for a number) are taken: Python's own parsing
+    also reads other scripts' digits, ``_`` separators, signs and spaces."""
+    given = request.query.getall(key, [])
+    if not given:
         return default
+    if len(given) > 1:
+        raise ProblemError(400, f"query {key} is given {len(given)} times",
+                           type_slug="bad-request")
+    raw = given[0]
     try:
+        if not (_PLAIN_INT if parse is _int else _PLAIN_NUMBER).fullmatch(raw):
+            raise ValueError(raw)
         value = parse(raw)
     except ValueError:
-        raise ProblemError(400, f"query {key}={raw!r} is not {what}",
+        raise ProblemError(400, f"query {key}={raw[:64]!r} is not {what}",
                            type_slug="bad-request") from None
     if not low <= value <= high:
         raise ProblemError(400, f"query {key}={value} is out of range {low}..{high}",

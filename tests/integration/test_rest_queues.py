@@ -386,3 +386,19 @@ async def test_one_answer_carries_at_most_16_mib_of_bodies(client: Any) -> None:
     held = await (await client.post("/v1/queues/private$/big_tx/receive?max=10",
                                     headers={"Mq-Transaction": tx})).json()
     assert got(held) == bodies[:4]
+
+
+@pytest.mark.parametrize(("path", "key"), [
+    ("receive?max=%D9%A3", "max"),  # ARABIC-INDIC DIGIT THREE: int() would take it
+    ("receive?wait=1_0", "wait"), ("receive?wait=%2B1", "wait"), ("receive?max=%201", "max"),
+    ("receive?max=1.5", "max"), ("receive?wait=1e1", "wait"), ("receive?max=1&max=2", "max"),
+    ("messages?limit=%EF%BC%95", "limit"), ("messages?after=-1", "after")])
+async def test_numbers_in_a_query_are_plain_ascii_digits(client: Any, path: str,
+                                                          key: str) -> None:
+    await client.put("/v1/queues/strict", json={})
+    method = client.post if path.startswith("receive") else client.get
+    problem = await _problem(await method(f"/v1/queues/strict/{path}"), 400)
+    assert f"query {key}" in problem["detail"]
+    for good in ("receive?max=3&wait=0.01", "messages?after=0&limit=5"):
+        method = client.post if good.startswith("receive") else client.get
+        assert (await method(f"/v1/queues/strict/{good}")).status == 200
