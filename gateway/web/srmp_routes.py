@@ -117,6 +117,7 @@ async def deliver_srmp(app: web.Application, sender: Sender,
     services = state.serving(5)
     qm, sequencer = services.queue_manager, services.sequencer
     kind = "unknown"
+    refusal = ""
     try:
         parsed = await parse()
         kind = parsed.kind
@@ -130,16 +131,15 @@ async def deliver_srmp(app: web.Application, sender: Sender,
             # it is taken only from a sender that may send order acknowledgements.
             refusal = _access(app, sender, qm.queue(ORDER_QUEUE))
             if refusal:
-                raise ProblemError(403, f"stream receipt refused: {refusal}",
-                                   type_slug="MQ_ERROR_ACCESS_DENIED")
-            if await _receipt(app, parsed.message):
+                refusal = f"stream receipt refused: {refusal}"
+            elif await _receipt(app, parsed.message):
                 metrics.srmp_message(kind, "stream_advanced")
                 return None
     except (SrmpError, ProblemError, QueueError) as exc:
         metrics.srmp_message(kind, "rejected")
         raise _as_srmp(exc) from exc
-    refusal = _access(app, sender, queue)
-    if refusal:
+    refusal = refusal or _access(app, sender, queue)
+    if refusal:  # 403, as srmp.md's table says: not one of the refusals SRMP makes 400
         metrics.srmp_message(kind, "rejected")
         raise ProblemError(403, refusal, type_slug="MQ_ERROR_ACCESS_DENIED")
     try:
