@@ -11,7 +11,10 @@ blamed on others.
 
 Between runs the listing is kept in ``<data dir>/audit.state``. At start the files are compared
 with it: after a clean stop every difference is reported; after a crash (the state may be up to
-one pass old) only files that vanished or were replaced are.
+one pass old) only files that vanished or were replaced are, and not those the store itself
+replaced or removed since the state was saved: each such change is noted in
+``<data dir>/audit.ours`` before it is made (a line per file, dropped once a saved state has
+it).
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ class AuditingFileOps:
         self._fd_paths: dict[int, Path] = {}
         self.touched: set[Path] = set()
         self._inflight: dict[Path, int] = {}
+        # The store's own replacements and removals since the last saved state, as
+        # (path under storage/, the new inode or None): set up by the Auditor.
+        self.ours: _Ours | None = None
 
     def _begin(self, path: Path | None) -> None:
         """Mark ``path`` touched and in flight until ``_end`` (a write stalled across audit
@@ -140,15 +146,66 @@ class AuditingFileOps:
         return self._inner.map_readonly(fd, length)
 
     def unlink(self, path: Path) -> None:
+        if self.ours is not None:
+            self.ours.note(path, None)
         with self._touching(path):
             self._inner.unlink(path)
 
     def rename(self, source: Path, target: Path) -> None:
+        if self.ours is not None:
+            with contextlib.suppress(FileNotFoundError):  # then the rename fails too
+                self.ours.note(target, os.stat(source).st_ino)
         with self._touching(source, target):
             self._inner.rename(source, target)
         for fd, path in list(self._fd_paths.items()):
             if path == source:
                 self._fd_paths[fd] = target
+
+
+class _Ours:
+    """``<data dir>/audit.ours``: the store's own replacements and removals that a saved
+    state does not have yet, one JSON line each ``[path under storage/, inode or null]``."""
+
+    def __init__(self, path: Path, storage: Path) -> None:
+        self._path = path
+        self._storage = storage
+        self._lock = threading.Lock()
+
+    def note(self, file: Path, inode: int | None) -> None:
+        """Before the store replaces (``inode`` the new file's) or removes ``file``."""
+        if not file.is_relative_to(self._storage):
+            return  # the audit looks at storage/ only
+        line = json.dumps([str(file.relative_to(self._storage)), inode]) + "\n"
+        with self._lock:
+            try:
+                with open(self._path, "a", encoding="utf-8") as out:
+                    out.write(line)
+            except OSError as exc:  # advisory, as the audit is: a false report at worst
+                audit_log.warning("audit.ours not written: %s", exc)
+
+    def load(self) -> set[tuple[str, int | None]]:
+        try:
+            lines = self._path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return set()
+        noted: set[tuple[str, int | None]] = set()
+        for line in lines:
+            with contextlib.suppress(ValueError, TypeError):  # a line cut by a crash
+                file, inode = json.loads(line)
+                noted.add((str(file), None if inode is None else int(inode)))
+        return noted
+
+    def keep_after(self, listing: Listing) -> None:
+        """Drop what ``listing`` (being saved) has: a replaced file with that inode, a
+        removed one absent from it; what came after the listing stays."""
+        with self._lock:
+            left = [(file, inode) for file, inode in self.load()
+                    if (listing[file][0] != inode if file in listing else inode is not None)]
+            try:
+                self._path.write_text("".join(json.dumps([f, i]) + "\n" for f, i in left),
+                                      encoding="utf-8")
+            except OSError as exc:
+                audit_log.warning("audit.ours not written: %s", exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +224,8 @@ class Auditor:
         self._listing: Listing = {}
         self._recent: set[Path] = set()
         self.events_total = 0
+        self._ours = _Ours(data_dir.root / "audit.ours", data_dir.storage)
+        ops.ours = self._ours
 
     def check_at_start(self) -> list[AuditEvent]:
         """Compare the files with the state saved by the previous run (before recovery)."""
@@ -178,9 +237,13 @@ class Auditor:
             clean = bool(state["clean"])
         except (OSError, ValueError, KeyError, TypeError):
             return []  # first start (or no usable state): nothing to compare with
-        events = _diff(previous, self._list(), lambda _: False)
+        listing = self._list()
+        events = _diff(previous, listing, lambda _: False)
         if not clean:
-            events = [e for e in events if e.change in ("removed", "replaced")]
+            ours = self._ours.load()
+            events = [e for e in events if e.change in ("removed", "replaced")
+                      and (e.file, listing[e.file][0] if e.file in listing else None)
+                      not in ours]
         self._record(events)
         return events
 
@@ -224,6 +287,7 @@ class Auditor:
             audit_log.warning("audit state not saved: %s", exc)
             return
         os.replace(building, target)
+        self._ours.keep_after(self._listing)
 
     def _list(self) -> Listing:
         listing: Listing = {}

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from store.lqs import lqs_name
 from store.options import StoreOptions
 from store.records import SendSpec
 from tests.store.conftest import close_store, open_store
@@ -61,3 +65,35 @@ async def test_changes_while_stopped_are_reported_at_start(tmp_path: Path) -> No
     await close_store(store)
     assert (f"lqs/{lqs_file.name}", "removed") in {(e["file"], e["change"])
                                                    for e in _events(tmp_path)}
+
+
+def _kill(store: Any) -> None:
+    """The store's process killed: nothing more is written (no last pass, no clean state)."""
+    assert store.auditor is not None
+    store.auditor.save_state = lambda **_: None
+    store.auditor.run_pass = lambda: []
+
+
+async def test_after_a_crash_the_stores_own_replacements_are_not_reported(
+        tmp_path: Path) -> None:
+    """A queue's registration is replaced (a new file renamed over it) after the last audit
+    pass, then the process dies: the next start reports nothing, yet still reports a file
+    replaced by someone else in the same conditions."""
+    slow = replace(FAST_AUDIT, audit_interval_s=3600.0)  # no pass after the change
+    store = await open_store(tmp_path, slow)
+    ours = await store.create_queue("ours", {})
+    theirs_id = (await store.create_queue("theirs", {})).queue_id
+    await close_store(store)
+    store = await open_store(tmp_path, slow)
+    await store.update_queue(ours.queue_id, {"label": "changed by the gateway"})
+    _kill(store)
+    await close_store(store)
+    lqs = tmp_path / "storage" / "lqs"
+    theirs = lqs / lqs_name(theirs_id, "theirs")
+    copy = theirs.with_suffix(".copy")
+    copy.write_bytes(theirs.read_bytes())
+    os.replace(copy, theirs)  # the same bytes under a new inode, by someone else
+    store = await open_store(tmp_path, slow)
+    await close_store(store)
+    assert {(e["file"], e["change"]) for e in _events(tmp_path)} == {
+        (f"lqs/{theirs.name}", "replaced")}
