@@ -548,21 +548,25 @@ class QueueManager:
         return messages
 
     def browse(self, name: str, *, after: int, limit: int) -> tuple[list[ReceivedMessage], int]:
+        """Up to ``limit`` messages after ``after``, left in place, and where the next page
+        starts; one a transaction received is invisible, as to receives, until it ends."""
         queue = self.queue(name)
         limit = max(1, min(limit, RECEIVE_MAX))
-        records = self.store.first_records(queue.queue_id, after, limit)
         messages: list[ReceivedMessage] = []
         size = 0
-        for index, record in enumerate(records):
-            size += record.payload_len
-            if messages and size > ANSWER_BYTES_MAX:
-                records = records[:index]  # the next page starts at this one
+        last = after
+        while len(messages) < limit:
+            records = self.store.first_records(queue.queue_id, last, limit - len(messages))
+            if not records:
                 break
-            decoded = decode_payload(self.store.read(record))
-            messages.append(ReceivedMessage(self.message_id(queue, record, decoded.properties),
-                                            queue.path.display, record.seq,
-                                            decoded.properties, decoded.body))
-        return messages, (records[-1].seq if records else after)
+            for record in records:
+                if record.seq not in queue.reserved:
+                    size += record.payload_len
+                    if messages and size > ANSWER_BYTES_MAX:
+                        return messages, last  # the next page starts at this one
+                    messages.append(self.decode(queue, record))
+                last = record.seq
+        return messages, last
 
     async def find(self, queue: Queue, message_id: str) -> StoredRecord:
         """The record of ``message_id`` in ``queue`` (``gateway.queues.seen_ids.locate``)."""

@@ -146,6 +146,9 @@ class Transactions:
                                    "for the admin to commit or abort", tx_id, named.id)
             kept[tx_id] = named
             tx = Transaction(named.id, tx_id, 0.0, TxState.PREPARED, owner=named.owner)
+            tx.sent = sum(1 for r in self.qm.store.prepared[tx_id].records  # not the journal
+                          if (q := self.qm.queue_by_id_or_none(r.queue_id)) is not None
+                          and not (q.path.journal or q.path.system))
             for record in self.qm.store.prepared_receives(tx_id):
                 queue = self.qm.queue_by_id(record.queue_id)
                 self.qm.hold(queue, record)

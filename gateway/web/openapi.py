@@ -313,7 +313,7 @@ def document() -> dict[str, Any]:
                         params=q + [
                 _query("max", {"type": "integer", "minimum": 1, "maximum": 1000},
                        "At most this many messages (default 1), and no more than 16 MiB of "
-                       "bodies (the first message whatever its size)."),
+                       "stored messages, properties included (the first whatever its size)."),
                 _query("wait", {"type": "number", "minimum": 0, "maximum": 60},
                        "Seconds to wait for a first message (default 0). A wait that "
                        "would go over server.long_polls_max, or a partner's quarter of it, "

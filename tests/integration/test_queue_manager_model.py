@@ -134,9 +134,10 @@ class QueueManagerModel(RuleBasedStateMachine):
     def queues_match_the_model(self) -> None:
         held_bodies = {b for items in self.held.values() for _, _, b in items}
         for queue in QUEUES:
-            messages, _ = self.qm.browse(queue, after=0, limit=1000)
-            assert [m.body for m in messages] == self.model[queue], queue
+            # What open transactions received is invisible to browsing and peeking alike.
             free = [b for b in self.model[queue] if b not in held_bodies]
+            messages, _ = self.qm.browse(queue, after=0, limit=1000)
+            assert [m.body for m in messages] == free, queue
             head = self.qm.peek(queue)
             assert (head.body if head else None) == (free[0] if free else None), queue
 

@@ -140,7 +140,9 @@ async def test_prepared_transaction_survives_a_restart(aiohttp_client: Any,
     second = await _client(aiohttp_client, settings)
     listed = await (await second.get("/v1/transactions")).json()
     assert [(t["id"], t["state"]) for t in listed["transactions"]] == [(tx, "prepared")]
-    assert await _bodies(second, "private$/a") == [b"held"], "browsing sees the held message"
+    assert [(t["sends"], t["receives"]) for t in listed["transactions"]] == [(1, 1)]
+    # The message the prepared transaction received is invisible to others until it ends.
+    assert await _bodies(second, "private$/a") == [], "browsing does not see the held message"
     nothing = await (await second.post("/v1/queues/private$/a/receive")).json()
     assert nothing["messages"] == [], "the prepared receive still holds its message"
     await second.post(f"/v1/transactions/{tx}/commit")
@@ -184,3 +186,18 @@ async def test_batch_is_one_atomic_transaction(client: Any) -> None:
                    {"messages": [{"queue": "plain", "properties": {"priority": 99}}]}, []):
         assert (await client.post("/v1/batch", json=broken)).status == 400
     assert await _bodies(client, "plain") == [b"2"]
+
+
+async def test_a_message_received_in_a_transaction_is_not_browsed_until_it_ends(
+        client: Any) -> None:
+    await client.put("/v1/queues/private$/b", json={"transactional": True})
+    for body in (b"one", b"two", b"three"):
+        await client.post("/v1/queues/private$/b/messages", data=body)
+    tx = await _begin(client)
+    got = await client.post("/v1/queues/private$/b/receive?max=2",
+                            headers={"Mq-Transaction": tx})
+    assert len((await got.json())["messages"]) == 2
+    page = await (await client.get("/v1/queues/private$/b/messages?limit=1")).json()
+    assert [base64.b64decode(m["body_base64"]) for m in page["messages"]] == [b"three"]
+    assert (await client.post(f"/v1/transactions/{tx}/abort")).status == 200
+    assert await _bodies(client, "private$/b") == [b"one", b"two", b"three"]
