@@ -29,7 +29,7 @@ from gateway.web.rest_queues import (
     send_in_transaction,
     send_one,
 )
-from gateway.web.rest_tx import transaction_action
+from gateway.web.rest_tx import store_batch, transaction_action
 from gateway.web.srmp_routes import Sender, deliver_srmp
 
 __all__ = ["Commands"]
@@ -74,6 +74,8 @@ class Commands:
             work = self._tx_send(payload)
         elif kind == wire.Kind.TX:
             work = self._tx(payload)
+        elif kind == wire.Kind.BATCH:
+            work = self._batch(payload)
         else:
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer(
                 500, f"unknown command kind {kind}", "about:blank", None, {}, {}))
@@ -132,6 +134,11 @@ class Commands:
         return send_in_transaction(services.queue_manager, services.transactions,
                                    command.principal, command.transaction, command.queue,
                                    command.body, command.properties)
+
+    async def _batch(self, payload: bytes) -> object:
+        command = wire.batch_command(payload)
+        return await store_batch(self._state.serving().queue_manager, command.items,
+                                 command.key, command.raw)
 
     async def _tx(self, payload: bytes) -> object:
         command = wire.tx_command(payload)

@@ -111,8 +111,14 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
             return await forwarder.forward(request)
         return await _transaction(request, gate, channel, limited)
 
+    async def batch(request: web.Request) -> web.StreamResponse:
+        if _signed(request):
+            return await forwarder.forward(request)
+        return await _batch(request, gate, channel, forwarder, limited)
+
     own: dict[object, Handler] = {rest_queues.queue_tree: queue_tree, rest_tx.begin: transaction,
-                                  rest_tx.show: transaction, rest_tx.act: transaction}
+                                  rest_tx.show: transaction, rest_tx.act: transaction,
+                                  rest_tx.batch: batch}
     for table in ROUTE_TABLES:
         for route in table:
             assert isinstance(route, web.RouteDef)
@@ -209,6 +215,24 @@ async def _browse(request: web.Request, name: str, gate: Gate, channel: Channel,
     require(request, "receive", name)
     page = await _ask(channel, wire.Kind.BROWSE, (name, browse_query(request)))
     return jsonio.json_response(page)
+
+
+async def _batch(request: web.Request, gate: Gate, channel: Channel, forwarder: Forwarder,
+                 limited: frozenset[str]) -> web.StreamResponse:
+    """A batch: checked here (its JSON, every item, the send permissions), stored by the
+    owner as one ``BATCH`` command; one with reply addresses goes to the owner whole."""
+    await _authenticate(request, gate, channel, limited)
+    raw = await request.read()
+    items = rest_tx.batch_items(raw)
+    for queue, _, props in items:
+        require(request, "send", queue)
+    if any(props.response_queue or props.admin_queue for _, _, props in items):
+        return await forwarder.forward(request)  # checked against the owner's state
+    key = rest_tx.batch_key(request)
+    answer, replayed = await _ask(channel, wire.Kind.BATCH, wire.BatchCommand(
+        [(queue, body, props) for queue, body, props in items], key,
+        raw if key is not None else b""))
+    return rest_tx.batch_response(answer, replayed)
 
 
 async def _transaction(request: web.Request, gate: Gate, channel: Channel,

@@ -21,7 +21,8 @@ from gateway.errors import ProblemError
 from gateway.inbound.parse_pool import FrameReader
 from gateway.msmq.message import MessageProperties
 
-__all__ = ["HEAD", "Kind", "ProblemAnswer", "ReceiveCommand", "SendCommand", "SrmpCommand",
+__all__ = ["HEAD", "Kind", "BatchCommand", "ProblemAnswer", "ReceiveCommand", "SendCommand",
+           "SrmpCommand", "batch_command",
            "TxCommand", "TxSendCommand", "decode", "encode", "reader", "receive_command",
            "send_command", "srmp_command", "tx_command", "tx_send_command", "problem_answer"]
 
@@ -42,9 +43,10 @@ class Kind:
     BROWSE = 9  # front -> owner: (queue, (after, limit)), checked by the front
     TX_SEND = 10  # front -> owner: a send held in a transaction (TxSendCommand)
     TX = 11  # front -> owner: begin, show, prepare, commit or abort (TxCommand)
+    BATCH = 12  # front -> owner: an atomic batch, checked by the front (BatchCommand)
     OK = 100  # SEND: (the 201's JSON answer, whether it replays an earlier send); SRMP: the
     # 200's headers (or None); RECEIVE: the messages as JSON objects; BROWSE: the page;
-    # TX_SEND: the 202's answer; TX: (status, answer)
+    # TX_SEND: the 202's answer; TX: (status, answer); BATCH: (answer, replayed)
     PROBLEM = 101  # the answer is an error the front turns into problem+json
 
 
@@ -82,6 +84,16 @@ class TxSendCommand:
     body: bytes
     properties: MessageProperties
     principal: Principal
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCommand:
+    """A batch's messages ``(queue, body, properties)``, its scoped Idempotency-Key, and
+    with a key the request's body (what the key's digest covers; else empty)."""
+
+    items: list[tuple[str, bytes, MessageProperties]]
+    key: str | None
+    raw: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +153,9 @@ def encode(request_id: int, kind: int, value: Any) -> bytes:
     elif isinstance(value, TxSendCommand):
         value = (value.transaction, value.queue, value.body,
                  _property_values(value.properties), _principal(value.principal))
+    elif isinstance(value, BatchCommand):
+        value = ([(q, b, _property_values(p)) for q, b, p in value.items], value.key,
+                 value.raw)
     elif isinstance(value, TxCommand):
         value = (value.action, value.transaction, _principal(value.principal))
     elif isinstance(value, ReceiveCommand):
@@ -181,6 +196,11 @@ def srmp_command(payload: bytes) -> SrmpCommand:
 def tx_send_command(payload: bytes) -> TxSendCommand:
     transaction, queue, body, values, principal = marshal.loads(payload)
     return TxSendCommand(transaction, queue, body, _properties(values), _principal_of(principal))
+
+
+def batch_command(payload: bytes) -> BatchCommand:
+    items, key, raw = marshal.loads(payload)
+    return BatchCommand([(q, b, _properties(v)) for q, b, v in items], key, raw)
 
 
 def tx_command(payload: bytes) -> TxCommand:

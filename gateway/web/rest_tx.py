@@ -28,7 +28,8 @@ from gateway.web.rest_codec import (
     parse_send_headers,
 )
 
-__all__ = ["routes", "BATCH_PROPERTY_KEYS", "transaction_action"]
+__all__ = ["routes", "BATCH_PROPERTY_KEYS", "batch_items", "batch_key", "batch_response",
+           "store_batch", "transaction_action"]
 
 routes = web.RouteTableDef()
 BATCH_MESSAGES_MAX = 10_000
@@ -107,6 +108,19 @@ async def batch(request: web.Request) -> web.Response:
     ``Idempotency-Key`` applies as to a single send, the whole body being the request."""
     qm, _ = _ready(request)
     raw = await request.read()
+    items = batch_items(raw)
+    for index, (queue, _, props) in enumerate(items):
+        require(request, "send", queue)
+        check_request_replies(request, props, where=f"messages[{index}].properties.")
+    answer, replayed = await store_batch(qm, items, batch_key(request), raw)
+    return batch_response(answer, replayed)
+
+
+def batch_items(raw: bytes) -> list[tuple[str, bytes, MessageProperties]]:
+    """A batch's messages ``(queue, body, properties)``, every key known and checked.
+
+    Raises:
+        ProblemError: 400 naming the item and field."""
     doc = parse_json(raw)
     if isinstance(doc, dict):
         unknown = sorted(set(doc) - {"messages"})
@@ -118,25 +132,37 @@ async def batch(request: web.Request) -> web.Response:
         raise ProblemError(400, f"body must be {{\"messages\": [...]}} with 1 to "
                            f"{BATCH_MESSAGES_MAX} messages", type_slug="bad-request")
     now_ms = int(time.time() * 1000)
-    items = [_item(index, item, now_ms) for index, item in enumerate(messages)]
-    for index, (queue, _, props) in enumerate(items):
-        require(request, "send", queue)
-        check_request_replies(request, props, where=f"messages[{index}].properties.")
-    key = scoped_key(request, _idempotency_key(request))
+    return [_item(index, item, now_ms) for index, item in enumerate(messages)]
+
+
+def batch_key(request: web.Request) -> str | None:
+    """The batch's Idempotency-Key in its principal's space (None without one)."""
+    return scoped_key(request, _idempotency_key(request))
+
+
+async def store_batch(qm: QueueManager, items: list[tuple[str, bytes, MessageProperties]],
+                      key: str | None, raw: bytes) -> tuple[dict[str, object], bool]:
+    """Store a checked batch: its answer, and whether it replays an earlier one with the
+    same key and body (``raw``, the request's body, is what the key's digest covers)."""
     if key is None:
-        answer = batch_answer(await send_batch(qm, items))
-        return jsonio.json_response(answer, status=201, headers=_location(answer))
+        return batch_answer(await send_batch(qm, items)), False
     assert qm.dedup is not None
     digest = qm.dedup.digest(raw, _BATCH_DIGEST_DESTINATION)
     prior = await qm.dedup.seen(key, digest)
     if prior:
-        return jsonio.json_response(prior, status=201, headers=_location(prior) | REPLAYED)
+        return prior, True
     qm.dedup.begin(key)
     try:
         answer = batch_answer(await send_batch(qm, items, dedup_key=(key, digest)))
     finally:
         qm.dedup.failed(key)  # no-op once stored
-    return jsonio.json_response(answer, status=201, headers=_location(answer))
+    return answer, False
+
+
+def batch_response(answer: dict[str, object], replayed: bool) -> web.Response:
+    """The 201 of a batch (with its Location when it holds one message)."""
+    return jsonio.json_response(answer, status=201,
+                                headers=_location(answer) | (REPLAYED if replayed else {}))
 
 
 def _idempotency_key(request: web.Request) -> str | None:

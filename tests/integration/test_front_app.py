@@ -4,6 +4,7 @@ of its channel: which requests it answers with commands, and what it sends."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -151,3 +152,31 @@ async def test_a_transactions_actions_are_run_by_the_owner_as_commands(
     assert (kind, (command.action, command.transaction)) == (wire.Kind.TX, action)
     assert command.principal.open
     assert forwarder.forwarded == []
+
+
+@pytest.mark.parametrize("key", [None, "k-1"])
+async def test_a_batch_is_checked_here_and_stored_by_the_owner_as_one_command(
+        front: Any, key: str | None) -> None:
+    answer = {"ids": ["a", "b"], "messages": [{"id": "a", "queue": "q1", "seq": 1},
+                                              {"id": "b", "queue": "q2", "seq": 1}]}
+    owner = _Owner(lambda kind, payload: (answer, False) if kind == wire.Kind.BATCH else None)
+    client, forwarder = await front(owner)
+    body = json.dumps({"messages": [
+        {"queue": "q1", "body_base64": "aGk=", "properties": {"label": "one"}},
+        {"queue": "q2", "body_base64": ""}]}).encode()
+    response = await client.post("/v1/batch", data=body,
+                                 headers={"Idempotency-Key": key} if key else {})
+    assert response.status == 201, await response.text()
+    assert (await response.json()) == answer
+    [(_, kind, payload)] = owner.commands
+    command = wire.batch_command(payload)
+    assert kind == wire.Kind.BATCH
+    assert [(q, b, p.label) for q, b, p in command.items] == [("q1", b"hi", "one"),
+                                                              ("q2", b"", "")]
+    # With a key, the owner gets the body its digest covers, and the key in its space.
+    assert (command.key is None, command.raw) == ((True, b"") if key is None
+                                                  else (False, body))
+    assert forwarder.forwarded == []
+    bad = await client.post("/v1/batch", data=b'{"messages": [{"queue": "q1"}]}')
+    assert bad.status == 400 and "body_base64" in (await bad.json())["detail"]
+    assert len(owner.commands) == 1
