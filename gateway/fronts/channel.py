@@ -16,7 +16,7 @@ from typing import cast
 from gateway.errors import GatewayError
 from gateway.fronts import wire
 
-__all__ = ["Channel", "ChannelLost", "Overloaded"]
+__all__ = ["AnswerLost", "Channel", "ChannelLost", "Overloaded"]
 
 log = logging.getLogger("gateway.fronts")
 
@@ -26,6 +26,11 @@ OnRequest = Callable[["Channel", int, int, bytes], None]
 
 class ChannelLost(GatewayError):
     """The other process is gone: requests waiting on it get no answer."""
+
+
+class AnswerLost(ChannelLost):
+    """The other process went away after the request was sent: it may have been carried
+    out (a message stored or taken), so nobody can say it was not."""
 
 
 class Overloaded(GatewayError):
@@ -64,7 +69,8 @@ class Channel(asyncio.Protocol):
         waiting, self._waiting = self._waiting, {}
         for waiter in waiting.values():
             if not waiter.done():
-                waiter.set_exception(ChannelLost("the owner process is gone"))
+                waiter.set_exception(AnswerLost("the owner process went away before "
+                                                "answering"))
         if self._on_lost is not None:
             self._on_lost()
 
@@ -72,7 +78,8 @@ class Channel(asyncio.Protocol):
         """Send a request and wait for its answer ``(kind, payload)``.
 
         Raises:
-            ChannelLost: the other end is gone (before or while waiting).
+            ChannelLost: the other end is gone: the request was not sent.
+            AnswerLost: it went away while the request waited (it may have been done).
             Overloaded: ``in_flight_max`` requests are waiting already.
         """
         if self.lost:

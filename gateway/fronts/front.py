@@ -32,7 +32,7 @@ from gateway.auth.hmac_sig import SCHEME
 from gateway.auth.principal import Principal
 from gateway.errors import GatewayError, ProblemError
 from gateway.fronts import wire
-from gateway.fronts.channel import Channel, ChannelLost, Overloaded
+from gateway.fronts.channel import AnswerLost, Channel, ChannelLost, Overloaded
 from gateway.fronts.forward import Forwarder
 from gateway.fronts.shared_counts import SharedCounts
 from gateway.fronts.supervisor import FrontStart
@@ -77,7 +77,7 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
         client_max_size=server.request_body_max,
         middlewares=[*make_middlewares(metrics, shared=counts, long_polls=polls,
                                        concurrent_requests_max=server.concurrent_requests_max),
-                     _unmatched_to_owner(forwarder)])
+                     _to_owner(forwarder)])
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
     app[STATE_KEY] = GatewayState(local=local_host_names(server.names, server.host,
@@ -131,17 +131,26 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     return app
 
 
-def _unmatched_to_owner(forwarder: Forwarder) -> Middleware:
+def _to_owner(forwarder: Forwarder) -> Middleware:
     """A path no route serves, or a method its route does not allow: the owner answers it
-    (after authentication, as one process does: a stranger learns nothing of the routes)."""
+    (after authentication, as one process does: a stranger learns nothing of the routes).
+
+    A command whose owner went away before answering may have been carried out (a message
+    stored or taken): the client gets no answer at all, its connection closed, as from a
+    gateway that crashed, so that it is in doubt and not told the request failed."""
 
     @web.middleware
-    async def unmatched(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def to_owner(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.match_info.http_exception is not None:
             return await forwarder.forward(request)
-        return await handler(request)
+        try:
+            return await handler(request)
+        except AnswerLost:
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=503)  # counted; never sent (the connection is gone)
 
-    return unmatched
+    return to_owner
 
 
 def _own_route(request: web.Request, method: str, last: str) -> str | None:
@@ -279,9 +288,12 @@ async def _ask(channel: Channel, kind: int, value: object) -> Any:
     """The owner's answer to one command.
 
     Raises:
-        ProblemError: the owner's refusal, or 503 when it cannot be reached."""
+        ProblemError: the owner's refusal, or 503 when the command could not be sent.
+        AnswerLost: the owner went away while the command waited (see _to_owner)."""
     try:
         answered, payload = await channel.call(kind, value)
+    except AnswerLost:
+        raise
     except (ChannelLost, Overloaded) as exc:
         raise ProblemError(503, str(exc), type_slug="not-ready",
                            headers={"Retry-After": "1"}) from exc

@@ -9,6 +9,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 
 from gateway.fronts import wire
@@ -180,3 +181,26 @@ async def test_a_batch_is_checked_here_and_stored_by_the_owner_as_one_command(
     bad = await client.post("/v1/batch", data=b'{"messages": [{"queue": "q1"}]}')
     assert bad.status == 400 and "body_base64" in (await bad.json())["detail"]
     assert len(owner.commands) == 1
+
+
+async def test_a_command_the_owner_may_have_done_is_not_answered_as_failed(
+        front: Any) -> None:
+    """The owner goes away with a receive in hand (it may have taken the message): the
+    client gets no answer, as from a gateway that crashed, not a 503 saying nothing was
+    done. A request after that, never sent to the owner, is 503."""
+    channels: list[Channel] = []
+
+    class _Vanishing(_Owner):
+        def on_request(self, channel: Channel, request_id: int, kind: int,
+                       payload: bytes) -> None:
+            super().on_request(channel, request_id, kind, payload)
+            channel.close()  # gone before answering
+            channels.append(channel)
+
+    client, _ = await front(_Vanishing(lambda kind, payload: None))
+    with pytest.raises(aiohttp.ClientError):
+        response = await client.post("/v1/queues/orders/receive")
+        await response.read()
+    later = await client.post("/v1/queues/orders/receive")
+    assert later.status == 503 and later.headers["Retry-After"] == "1"
+    assert len(channels) == 1
