@@ -17,6 +17,7 @@ from yarl import URL
 
 from gateway.auth.tls import peer_certificate
 from gateway.errors import ProblemError
+from gateway.fronts.channel import AnswerLost
 from gateway.settings import Settings
 from gateway.web import forwarded
 from gateway.web.auth_middleware import read_body, refuse_declared_length
@@ -60,6 +61,7 @@ class Forwarder:
         Raises:
             ProblemError: 413/408/400 for a body the owner's gate would refuse the same way;
                 503 when the owner cannot be reached.
+            AnswerLost: the owner went away after the request was sent.
         """
         assert self._session is not None
         refuse_declared_length(request, self._body_max)
@@ -88,9 +90,11 @@ class Forwarder:
                     return web.Response(status=answer.status, reason=answer.reason,
                                         body=await answer.read(), headers=out)
                 return await _stream(request, answer, out)
-        except aiohttp.ClientError as exc:
+        except aiohttp.ClientConnectorError as exc:  # not sent: nothing was done
             raise ProblemError(503, f"the store owner process cannot be reached: {exc}",
                                type_slug="not-ready", headers={"Retry-After": "1"}) from exc
+        except aiohttp.ClientError as exc:  # sent, then the owner went away: done or not
+            raise AnswerLost(f"the store owner process went away: {exc}") from exc
 
 
 async def _stream(request: web.Request, answer: aiohttp.ClientResponse,

@@ -141,9 +141,9 @@ def _to_owner(forwarder: Forwarder) -> Middleware:
 
     @web.middleware
     async def to_owner(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.match_info.http_exception is not None:
-            return await forwarder.forward(request)
         try:
+            if request.match_info.http_exception is not None:
+                return await forwarder.forward(request)
             return await handler(request)
         except AnswerLost:
             if request.transport is not None:

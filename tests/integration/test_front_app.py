@@ -7,17 +7,22 @@ import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel
+from gateway.fronts import front as front_process
+from gateway.fronts.forward import Forwarder
 from gateway.fronts.front import make_front_app
 from gateway.fronts.shared_counts import SharedCounts
 from gateway.metrics import Metrics
 from gateway.settings import Settings
+from gateway.web.middlewares import make_middlewares
 
 
 class _NoForwarding:
@@ -204,3 +209,35 @@ async def test_a_command_the_owner_may_have_done_is_not_answered_as_failed(
     later = await client.post("/v1/queues/orders/receive")
     assert later.status == 503 and later.headers["Retry-After"] == "1"
     assert len(channels) == 1
+
+
+async def test_a_forwarded_request_the_owner_dropped_is_not_answered_as_failed(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings],
+        tmp_path: Path) -> None:
+    """Forwarded HTTP too: an owner that took the request and went away (it may have done
+    it) leaves the client without an answer; one that cannot be reached is 503."""
+    socket_path = tmp_path / "owner.sock"
+
+    async def vanish(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")  # the whole request head, then gone
+        writer.transport.abort()
+
+    server = await asyncio.start_unix_server(vanish, path=str(socket_path))
+    forwarder = Forwarder(settings_factory(), str(socket_path))
+    await forwarder.start()
+    app = web.Application(middlewares=[
+        *make_middlewares(Metrics(), concurrent_requests_max=10),
+        front_process._to_owner(forwarder)])
+    app.router.add_get("/v1/links", forwarder.forward)
+    client = await aiohttp_client(app)
+    try:
+        with pytest.raises(aiohttp.ClientError):
+            response = await client.get("/v1/links")
+            await response.read()
+        server.close()
+        await server.wait_closed()
+        socket_path.unlink()
+        response = await client.get("/v1/links")
+        assert response.status == 503 and response.headers["Retry-After"] == "1"
+    finally:
+        await forwarder.close()
