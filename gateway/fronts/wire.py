@@ -19,12 +19,12 @@ from typing import Any
 from gateway.auth.principal import NOBODY, Principal
 from gateway.errors import ProblemError
 from gateway.inbound.parse_pool import FrameReader
-from gateway.msmq.message import MessageProperties
+from gateway.msmq.message import MessageProperties, properties_of, property_values
 
 __all__ = ["HEAD", "Kind", "BatchCommand", "ProblemAnswer", "ReceiveCommand", "SendCommand",
-           "SrmpCommand", "batch_command",
-           "TxCommand", "TxSendCommand", "decode", "encode", "reader", "receive_command",
-           "send_command", "srmp_command", "tx_command", "tx_send_command", "problem_answer"]
+           "SrmpCommand", "TxCommand", "TxSendCommand", "batch_command", "decode", "encode",
+           "problem_answer", "reader", "receive_command", "send_command", "srmp_command",
+           "tx_command", "tx_send_command"]
 
 HEAD = struct.Struct("<IIB")
 
@@ -137,24 +137,22 @@ class ProblemAnswer:
                             title=self.title, headers=self.headers, extra=self.extra)
 
 
-_PROPERTY_NAMES = tuple(f.name for f in dataclasses.fields(MessageProperties))
-_property_values = operator.attrgetter(*_PROPERTY_NAMES)
 _principal_values = operator.attrgetter(*(f.name for f in dataclasses.fields(Principal)))
 
 
 def encode(request_id: int, kind: int, value: Any) -> bytes:
     """A frame; ``value`` is plain data, a ``SendCommand`` or a ``ProblemAnswer``."""
     if isinstance(value, SendCommand):
-        value = (value.queue, value.body, _property_values(value.properties),
+        value = (value.queue, value.body, property_values(value.properties),
                  value.transaction, value.dedup_key)
     elif isinstance(value, SrmpCommand):
         value = (value.remote, _principal(value.principal), value.content_type, value.raw,
                  value.parse_kind, value.parse)
     elif isinstance(value, TxSendCommand):
         value = (value.transaction, value.queue, value.body,
-                 _property_values(value.properties), _principal(value.principal))
+                 property_values(value.properties), _principal(value.principal))
     elif isinstance(value, BatchCommand):
-        value = ([(q, b, _property_values(p)) for q, b, p in value.items], value.key,
+        value = ([(q, b, property_values(p)) for q, b, p in value.items], value.key,
                  value.raw)
     elif isinstance(value, TxCommand):
         value = (value.action, value.transaction, _principal(value.principal))
@@ -181,11 +179,8 @@ def decode(payload: bytes) -> Any:
 
 def send_command(payload: bytes) -> SendCommand:
     queue, body, values, transaction, key = marshal.loads(payload)
-    return SendCommand(queue, body, _properties(values), transaction, key)
+    return SendCommand(queue, body, properties_of(values), transaction, key)
 
-
-def _properties(values: tuple[Any, ...]) -> MessageProperties:
-    return MessageProperties(**dict(zip(_PROPERTY_NAMES, values)))
 
 
 def srmp_command(payload: bytes) -> SrmpCommand:
@@ -195,12 +190,12 @@ def srmp_command(payload: bytes) -> SrmpCommand:
 
 def tx_send_command(payload: bytes) -> TxSendCommand:
     transaction, queue, body, values, principal = marshal.loads(payload)
-    return TxSendCommand(transaction, queue, body, _properties(values), _principal_of(principal))
+    return TxSendCommand(transaction, queue, body, properties_of(values), _principal_of(principal))
 
 
 def batch_command(payload: bytes) -> BatchCommand:
     items, key, raw = marshal.loads(payload)
-    return BatchCommand([(q, b, _properties(v)) for q, b, v in items], key, raw)
+    return BatchCommand([(q, b, properties_of(v)) for q, b, v in items], key, raw)
 
 
 def tx_command(payload: bytes) -> TxCommand:
