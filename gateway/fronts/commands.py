@@ -8,11 +8,13 @@ message: the client of a request in flight sees its connection close and sends a
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import pickle
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 
 from aiohttp import web
+from multidict import MultiDict
 
 from gateway.errors import ProblemError
 from gateway.fronts import wire
@@ -20,16 +22,17 @@ from gateway.fronts.channel import Channel
 from gateway.inbound.parse_pool import parsed_of
 from gateway.queues.errors import QueueError
 from gateway.srmp.parsed import ParsedRequest
-from gateway.web.appkeys import AUTHENTICATOR_KEY, STATE_KEY
+from gateway.web import rest_range
+from gateway.web.appkeys import AUTHENTICATOR_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.web.auth_middleware import throttle
-from gateway.web.problem import as_problem
+from gateway.web.problem import as_problem, http_problem
 from gateway.web.rest_queues import (
     browse_page,
     receive_messages,
     send_in_transaction,
     send_one,
 )
-from gateway.web.rest_tx import store_batch, transaction_action
+from gateway.web.rest_tx import store_batch, transaction_action, transaction_list
 from gateway.web.srmp_routes import Sender, deliver_srmp
 
 __all__ = ["Commands"]
@@ -48,6 +51,11 @@ class Commands:
         # Receives being run, and those of them whose front's client went away (CANCEL).
         self._receiving: set[tuple[Channel, int]] = set()
         self._gone: set[tuple[Channel, int]] = set()
+        # Range answers being sent piece by piece, by (channel, cursor): each is a request in
+        # flight at a front, which caps them (server.concurrent_requests_max).
+        self._cursors: dict[tuple[Channel, int], Iterator[bytes | None]] = {}
+        self._cursors_max = app[SETTINGS_KEY].server.concurrent_requests_max
+        self._cursor_ids = itertools.count(1)
 
     def on_request(self, channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
         if kind == wire.Kind.THROTTLE:
@@ -61,6 +69,9 @@ class Commands:
         if kind == wire.Kind.CANCEL:
             if (channel, request_id) in self._receiving:
                 self._gone.add((channel, request_id))
+            return
+        if kind == wire.Kind.DROP:
+            self._cursors.pop((channel, wire.decode(payload)), None)
             return
         if kind == wire.Kind.SEND:
             work: Awaitable[object] = self._send(payload)
@@ -76,6 +87,12 @@ class Commands:
             work = self._tx(payload)
         elif kind == wire.Kind.BATCH:
             work = self._batch(payload)
+        elif kind == wire.Kind.TX_LIST:
+            work = self._tx_list(payload)
+        elif kind == wire.Kind.LOG:
+            work = self._log(channel, payload)
+        elif kind == wire.Kind.MORE:
+            work = self._more(channel, payload)
         else:
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer(
                 500, f"unknown command kind {kind}", "about:blank", None, {}, {}))
@@ -92,6 +109,9 @@ class Commands:
                 as_problem(refused)))
         except ProblemError as exc:
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer.of(exc))
+        except web.HTTPException as exc:  # 405: as one process's middleware answers it
+            channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer.of(
+                http_problem(exc)))
         except Exception:
             log.exception("command failed")
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer(
@@ -148,6 +168,50 @@ class Commands:
     async def _browse(self, payload: bytes) -> object:
         queue, asked = wire.decode(payload)
         return browse_page(self._state.serving().queue_manager, queue, asked)
+
+    async def _tx_list(self, payload: bytes) -> object:
+        principal = wire.principal_of(wire.decode(payload))
+        return transaction_list(self._state.serving().transactions, principal)
+
+    async def _log(self, channel: Channel, payload: bytes) -> object:
+        command = wire.log_command(payload)
+        services = self._state.serving()
+        found = await rest_range.answer(services.queue_manager, services.consumers,
+                                        command.queue, command.rest, command.method,
+                                        MultiDict(command.query), command.body)
+        if isinstance(found, rest_range.Reply):
+            return (found.status, found.body, found.headers, None, 0)
+        pieces = rest_range.record_pieces(services.queue_manager, found.queue, found.records)
+        # There is always a piece (the last has the end marker), and not a cut: nothing is
+        # removed between the records' lookup and the first piece, made in the same pass.
+        first = next(pieces) or b""
+        self._forget_lost()
+        if len(self._cursors) >= self._cursors_max:
+            raise ProblemError(503, f"{self._cursors_max} range answers are being sent",
+                               type_slug="not-ready", headers={"Retry-After": "1"})
+        cursor = next(self._cursor_ids)
+        self._cursors[(channel, cursor)] = pieces
+        return (200, None, found.headers, first, cursor)
+
+    async def _more(self, channel: Channel, payload: bytes) -> object:
+        key = (channel, wire.decode(payload))
+        pieces = self._cursors.get(key)
+        if pieces is None:
+            raise ProblemError(404, "no range answer is being sent under this cursor",
+                               type_slug="not-found")
+        try:
+            piece = next(pieces, b"")
+        except BaseException:
+            del self._cursors[key]
+            raise
+        if not piece:  # the end (b""), or cut (None)
+            del self._cursors[key]
+        return piece
+
+    def _forget_lost(self) -> None:
+        """Cursors of a front that went away are never asked for again."""
+        for key in [k for k in self._cursors if k[0].lost]:
+            del self._cursors[key]
 
     async def drain(self) -> None:
         """Wait for the commands being run (before the store closes)."""

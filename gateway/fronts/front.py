@@ -1,11 +1,11 @@
 """A front process: ``python -m gateway.fronts.front FD`` (started by the owner only).
 
-It listens on the gateway's port beside the other fronts (SO_REUSEPORT), answers a REST send
-to one queue outside a transaction by itself (authentication, headers, validation) with one
-``SEND`` command to the owner, parses SRMP requests and hands each over as one ``SRMP``
-command, and forwards every other request to the owner (gateway.fronts.forward). It stops on
-SIGTERM or SIGINT after finishing its requests, and at once when the owner is gone (its end
-of the channel closes).
+It listens on the gateway's port beside the other fronts (SO_REUSEPORT), authenticates and
+checks requests and hands each to the owner as one command (gateway.fronts.wire: sends,
+receives, browses, transactions, batches, range reads and consumers, SRMP requests it
+parsed), and forwards the others (management, signed requests) to the owner as HTTP
+(gateway.fronts.forward). It stops on SIGTERM or SIGINT after finishing its requests, and
+at once when the owner is gone (its end of the channel closes).
 """
 
 from __future__ import annotations
@@ -41,10 +41,17 @@ from gateway.logs import configure_logging
 from gateway.metrics import Metrics
 from gateway.queues.destinations import local_host_names
 from gateway.settings import Settings
-from gateway.web import rest_queues, rest_tx
+from gateway.web import rest_queues, rest_range, rest_tx
 from gateway.web.app import ROUTE_TABLES
 from gateway.web.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
-from gateway.web.auth_middleware import Gate, make_auth_gate, principal_of, require, scoped_key
+from gateway.web.auth_middleware import (
+    Gate,
+    make_auth_gate,
+    principal_of,
+    require,
+    require_admin,
+    scoped_key,
+)
 from gateway.web.http_server import app_runner, freeze_startup_objects
 from gateway.web.listener import bind, tls_context
 from gateway.web.long_polls import LongPolls
@@ -59,6 +66,7 @@ __all__ = ["main", "make_front_app"]
 log = logging.getLogger("gateway.fronts")
 
 _QUEUES = "/v1/queues/"
+_LOG_RESOURCES = frozenset({"head", "range", "consumers"})
 _PUSH_S = 1.0
 
 
@@ -93,6 +101,9 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
         name = _own_route(request, "GET", "messages")
         if name is not None:
             return await _browse(request, name, gate, channel, limited)
+        found = _log_route(request)
+        if found is not None:
+            return await _log(request, *found, gate, channel, limited)
         name = _own_route(request, "POST", "receive")
         if name is None:
             return await forwarder.forward(request)
@@ -111,6 +122,15 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
             return await forwarder.forward(request)
         return await _transaction(request, gate, channel, limited)
 
+    async def transactions(request: web.Request) -> web.StreamResponse:
+        if _signed(request):
+            return await forwarder.forward(request)
+        principal = await _authenticate(request, gate, channel, limited)
+        if principal.open:
+            require_admin(request)
+        return jsonio.json_response(await _ask(channel, wire.Kind.TX_LIST,
+                                               wire.principal_values(principal)))
+
     async def batch(request: web.Request) -> web.StreamResponse:
         if _signed(request):
             return await forwarder.forward(request)
@@ -118,7 +138,7 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
 
     own: dict[object, Handler] = {rest_queues.queue_tree: queue_tree, rest_tx.begin: transaction,
                                   rest_tx.show: transaction, rest_tx.act: transaction,
-                                  rest_tx.batch: batch}
+                                  rest_tx.list_transactions: transactions, rest_tx.batch: batch}
     for table in ROUTE_TABLES:
         for route in table:
             assert isinstance(route, web.RouteDef)
@@ -167,6 +187,16 @@ def _own_route(request: web.Request, method: str, last: str) -> str | None:
         return None
     name, rest = split_tail(path[len(_QUEUES):])
     return name if rest == [last] and name else None
+
+
+def _log_route(request: web.Request) -> tuple[str, list[str]] | None:
+    """(queue, rest) of a request under a queue's ``head``, ``range`` or ``consumers``, on a
+    plain path and not signed (as ``_own_route``): the front answers it with ``LOG``."""
+    path = request.raw_path.partition("?")[0]
+    if not path.startswith(_QUEUES) or "%" in path or _signed(request):
+        return None
+    name, rest = split_tail(path[len(_QUEUES):])
+    return (name, rest) if name and rest and rest[0] in _LOG_RESOURCES else None
 
 
 def _signed(request: web.Request) -> bool:
@@ -224,6 +254,38 @@ async def _browse(request: web.Request, name: str, gate: Gate, channel: Channel,
     require(request, "receive", name)
     page = await _ask(channel, wire.Kind.BROWSE, (name, browse_query(request)))
     return jsonio.json_response(page)
+
+
+async def _log(request: web.Request, name: str, rest: list[str], gate: Gate,
+               channel: Channel, limited: frozenset[str]) -> web.StreamResponse:
+    """A queue's head, range or consumers: authorized here, answered by the owner (``LOG``);
+    a range's records come piece by piece (``MORE``), each asked for once the one before is
+    written, so a slow reader holds one piece here, not the answer."""
+    await _authenticate(request, gate, channel, limited)
+    require(request, "receive", name)
+    status, body, headers, piece, cursor = await _ask(channel, wire.Kind.LOG, wire.LogCommand(
+        name, rest, request.method, list(request.query.items()),
+        await rest_range.request_body(request)))
+    if piece is None:
+        return rest_range.reply_response(rest_range.Reply(status, body, headers))
+    response = web.StreamResponse(headers=headers)
+    await response.prepare(request)
+    try:
+        while piece:
+            await response.write(piece)
+            piece = await _ask(channel, wire.Kind.MORE, cursor)
+        cursor = 0  # the owner is done with it
+        if piece is None:  # cut: no end marker, the connection closed (as one process)
+            if request.transport is not None:
+                request.transport.close()
+            return response
+        await response.write_eof()
+    except ConnectionError:  # the reader hung up: its answer ends here, nothing failed
+        log.info("range of %s not sent whole: the client closed the connection", name)
+    finally:
+        if cursor:
+            channel.send(0, wire.Kind.DROP, cursor)
+    return response
 
 
 async def _batch(request: web.Request, gate: Gate, channel: Channel, forwarder: Forwarder,

@@ -21,10 +21,11 @@ from gateway.errors import ProblemError
 from gateway.inbound.parse_pool import FrameReader
 from gateway.msmq.message import MessageProperties, properties_of, property_values
 
-__all__ = ["HEAD", "Kind", "BatchCommand", "ProblemAnswer", "ReceiveCommand", "SendCommand",
-           "SrmpCommand", "TxCommand", "TxSendCommand", "batch_command", "decode", "encode",
-           "problem_answer", "reader", "receive_command", "send_command", "srmp_command",
-           "tx_command", "tx_send_command"]
+__all__ = ["HEAD", "Kind", "BatchCommand", "LogCommand", "ProblemAnswer", "ReceiveCommand",
+           "SendCommand", "SrmpCommand", "TxCommand", "TxSendCommand", "batch_command", "decode",
+           "encode", "log_command", "principal_of", "principal_values", "problem_answer",
+           "reader", "receive_command", "send_command", "srmp_command", "tx_command",
+           "tx_send_command"]
 
 HEAD = struct.Struct("<IIB")
 
@@ -44,9 +45,15 @@ class Kind:
     TX_SEND = 10  # front -> owner: a send held in a transaction (TxSendCommand)
     TX = 11  # front -> owner: begin, show, prepare, commit or abort (TxCommand)
     BATCH = 12  # front -> owner: an atomic batch, checked by the front (BatchCommand)
+    TX_LIST = 13  # front -> owner: the transactions a principal may see
+    LOG = 14  # front -> owner: a queue's head, range or consumers request (LogCommand)
+    MORE = 15  # front -> owner: the next piece of a range answer (its cursor)
+    DROP = 16  # front -> owner: a range answer's client went away (its cursor; no answer)
     OK = 100  # SEND: (the 201's JSON answer, whether it replays an earlier send); SRMP: the
     # 200's headers (or None); RECEIVE: the messages as JSON objects; BROWSE: the page;
-    # TX_SEND: the 202's answer; TX: (status, answer); BATCH: (answer, replayed)
+    # TX_SEND: the 202's answer; TX: (status, answer); BATCH: (answer, replayed); TX_LIST:
+    # the answer; LOG: (status, JSON body or None, headers, first piece, cursor), the piece
+    # None but for a range's records; MORE: the next piece, b"" after the last, None: cut
     PROBLEM = 101  # the answer is an error the front turns into problem+json
 
 
@@ -117,6 +124,19 @@ class ReceiveCommand:
 
 
 @dataclass(frozen=True, slots=True)
+class LogCommand:
+    """A request under a queue's ``head``, ``range`` or ``consumers``, authorized by the
+    front: the owner checks and answers the rest as one process does (gateway.web.rest_range).
+    ``body`` is a PUT's or a POST's, else empty."""
+
+    queue: str
+    rest: list[str]
+    method: str
+    query: list[tuple[str, str]]
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ProblemAnswer:
     """The fields of a ``ProblemError``."""
 
@@ -146,30 +166,34 @@ def encode(request_id: int, kind: int, value: Any) -> bytes:
         value = (value.queue, value.body, property_values(value.properties),
                  value.transaction, value.dedup_key)
     elif isinstance(value, SrmpCommand):
-        value = (value.remote, _principal(value.principal), value.content_type, value.raw,
+        value = (value.remote, principal_values(value.principal), value.content_type, value.raw,
                  value.parse_kind, value.parse)
     elif isinstance(value, TxSendCommand):
         value = (value.transaction, value.queue, value.body,
-                 property_values(value.properties), _principal(value.principal))
+                 property_values(value.properties), principal_values(value.principal))
     elif isinstance(value, BatchCommand):
         value = ([(q, b, property_values(p)) for q, b, p in value.items], value.key,
                  value.raw)
     elif isinstance(value, TxCommand):
-        value = (value.action, value.transaction, _principal(value.principal))
+        value = (value.action, value.transaction, principal_values(value.principal))
     elif isinstance(value, ReceiveCommand):
-        value = (value.queue, value.asked, _principal(value.principal))
+        value = (value.queue, value.asked, principal_values(value.principal))
+    elif isinstance(value, LogCommand):
+        value = (value.queue, value.rest, value.method, value.query, value.body)
     elif isinstance(value, ProblemAnswer):
         value = dataclasses.astuple(value)
     payload = marshal.dumps(value)
     return HEAD.pack(len(payload), request_id, kind) + payload
 
 
-def _principal(principal: Principal) -> tuple[object, ...] | None:
-    """NOBODY goes as None: the owner tells it apart by identity."""
+def principal_values(principal: Principal) -> tuple[object, ...] | None:
+    """A principal as a command carries it: NOBODY goes as None (the owner tells it apart
+    by identity)."""
     return None if principal is NOBODY else _principal_values(principal)
 
 
-def _principal_of(values: tuple[Any, ...] | None) -> Principal:
+def principal_of(values: tuple[Any, ...] | None) -> Principal:
+    """A principal from its encoding in a command."""
     return NOBODY if values is None else Principal(*values)
 
 
@@ -182,15 +206,14 @@ def send_command(payload: bytes) -> SendCommand:
     return SendCommand(queue, body, properties_of(values), transaction, key)
 
 
-
 def srmp_command(payload: bytes) -> SrmpCommand:
     remote, principal, content_type, raw, parse_kind, parse = marshal.loads(payload)
-    return SrmpCommand(remote, _principal_of(principal), content_type, raw, parse_kind, parse)
+    return SrmpCommand(remote, principal_of(principal), content_type, raw, parse_kind, parse)
 
 
 def tx_send_command(payload: bytes) -> TxSendCommand:
     transaction, queue, body, values, principal = marshal.loads(payload)
-    return TxSendCommand(transaction, queue, body, properties_of(values), _principal_of(principal))
+    return TxSendCommand(transaction, queue, body, properties_of(values), principal_of(principal))
 
 
 def batch_command(payload: bytes) -> BatchCommand:
@@ -200,12 +223,16 @@ def batch_command(payload: bytes) -> BatchCommand:
 
 def tx_command(payload: bytes) -> TxCommand:
     action, transaction, principal = marshal.loads(payload)
-    return TxCommand(action, transaction, _principal_of(principal))
+    return TxCommand(action, transaction, principal_of(principal))
 
 
 def receive_command(payload: bytes) -> ReceiveCommand:
     queue, asked, principal = marshal.loads(payload)
-    return ReceiveCommand(queue, asked, _principal_of(principal))
+    return ReceiveCommand(queue, asked, principal_of(principal))
+
+
+def log_command(payload: bytes) -> LogCommand:
+    return LogCommand(*marshal.loads(payload))
 
 
 def problem_answer(payload: bytes) -> ProblemAnswer:

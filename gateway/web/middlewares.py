@@ -22,7 +22,7 @@ from gateway.metrics import Metrics
 from gateway.queues.errors import QueueError
 from gateway.web.auth_middleware import Gate
 from gateway.web.long_polls import LongPolls
-from gateway.web.problem import as_problem, problem_response
+from gateway.web.problem import as_problem, http_problem, problem_response
 
 __all__ = ["InFlight", "make_middlewares", "NEVER_REFUSED"]
 
@@ -201,9 +201,9 @@ async def _answer(request: web.Request, handler: Handler,
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
-        detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
-        return problem_response(exc.status, detail, instance=instance, headers=headers)
+        problem = http_problem(exc)
+        return problem_response(problem.status_hint, problem.detail, instance=instance,
+                                headers=problem.headers)
     except asyncio.CancelledError:
         raise
     except Exception:

@@ -11,7 +11,8 @@ from aiohttp import web
 from gateway.errors import ProblemError
 from gateway.queues.errors import QueueError
 
-__all__ = ["PROBLEM_CONTENT_TYPE", "problem_response", "PROBLEM_BASE_URI", "as_problem"]
+__all__ = ["PROBLEM_CONTENT_TYPE", "problem_response", "PROBLEM_BASE_URI", "as_problem",
+           "http_problem"]
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_BASE_URI = "https://entrepot.dev/problems/"
@@ -63,3 +64,10 @@ def _reason(status: int) -> str:
         return HTTPStatus(status).phrase
     except ValueError:
         return "Error"
+
+
+def http_problem(exc: web.HTTPException) -> ProblemError:
+    """An aiohttp HTTP error (405 with its Allow, 413, ...) as the problem answered for it."""
+    headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+    detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+    return ProblemError(exc.status, detail, headers=headers)

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from gateway.errors import ProblemError
 
-__all__ = ["JSON_DEPTH_MAX", "json_body", "json_number", "parse_json"]
+__all__ = ["JSON_DEPTH_MAX", "json_body", "json_number", "json_object", "parse_json"]
 
 JSON_DEPTH_MAX = 32  # the deepest body any route takes is 4 levels (a batch's properties)
 
@@ -58,7 +58,11 @@ def parse_json(raw: bytes) -> object:
 
 
 async def json_body(request: web.Request, *, allow_empty: bool) -> dict[str, object]:
-    raw = await request.read()
+    return json_object(await request.read(), allow_empty=allow_empty)
+
+
+def json_object(raw: bytes, *, allow_empty: bool) -> dict[str, object]:
+    """A body that must be a JSON object (``{}`` for an empty one when ``allow_empty``)."""
     if not raw.strip() and allow_empty:
         return {}
     body = parse_json(raw)

@@ -14,6 +14,9 @@ Under ``/v1/queues/{path}/``:
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
 from aiohttp import web
 
 from gateway.errors import ProblemError
@@ -23,78 +26,134 @@ from gateway.queues.manager import Queue, QueueManager
 from gateway.queues.range_consumers import RangeConsumers
 from gateway.range_wire import CONTENT_TYPE, END_OF_RANGE, encode_record
 from gateway.web.appkeys import STATE_KEY
-from gateway.web.rest_body import json_body
+from gateway.web.rest_body import json_object
 from gateway.web.rest_codec import message_json
 from store.records import StoredRecord
 
-__all__ = ["handle", "RANGE_WIDTH_MAX"]
+__all__ = ["RANGE_WIDTH_MAX", "Records", "Reply", "answer", "consumers_of", "handle",
+           "record_pieces", "reply_response", "request_body"]
 
 RANGE_WIDTH_MAX = 100_000
 _FLUSH_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A whole answer: its status, its JSON body (None: no body) and headers."""
+
+    status: int
+    body: object
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """A range answer in the records format: written piece by piece (``record_pieces``)."""
+
+    queue: Queue
+    headers: dict[str, str]
+    records: list[StoredRecord]
 
 
 def consumers_of(request: web.Request) -> RangeConsumers:
     return request.app[STATE_KEY].serving().consumers
 
 
+async def request_body(request: web.Request) -> bytes:
+    """What ``answer`` reads of a request's body: only a PUT's or a POST's is ever parsed."""
+    return await request.read() if request.method in ("PUT", "POST") else b""
+
+
 async def handle(request: web.Request, qm: QueueManager, name: str, rest: list[str]
                  ) -> web.StreamResponse:
     """Serve ``rest`` (``head``, ``range`` or ``consumers[/name[/commit]]``) of a queue."""
-    consumers = consumers_of(request)
+    found = await answer(qm, consumers_of(request), name, rest, request.method, request.query,
+                         await request_body(request))
+    if isinstance(found, Reply):
+        return reply_response(found)
+    response = web.StreamResponse(headers=found.headers)
+    await response.prepare(request)
+    try:
+        for piece in record_pieces(qm, found.queue, found.records):
+            if piece is None:  # cut: no end marker, the connection closed
+                if request.transport is not None:
+                    request.transport.close()
+                return response
+            await response.write(piece)
+        await response.write_eof()
+    except ConnectionError:  # the reader hung up: its answer ends here, nothing failed
+        server_log.info("range of %s not sent whole: the client closed the connection",
+                        found.queue.path.display)
+    return response
+
+
+def reply_response(reply: Reply) -> web.Response:
+    if reply.body is None:
+        return web.Response(status=reply.status, headers=reply.headers)
+    return web.json_response(reply.body, status=reply.status, headers=reply.headers)
+
+
+async def answer(qm: QueueManager, consumers: RangeConsumers, name: str, rest: list[str],
+                 method: str, query: Mapping[str, str], body: bytes) -> Reply | Records:
+    """The answer to ``method`` on ``rest`` of queue ``name`` (one process and the store
+    owner behind fronts run this same code: gateway.fronts).
+
+    Raises:
+        QueueError: no such queue.
+        ProblemError: a bad query or body (400), a trimmed range (410), no such resource.
+        web.HTTPMethodNotAllowed: a method the resource does not serve.
+    """
     queue = qm.queue(name)
-    method = request.method
     if rest == ["head"]:
         _allow(method, "GET")
-        return web.json_response(consumers.head(queue))
+        return Reply(200, consumers.head(queue), {})
     if rest == ["range"]:
         _allow(method, "GET")
-        return await _range(request, qm, consumers, queue)
+        return _range(qm, consumers, queue, method, query)
     if rest == ["consumers"]:
         _allow(method, "GET")
         end = qm.store.readable_end(queue.queue_id)
-        return web.json_response({"consumers": [
+        return Reply(200, {"consumers": [
             {"name": n, "position": p, "lag": end - p}
-            for n, p in sorted(consumers.positions(queue).items())]})
+            for n, p in sorted(consumers.positions(queue).items())]}, {})
     if len(rest) == 2 and rest[0] == "consumers":
-        return await _consumer(request, consumers, queue, rest[1])
+        return await _consumer(consumers, queue, rest[1], method, body)
     if len(rest) == 3 and rest[0] == "consumers" and rest[2] == "commit":
         _allow(method, "POST")
-        position = _int_field(await json_body(request, allow_empty=True), "position")
+        position = _int_field(json_object(body, allow_empty=True), "position")
         done = await consumers.commit(queue, rest[1], position)
-        return web.json_response({"name": rest[1], "position": done,
-                                  "first": consumers.floor(queue)})
+        return Reply(200, {"name": rest[1], "position": done,
+                           "first": consumers.floor(queue)}, {})
     raise ProblemError(404, f"no resource {'/'.join(rest)!r} under queue {name!r}",
                        type_slug="not-found")
 
 
-async def _consumer(request: web.Request, consumers: RangeConsumers, queue: Queue,
-                    name: str) -> web.Response:
-    method = request.method
+async def _consumer(consumers: RangeConsumers, queue: Queue, name: str, method: str,
+                    body: bytes) -> Reply:
     if method == "PUT":
-        body = await json_body(request, allow_empty=True)
-        start = body.get("start", "earliest")
+        fields = json_object(body, allow_empty=True)
+        start = fields.get("start", "earliest")
         if start not in ("earliest", "latest"):
-            start = _int_field(body, "start")
+            start = _int_field(fields, "start")
         position, created = await consumers.register(queue, name, start)
-        return web.json_response({"name": name, "position": position},
-                                 status=201 if created else 200)
+        return Reply(201 if created else 200, {"name": name, "position": position}, {})
     if method in ("GET", "HEAD"):
         positions = consumers.positions(queue)
         if name not in positions:
             raise ProblemError(404, f"no consumer {name!r} on {queue.path.display}",
                                type_slug="consumer-not-found")
-        return web.json_response({"name": name, "position": positions[name]})
+        return Reply(200, {"name": name, "position": positions[name]}, {})
     if method == "DELETE":
         await consumers.unregister(queue, name)
-        return web.Response(status=204)
+        return Reply(204, None, {})
     raise web.HTTPMethodNotAllowed(method, ["DELETE", "GET", "PUT"])
 
 
-async def _range(request: web.Request, qm: QueueManager, consumers: RangeConsumers,
-                 queue: Queue) -> web.StreamResponse:
-    start = _query_seq(request, "from")
-    stop = _query_seq(request, "to")
-    fmt = request.query.get("format", "records")
+def _range(qm: QueueManager, consumers: RangeConsumers, queue: Queue, method: str,
+           query: Mapping[str, str]) -> Reply | Records:
+    start = _query_seq(query, "from")
+    stop = _query_seq(query, "to")
+    fmt = query.get("format", "records")
     if fmt not in ("records", "json"):
         raise ProblemError(400, f"query format={fmt!r}: expected records or json",
                            type_slug="bad-request")
@@ -113,27 +172,23 @@ async def _range(request: web.Request, qm: QueueManager, consumers: RangeConsume
         messages = [message_json(message_id=m.message_id, queue=m.queue, seq=m.seq,
                                  properties=m.properties, body=m.body)
                     for m in (qm.decode(queue, r) for r in records)]
-        return web.json_response({"queue": queue.path.display, "from": start,
-                                  "next": max(start, end), "messages": messages},
-                                 headers=headers)
-    if request.method == "HEAD":  # the headers alone: the body is written piece by piece
-        return web.Response(headers={**headers, "Content-Type": CONTENT_TYPE})
-    response = web.StreamResponse(headers={**headers, "Content-Type": CONTENT_TYPE})
-    await response.prepare(request)
-    try:
-        await _write_records(request, response, qm, queue, records)
-    except ConnectionError:  # the reader hung up: its answer ends here, nothing failed
-        server_log.info("range of %s not sent whole: the client closed the connection",
-                        queue.path.display)
-    return response
+        return Reply(200, {"queue": queue.path.display, "from": start,
+                           "next": max(start, end), "messages": messages}, headers)
+    headers["Content-Type"] = CONTENT_TYPE
+    if method == "HEAD":  # the headers alone: the body is written piece by piece
+        return Reply(200, None, headers)
+    return Records(queue, headers, records)
 
 
-async def _write_records(request: web.Request, response: web.StreamResponse,
-                         qm: QueueManager, queue: Queue, records: list[StoredRecord]) -> None:
-    """The records framed and written every ``_FLUSH_BYTES``, then the end marker.
+def record_pieces(qm: QueueManager, queue: Queue, records: list[StoredRecord]
+                  ) -> Iterator[bytes | None]:
+    """The records framed, in pieces of about ``_FLUSH_BYTES``, the end marker in the last;
+    ``None`` ends them early when a record was removed meanwhile (the answer must be cut).
+    Each record is read from the store when its piece is made: between pieces other
+    requests run.
 
     Raises:
-        ConnectionError: the reader hung up.
+        ProblemError: a record that is not a message (500).
     """
     pieces: list[bytes | memoryview] = []
     pending = 0
@@ -141,14 +196,11 @@ async def _write_records(request: web.Request, response: web.StreamResponse,
     for record in records:
         if (qm.store.removals != removals
                 and qm.store.record(queue.queue_id, record.seq) != record):
-            # Trimmed (a purge) while this answer was being written: cut it — what was
-            # written, no end marker, the connection closed — rather than read space that
-            # may be reused. (Raising here left the connection open: the reader waited for
-            # its time-out.)
+            # Trimmed (a purge) while this answer was being written: cut it rather than read
+            # space that may be reused.
             server_log.info("range of %s cut: record %d removed while it was written",
                             queue.path.display, record.seq)
-            if request.transport is not None:
-                request.transport.close()
+            yield None
             return
         try:
             meta, body = split_payload(qm.store.read(record))
@@ -161,11 +213,10 @@ async def _write_records(request: web.Request, response: web.StreamResponse,
         pieces.extend(encode_record(record.seq, message_id.encode(), meta, body))
         pending += len(body) + len(meta)
         if pending >= _FLUSH_BYTES:
-            await response.write(b"".join(pieces))
+            yield b"".join(pieces)
             pieces, pending = [], 0
     pieces.append(END_OF_RANGE)  # a reader tells a whole answer from a cut one by it
-    await response.write(b"".join(pieces))
-    await response.write_eof()
+    yield b"".join(pieces)
 
 
 def _allow(method: str, allowed: str) -> None:
@@ -173,8 +224,8 @@ def _allow(method: str, allowed: str) -> None:
         raise web.HTTPMethodNotAllowed(method, [allowed])
 
 
-def _query_seq(request: web.Request, key: str) -> int:
-    raw = request.query.get(key)
+def _query_seq(query: Mapping[str, str], key: str) -> int:
+    raw = query.get(key)
     if raw is None:
         raise ProblemError(400, f"query {key} is required", type_slug="bad-request")
     if not raw.isascii() or not raw.isdigit() or len(raw) > 18:

@@ -55,8 +55,12 @@ async def list_transactions(request: web.Request) -> web.Response:
     _, transactions = _ready(request)
     if principal_of(request).open:
         require_admin(request)
-    return jsonio.json_response({"transactions": [
-        t.summary() for t in transactions.visible(principal_of(request))]})
+    return jsonio.json_response(transaction_list(transactions, principal_of(request)))
+
+
+def transaction_list(transactions: Transactions, principal: Principal) -> dict[str, object]:
+    """The answer of ``GET /v1/transactions``: the transactions ``principal`` may see."""
+    return {"transactions": [t.summary() for t in transactions.visible(principal)]}
 
 
 @routes.get("/v1/transactions/{id}")

@@ -47,7 +47,10 @@ class _Owner:
         self.commands.append((request_id, kind, payload))
         value = self._answer(kind, payload)
         if value is not None:
-            channel.send(request_id, wire.Kind.OK, value)
+            channel.send(request_id, wire.Kind.OK, None if value is _NONE else value)
+
+
+_NONE = object()  # what an _Owner's ``answer`` returns for an answer of None
 
 
 @pytest.fixture
@@ -241,3 +244,83 @@ async def test_a_forwarded_request_the_owner_dropped_is_not_answered_as_failed(
         assert response.status == 503 and response.headers["Retry-After"] == "1"
     finally:
         await forwarder.close()
+
+
+async def test_a_range_is_read_by_the_owner_piece_by_piece(front: Any) -> None:
+    """``LOG`` answers with the headers and the first piece; each next piece is asked for
+    (``MORE``) once the one before is written, until the owner says the end (b"")."""
+    pieces = [b"one-", b"two-", b""]
+    headers = {"Entrepot-Next": "9", "Entrepot-First": "1", "Content-Type": "x/records"}
+
+    def answer(kind: int, payload: bytes) -> object:
+        if kind == wire.Kind.LOG:
+            return (200, None, headers, b"zero-", 7)
+        return pieces.pop(0) if kind == wire.Kind.MORE else None
+
+    owner = _Owner(answer)
+    client, forwarder = await front(owner)
+    response = await client.get("/v1/queues/private$/feed/range?from=1&to=9")
+    assert response.status == 200, await response.text()
+    assert await response.read() == b"zero-one-two-"
+    assert response.headers["Entrepot-Next"] == "9"
+    kinds = [kind for _, kind, _ in owner.commands]
+    assert kinds == [wire.Kind.LOG, wire.Kind.MORE, wire.Kind.MORE, wire.Kind.MORE]
+    command = wire.log_command(owner.commands[0][2])
+    assert (command.queue, command.rest, command.method, command.query, command.body) == (
+        "private$/feed", ["range"], "GET", [("from", "1"), ("to", "9")], b"")
+    assert [wire.decode(p) for _, k, p in owner.commands[1:]] == [7, 7, 7]
+    assert forwarder.forwarded == []
+
+
+async def test_a_range_the_owner_cuts_ends_without_its_end(front: Any) -> None:
+    """A record removed while the answer is sent (``MORE`` answers None): the client gets
+    what was sent and a closed connection, as one process does; the cursor is the owner's
+    to forget, so no ``DROP`` follows."""
+    def answer(kind: int, payload: bytes) -> object:
+        if kind == wire.Kind.LOG:
+            return (200, None, {"Content-Type": "x/records"}, b"first", 3)
+        return _NONE if kind == wire.Kind.MORE else None
+
+    owner = _Owner(answer)
+    client, _ = await front(owner)
+    response = await client.get("/v1/queues/feed/range?from=1&to=9")
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await response.read()
+    assert [kind for _, kind, _ in owner.commands] == [wire.Kind.LOG, wire.Kind.MORE]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "rest"), [
+    ("GET", "/v1/queues/feed/head", b"", ["head"]),
+    ("GET", "/v1/queues/feed/consumers", b"", ["consumers"]),
+    ("PUT", "/v1/queues/feed/consumers/spark", b'{"start": 1}', ["consumers", "spark"]),
+    ("POST", "/v1/queues/feed/consumers/spark/commit", b'{"position": 4}',
+     ["consumers", "spark", "commit"]),
+    ("DELETE", "/v1/queues/feed/consumers/spark", b"", ["consumers", "spark"])])
+async def test_a_queues_head_and_consumers_are_answered_by_the_owner(
+        front: Any, method: str, path: str, body: bytes, rest: list[str]) -> None:
+    answer = {"name": "spark", "position": 4}
+    status = 204 if method == "DELETE" else 201 if method == "PUT" else 200
+    owner = _Owner(lambda kind, payload: (status, None if status == 204 else answer, {},
+                                          None, 0) if kind == wire.Kind.LOG else None)
+    client, forwarder = await front(owner)
+    response = await client.request(method, path, data=body)
+    assert response.status == status, await response.text()
+    if status != 204:
+        assert (await response.json()) == answer
+    [(_, kind, payload)] = owner.commands
+    command = wire.log_command(payload)
+    assert (kind, command.queue, command.rest, command.method, command.body) == (
+        wire.Kind.LOG, "feed", rest, method, body)
+    assert forwarder.forwarded == []
+
+
+async def test_the_list_of_transactions_is_the_owners_for_the_principal(front: Any) -> None:
+    listed = {"transactions": [{"id": "tx-1", "state": "active"}]}
+    owner = _Owner(lambda kind, payload: listed if kind == wire.Kind.TX_LIST else None)
+    client, forwarder = await front(owner)
+    response = await client.get("/v1/transactions")
+    assert response.status == 200, await response.text()
+    assert (await response.json()) == listed
+    [(_, kind, payload)] = owner.commands
+    assert kind == wire.Kind.TX_LIST and wire.principal_of(wire.decode(payload)).open
+    assert forwarder.forwarded == []

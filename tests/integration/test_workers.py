@@ -209,7 +209,7 @@ def test_a_large_answer_is_passed_on_as_it_comes(gateway: tuple[GatewayProcess, 
     response = connection.getresponse()
     data = response.read()
     connection.close()
-    # Over 2 MiB: the front passed it on in chunks as the owner wrote it, not read whole.
+    # Over 2 MiB: the front passed it on piece by piece as the owner read it, not whole.
     assert response.status == 200 and response.getheader("Transfer-Encoding") == "chunked"
     assert [r.body for r in decode_records(data)] == bodies
 

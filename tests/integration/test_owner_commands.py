@@ -1,0 +1,103 @@
+"""The store owner's side of the commands fronts send, on a real application and store:
+a range answer is a cursor the owner holds between pieces, and no cursor outlives its
+reader."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gateway.fronts import wire
+from gateway.fronts.commands import Commands
+from gateway.settings import Settings
+from tests.helpers import ready_client
+
+Q = "/v1/queues/feed"
+_BODY = bytes(range(256)) * 400  # 100 KiB: a range of 8 is several pieces
+
+
+class _Channel:
+    """A front's end as the owner sees it: what it was sent, by request id."""
+
+    def __init__(self) -> None:
+        self.lost = False
+        self.answers: dict[int, asyncio.Future[tuple[int, Any]]] = {}
+
+    def send(self, request_id: int, kind: int, value: object) -> None:
+        payload = wire.encode(request_id, kind, value)[wire.HEAD.size:]  # as it would go
+        self.answers.setdefault(request_id, asyncio.get_running_loop().create_future())
+        self.answers[request_id].set_result((kind, wire.problem_answer(payload).status
+                                             if kind == wire.Kind.PROBLEM
+                                             else wire.decode(payload)))
+
+    async def call(self, commands: Commands, request_id: int, kind: int,
+                   value: object) -> tuple[int, Any]:
+        self.answers[request_id] = asyncio.get_running_loop().create_future()
+        commands.on_request(self, request_id, kind,  # type: ignore[arg-type]
+                            wire.encode(0, kind, value)[wire.HEAD.size:])
+        return await self.answers[request_id]
+
+
+def _range(queue: str = "feed") -> wire.LogCommand:
+    return wire.LogCommand(queue, ["range"], "GET", [("from", "1"), ("to", "9")], b"")
+
+
+@pytest.fixture
+async def owner(aiohttp_client: Any, settings_factory: Callable[..., Settings]
+                ) -> tuple[Any, Commands]:
+    client = await ready_client(aiohttp_client, settings_factory(
+        server__concurrent_requests_max=2))
+    assert (await client.put(Q, json={})).status == 201
+    for _ in range(8):
+        assert (await client.post(f"{Q}/messages", data=_BODY)).status == 201
+    return client, Commands(client.app)
+
+
+async def test_a_range_comes_in_pieces_that_make_the_one_process_answer(
+        owner: tuple[Any, Commands]) -> None:
+    client, commands = owner
+    channel = _Channel()
+    kind, (status, body, headers, piece, cursor) = await channel.call(
+        commands, 1, wire.Kind.LOG, _range())
+    assert (kind, status, body, headers["Entrepot-Next"]) == (wire.Kind.OK, 200, None, "9")
+    assert cursor and piece
+    received, request_id = [piece], 2
+    while piece:
+        kind, piece = await channel.call(commands, request_id, wire.Kind.MORE, cursor)
+        assert kind == wire.Kind.OK
+        received.append(piece)
+        request_id += 1
+    assert len(received) > 3  # several pieces, then b"" for the end
+    whole = await client.get(f"{Q}/range", params={"from": 1, "to": 9})
+    assert b"".join(received) == await whole.read()
+    # The owner is done with the cursor: it is not there to ask any more.
+    assert await channel.call(commands, request_id, wire.Kind.MORE, cursor) == (
+        wire.Kind.PROBLEM, 404)
+
+
+async def test_a_dropped_or_orphaned_range_frees_its_place(
+        owner: tuple[Any, Commands]) -> None:
+    """At most ``server.concurrent_requests_max`` (2 here) range answers are held; a front
+    whose reader went away drops its cursor, and a front that went away has its cursors
+    forgotten, so their places come back."""
+    _, commands = owner
+    channel, gone = _Channel(), _Channel()
+
+    async def start(on: _Channel, request_id: int) -> tuple[int, Any]:
+        kind, answer = await on.call(commands, request_id, wire.Kind.LOG, _range())
+        return kind, answer[4] if kind == wire.Kind.OK else answer
+
+    assert (await start(channel, 1))[0] == wire.Kind.OK
+    _, held = await start(gone, 1)
+    assert await start(channel, 2) == (wire.Kind.PROBLEM, 503)  # both places taken
+    gone.lost = True  # its front process went away
+    kind, cursor = await start(channel, 3)
+    assert kind == wire.Kind.OK
+    assert await start(channel, 4) == (wire.Kind.PROBLEM, 503)
+    commands.on_request(channel, 5, wire.Kind.DROP,  # type: ignore[arg-type]
+                        wire.encode(0, wire.Kind.DROP, cursor)[wire.HEAD.size:])
+    assert (await start(channel, 6))[0] == wire.Kind.OK
+    assert held != cursor
