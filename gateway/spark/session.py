@@ -29,8 +29,9 @@ def is_local(master: str) -> bool:
 
 
 def spark_session(master: str = "local[*]", app_name: str = "entrepot",
-                  extra: Mapping[str, str] | None = None) -> Any:
-    """A SparkSession (reused when one is running) with the ``entrepot`` source registered."""
+                  extra: Mapping[str, str] | None = None, *, source: bool = True) -> Any:
+    """A SparkSession (reused when one is running) with the ``entrepot`` source registered
+    (``source=False``: a plain session with the same settings, as a job without entrepot)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if is_local(master):
@@ -49,21 +50,42 @@ def spark_session(master: str = "local[*]", app_name: str = "entrepot",
     settings = {_WORKER_PATH: str(WORKER_SITE), **(extra or {})}
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _jvm_path(settings[_WORKER_PATH] == str(WORKER_SITE)):
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("ENTREPOT_SPARK_LOG_LEVEL", "WARN"))
-    session.dataSource.register(EntrepotDataSource)
+    if source:
+        session.dataSource.register(EntrepotDataSource)
     return session
 
 
 @contextmanager
-def owned_session(master: str, app_name: str, extra: Mapping[str, str] | None = None
-                  ) -> Iterator[Any]:
+def _jvm_path(worker_site: bool) -> Iterator[None]:
+    """WORKER_SITE first on the ``PYTHONPATH`` of a JVM started meanwhile (the driver's own
+    environment is left as it was). The first Python data source registered makes the JVM
+    look for others by starting a Python process of its own, with the JVM's environment
+    rather than ``spark.executorEnv``: there too the installed pyspark is imported instead
+    of Spark's zip."""
+    before = os.environ.get("PYTHONPATH")
+    if worker_site:
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(WORKER_SITE), before) if p)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
+@contextmanager
+def owned_session(master: str, app_name: str, extra: Mapping[str, str] | None = None, *,
+                  source: bool = True) -> Iterator[Any]:
     """``spark_session`` for a job: stopped at the end only when the job started it (a
     notebook's or a test's running session is left running)."""
     from pyspark.sql import SparkSession
 
     running = SparkSession.getActiveSession()
-    session = spark_session(master, app_name, extra)
+    session = spark_session(master, app_name, extra, source=source)
     try:
         yield session
     finally:

@@ -68,3 +68,12 @@ def test_loading_the_source_imports_no_pyarrow(tmp_path: Path) -> None:
                      "import sys, gateway.spark.source; print(sorted({'pyarrow', 'numpy'} "
                      "& set(sys.modules)))", tmp_path)
     assert loaded == "[]"
+
+
+def test_the_python_processes_the_jvm_starts_itself_get_the_worker_site(spark: Any) -> None:
+    """The lookup of Python data sources runs with the JVM's own environment, not
+    ``spark.executorEnv``: the session started its JVM with WORKER_SITE first on the
+    ``PYTHONPATH``, and left the driver's own environment as it was."""
+    jvm_path = spark.sparkContext._jvm.java.lang.System.getenv("PYTHONPATH") or ""
+    assert jvm_path.split(os.pathsep)[0] == str(WORKER_SITE)
+    assert str(WORKER_SITE) not in os.environ.get("PYTHONPATH", "")
