@@ -40,6 +40,10 @@ __all__ = ["Commands"]
 log = logging.getLogger("gateway.fronts")
 
 
+_INTERNAL = wire.ProblemAnswer(500, "internal error; see the gateway log", "about:blank", None,
+                              {}, {})
+
+
 class Commands:
     """Runs the commands fronts send, on the owner's application ``app``."""
 
@@ -102,22 +106,24 @@ class Commands:
         task.add_done_callback(self._running.discard)
 
     async def _answer(self, channel: Channel, request_id: int, work: Awaitable[object]) -> None:
+        """Run a command and answer it: every command gets one answer, since a front's
+        request waits for it."""
         try:
-            answer = await work
+            kind, answer = wire.Kind.OK, await work
         except QueueError as refused:
-            channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer.of(
-                as_problem(refused)))
+            kind, answer = wire.Kind.PROBLEM, wire.ProblemAnswer.of(as_problem(refused))
         except ProblemError as exc:
-            channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer.of(exc))
+            kind, answer = wire.Kind.PROBLEM, wire.ProblemAnswer.of(exc)
         except web.HTTPException as exc:  # 405: as one process's middleware answers it
-            channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer.of(
-                http_problem(exc)))
+            kind, answer = wire.Kind.PROBLEM, wire.ProblemAnswer.of(http_problem(exc))
         except Exception:
             log.exception("command failed")
-            channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer(
-                500, "internal error; see the gateway log", "about:blank", None, {}, {}))
-        else:
-            channel.send(request_id, wire.Kind.OK, answer)
+            kind, answer = wire.Kind.PROBLEM, _INTERNAL
+        try:
+            channel.send(request_id, kind, answer)
+        except ValueError:  # not plain data: marshal cannot carry it
+            log.exception("the answer to a command cannot be sent")
+            channel.send(request_id, wire.Kind.PROBLEM, _INTERNAL)
 
     async def _send(self, payload: bytes) -> object:
         command = wire.send_command(payload)

@@ -68,6 +68,7 @@ def _reason(status: int) -> str:
 
 def http_problem(exc: web.HTTPException) -> ProblemError:
     """An aiohttp HTTP error (405 with its Allow, 413, ...) as the problem answered for it."""
-    headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+    headers = {str(k): v for k, v in exc.headers.items()  # plain str: it may cross processes
+               if k.lower() in ("allow", "retry-after")}
     detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
     return ProblemError(exc.status, detail, headers=headers)

@@ -29,7 +29,7 @@ class _Channel:
     def send(self, request_id: int, kind: int, value: object) -> None:
         payload = wire.encode(request_id, kind, value)[wire.HEAD.size:]  # as it would go
         self.answers.setdefault(request_id, asyncio.get_running_loop().create_future())
-        self.answers[request_id].set_result((kind, wire.problem_answer(payload).status
+        self.answers[request_id].set_result((kind, wire.problem_answer(payload)
                                              if kind == wire.Kind.PROBLEM
                                              else wire.decode(payload)))
 
@@ -38,7 +38,8 @@ class _Channel:
         self.answers[request_id] = asyncio.get_running_loop().create_future()
         commands.on_request(self, request_id, kind,  # type: ignore[arg-type]
                             wire.encode(0, kind, value)[wire.HEAD.size:])
-        return await self.answers[request_id]
+        # Bounded only so that a command left unanswered fails here instead of hanging.
+        return await asyncio.wait_for(self.answers[request_id], 60)
 
 
 def _range(queue: str = "feed") -> wire.LogCommand:
@@ -74,8 +75,8 @@ async def test_a_range_comes_in_pieces_that_make_the_one_process_answer(
     whole = await client.get(f"{Q}/range", params={"from": 1, "to": 9})
     assert b"".join(received) == await whole.read()
     # The owner is done with the cursor: it is not there to ask any more.
-    assert await channel.call(commands, request_id, wire.Kind.MORE, cursor) == (
-        wire.Kind.PROBLEM, 404)
+    kind, problem = await channel.call(commands, request_id, wire.Kind.MORE, cursor)
+    assert (kind, problem.status) == (wire.Kind.PROBLEM, 404)
 
 
 async def test_a_dropped_or_orphaned_range_frees_its_place(
@@ -88,7 +89,7 @@ async def test_a_dropped_or_orphaned_range_frees_its_place(
 
     async def start(on: _Channel, request_id: int) -> tuple[int, Any]:
         kind, answer = await on.call(commands, request_id, wire.Kind.LOG, _range())
-        return kind, answer[4] if kind == wire.Kind.OK else answer
+        return kind, answer[4] if kind == wire.Kind.OK else answer.status
 
     assert (await start(channel, 1))[0] == wire.Kind.OK
     _, held = await start(gone, 1)
@@ -101,3 +102,29 @@ async def test_a_dropped_or_orphaned_range_frees_its_place(
                         wire.encode(0, wire.Kind.DROP, cursor)[wire.HEAD.size:])
     assert (await start(channel, 6))[0] == wire.Kind.OK
     assert held != cursor
+
+
+async def test_a_method_the_resource_does_not_serve_is_answered_405_with_allow(
+        owner: tuple[Any, Commands]) -> None:
+    """As one process's middleware answers it: the owner's answer must cross the channel
+    (aiohttp's header names are not plain strings)."""
+    client, commands = owner
+    kind, problem = await _Channel().call(commands, 1, wire.Kind.LOG, wire.LogCommand(
+        "feed", ["range"], "POST", [("from", "1"), ("to", "2")], b""))
+    assert (kind, problem.status, problem.headers) == (wire.Kind.PROBLEM, 405,
+                                                       {"Allow": "GET"})
+    one = await client.post(f"{Q}/range", params={"from": 1, "to": 2})
+    assert (one.status, one.headers["Allow"]) == (405, "GET")
+    assert (await one.json())["detail"] == problem.detail
+
+
+async def test_an_answer_that_cannot_be_sent_is_answered_500(
+        owner: tuple[Any, Commands], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever goes wrong, every command gets an answer: a front waits for it."""
+    from gateway.queues.range_consumers import RangeConsumers
+
+    _, commands = owner
+    monkeypatch.setattr(RangeConsumers, "head", lambda self, queue: {"odd": object()})
+    kind, problem = await _Channel().call(commands, 1, wire.Kind.LOG, wire.LogCommand(
+        "feed", ["head"], "GET", [], b""))
+    assert (kind, problem.status) == (wire.Kind.PROBLEM, 500)
