@@ -120,7 +120,7 @@ async def queue_tree(request: web.Request) -> web.StreamResponse:
         if method == "DELETE":
             await qm.delete(name, message_id)
             return web.Response(status=204)
-        raise web.HTTPMethodNotAllowed(method, ["GET", "DELETE"])
+        raise web.HTTPMethodNotAllowed(method, ["DELETE", "GET", "HEAD"])
     raise ProblemError(404, f"no resource {'/'.join(rest)!r} under queue {name!r}",
                        type_slug="not-found")
 
@@ -155,8 +155,9 @@ async def _dispatch(method: str, table: dict[str, object], request: web.Request,
                     qm: QueueManager, name: str) -> web.StreamResponse:
     # HEAD is GET without the body (aiohttp leaves the body out), as on every other route.
     handler = table.get(method) or (table.get("GET") if method == "HEAD" else None)
-    if handler is None:
-        raise web.HTTPMethodNotAllowed(method, sorted(table))
+    if handler is None:  # HEAD wherever GET, as aiohttp's own 405 says
+        raise web.HTTPMethodNotAllowed(method, sorted({*table, *(["HEAD"] if "GET" in table
+                                                                 else [])}))
     response: web.StreamResponse = await handler(request, qm, name)  # type: ignore[operator]
     return response
 

@@ -14,10 +14,11 @@ Under ``/v1/queues/{path}/``:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from aiohttp import web
+from multidict import MultiMapping
 
 from gateway.errors import ProblemError
 from gateway.logs import server_log
@@ -94,7 +95,7 @@ def reply_response(reply: Reply) -> web.Response:
 
 
 async def answer(qm: QueueManager, consumers: RangeConsumers, name: str, rest: list[str],
-                 method: str, query: Mapping[str, str], body: bytes) -> Reply | Records:
+                 method: str, query: MultiMapping[str], body: bytes) -> Reply | Records:
     """The answer to ``method`` on ``rest`` of queue ``name`` (one process and the store
     owner behind fronts run this same code: gateway.fronts).
 
@@ -120,7 +121,7 @@ async def answer(qm: QueueManager, consumers: RangeConsumers, name: str, rest: l
         return await _consumer(consumers, queue, rest[1], method, body)
     if len(rest) == 3 and rest[0] == "consumers" and rest[2] == "commit":
         _allow(method, "POST")
-        position = _int_field(json_object(body, allow_empty=True), "position")
+        position = _int_field(_fields(body, "position"), "position")
         done = await consumers.commit(queue, rest[1], position)
         return Reply(200, {"name": rest[1], "position": done,
                            "first": consumers.floor(queue)}, {})
@@ -131,7 +132,7 @@ async def answer(qm: QueueManager, consumers: RangeConsumers, name: str, rest: l
 async def _consumer(consumers: RangeConsumers, queue: Queue, name: str, method: str,
                     body: bytes) -> Reply:
     if method == "PUT":
-        fields = json_object(body, allow_empty=True)
+        fields = _fields(body, "start")
         start = fields.get("start", "earliest")
         if start not in ("earliest", "latest"):
             start = _int_field(fields, "start")
@@ -146,14 +147,14 @@ async def _consumer(consumers: RangeConsumers, queue: Queue, name: str, method: 
     if method == "DELETE":
         await consumers.unregister(queue, name)
         return Reply(204, None, {})
-    raise web.HTTPMethodNotAllowed(method, ["DELETE", "GET", "PUT"])
+    raise web.HTTPMethodNotAllowed(method, ["DELETE", "GET", "HEAD", "PUT"])
 
 
 def _range(qm: QueueManager, consumers: RangeConsumers, queue: Queue, method: str,
-           query: Mapping[str, str]) -> Reply | Records:
+           query: MultiMapping[str]) -> Reply | Records:
     start = _query_seq(query, "from")
     stop = _query_seq(query, "to")
-    fmt = query.get("format", "records")
+    fmt = _query_once(query, "format") or "records"
     if fmt not in ("records", "json"):
         raise ProblemError(400, f"query format={fmt!r}: expected records or json",
                            type_slug="bad-request")
@@ -221,17 +222,36 @@ def record_pieces(qm: QueueManager, queue: Queue, records: list[StoredRecord]
 
 def _allow(method: str, allowed: str) -> None:
     if method != allowed and not (method == "HEAD" and allowed == "GET"):
-        raise web.HTTPMethodNotAllowed(method, [allowed])
+        raise web.HTTPMethodNotAllowed(method, [allowed, "HEAD"] if allowed == "GET"
+                                       else [allowed])
 
 
-def _query_seq(query: Mapping[str, str], key: str) -> int:
-    raw = query.get(key)
+def _query_once(query: MultiMapping[str], key: str) -> str | None:
+    given = query.getall(key, [])
+    if len(given) > 1:
+        raise ProblemError(400, f"query {key} is given {len(given)} times",
+                           type_slug="bad-request")
+    return given[0] if given else None
+
+
+def _query_seq(query: MultiMapping[str], key: str) -> int:
+    raw = _query_once(query, key)
     if raw is None:
         raise ProblemError(400, f"query {key} is required", type_slug="bad-request")
     if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
         raise ProblemError(400, f"query {key}={raw!r} is not a sequence number",
                            type_slug="bad-request")
     return int(raw)
+
+
+def _fields(body: bytes, known: str) -> dict[str, object]:
+    """A body's JSON object, whose only field may be ``known``."""
+    fields = json_object(body, allow_empty=True)
+    unknown = sorted(set(fields) - {known})
+    if unknown:
+        raise ProblemError(400, f"unknown fields: {', '.join(unknown)} (only {known!r})",
+                           type_slug="bad-request")
+    return fields
 
 
 def _int_field(body: dict[str, object], key: str) -> int:

@@ -358,6 +358,14 @@ async def test_head_is_answered_wherever_get_is(client: Any) -> None:
         assert got.status == 200, path
     wrong = await client.head("/v1/queues/heads/purge")
     assert wrong.status == 405 and "POST" in wrong.headers["Allow"]
+    # Where GET is served, HEAD is too, and a 405 says so (as aiohttp's own 405 does).
+    for method, path, allow in (
+            ("POST", "/v1/queues/heads", "DELETE,GET,HEAD,PUT"),
+            ("DELETE", "/v1/queues/heads/messages", "GET,HEAD,POST"),
+            ("PUT", f"/v1/queues/heads/messages/{quote(message, safe='')}",
+             "DELETE,GET,HEAD")):
+        wrong = await client.request(method, path)
+        assert (wrong.status, wrong.headers["Allow"]) == (405, allow), path
 
 
 async def test_one_answer_carries_at_most_16_mib_of_bodies(client: Any) -> None:

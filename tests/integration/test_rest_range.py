@@ -176,6 +176,9 @@ async def test_positions_and_floors_survive_a_restart(
     ("from=1&to=100002", "wider than 100000"),  # one over the limit
     ("from=0&to=100001", "wider than 100000"),
     ("from=1&to=2&format=csv", "format"),
+    ("from=1&from=2&to=5", "from is given 2 times"),
+    ("from=1&to=5&to=6", "to is given 2 times"),
+    ("from=1&to=2&format=json&format=json", "format is given 2 times"),
 ])
 async def test_bad_range_queries_are_refused(client: Any, query: str, fragment: str) -> None:
     problem = await _problem(await client.get(f"{Q}/range?{query}"), 400)
@@ -196,6 +199,7 @@ async def test_a_range_as_wide_as_the_limit_is_served(client: Any) -> None:
     ("GET", "consumers/ghost", None, 404),
     ("DELETE", "consumers/ghost", None, 404),
     ("POST", "head", None, 405),
+    ("PUT", "consumers/spark", {"start": "earliest", "x": 1}, 400),
 ])
 async def test_bad_consumer_requests_change_nothing(client: Any, method: str, path: str,
                                                     body: Any, status: int) -> None:
@@ -247,3 +251,23 @@ async def test_a_record_removed_while_the_answer_is_written_cuts_it(
             data = await again.read()
     assert data.endswith(END_OF_RANGE)  # without a removal meanwhile: whole, 5 records
     assert [r.seq for r in decode_records(data)] == [1, 2, 3, 4, 5]
+
+
+async def test_a_commit_with_an_unknown_field_is_refused_naming_it(client: Any) -> None:
+    await _send(client, 2)
+    assert (await client.put(f"{Q}/consumers/spark", json={"start": 1})).status == 201
+    problem = await _problem(await client.post(f"{Q}/consumers/spark/commit",
+                                               json={"position": 2, "extra": 1}), 400)
+    assert "extra" in problem["detail"]
+    assert (await (await client.get(f"{Q}/consumers/spark")).json())["position"] == 1
+
+
+@pytest.mark.parametrize("method, path, allow", [
+    ("POST", "range?from=1&to=2", "GET,HEAD"), ("PUT", "head", "GET,HEAD"),
+    ("POST", "consumers", "GET,HEAD"), ("POST", "consumers/spark", "DELETE,GET,HEAD,PUT"),
+    ("GET", "consumers/spark/commit", "POST")])
+async def test_a_method_not_served_is_405_with_every_allowed_one(
+        client: Any, method: str, path: str, allow: str) -> None:
+    """HEAD wherever GET, as aiohttp's own 405 on the other routes says."""
+    response = await client.request(method, f"{Q}/{path}")
+    assert (response.status, response.headers["Allow"]) == (405, allow)
