@@ -284,3 +284,55 @@ def test_a_front_that_stops_hands_its_last_counts_to_the_owner(
     proc.wait_ready()
     # Nothing scraped them before they stopped: each front sent its counts on its way out.
     assert queues_listed() - before == 10
+
+
+def test_range_readers_that_hang_up_give_their_places_back(tmp_path: Path) -> None:
+    """The owner holds a cursor for each range answer a front is sending, at most
+    ``server.concurrent_requests_max``; a reader that hangs up mid-answer makes its front
+    drop it. Were it kept, two abandoned reads would leave every later range read 503."""
+    config = tmp_path / "entrepot.toml"
+    config.write_text("[server]\nconcurrent_requests_max = 2\n")
+    proc = GatewayProcess(tmp_path / "data", extra_args=["--config", str(config),
+                                                         "--workers", "2"])
+    proc.wait_ready()
+    try:
+        assert _fresh(proc, "PUT", "/v1/queues/w_hang", b"{}")[0] == 201
+        body = base64.b64encode(os.urandom(200 * 1024)).decode()  # ~270 KiB stored
+        for _ in range(16):  # a request body of at most 5 MiB (the default)
+            batch = {"messages": [{"queue": "w_hang", "body_base64": body}] * 10}
+            assert _fresh(proc, "POST", "/v1/batch", json.dumps(batch).encode(),
+                          {"Content-Type": "application/json"})[0] == 201
+        # ~43 MB: more than the sockets between reader and front can hold.
+        target = "/v1/queues/w_hang/range?from=1&to=161"
+
+        def abandoned() -> bool:
+            """A range read begun (200) and hung up on; False: refused (503), no place."""
+            with socket.create_connection(("127.0.0.1", proc.port), timeout=30) as reader:
+                reader.sendall(f"GET {target} HTTP/1.1\r\nHost: gw\r\n\r\n".encode())
+                head = b""
+                while b"\r\n" not in head:  # the status line, then gone
+                    got = reader.recv(100)
+                    assert got, head
+                    head += got
+            assert head.startswith((b"HTTP/1.1 200", b"HTTP/1.1 503")), head
+            return head.startswith(b"HTTP/1.1 200")
+
+        # A front notices a hang-up when its writes fail, then gives the place back: each
+        # reader waits for one (an upper bound only). Two places held for ever would leave
+        # the third reader, and the whole read after it, refused.
+        for reader in range(3):
+            for _ in range(300):
+                if abandoned():
+                    break
+                time.sleep(0.2)
+            else:
+                pytest.fail(f"range reader {reader} found no place")
+        for _ in range(300):
+            status, data = _fresh(proc, "GET", target)
+            if status != 503:
+                break
+            time.sleep(0.2)
+        assert status == 200
+        assert len(decode_records(data)) == 160
+    finally:
+        proc.stop()
