@@ -95,17 +95,18 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     limited = frozenset(p.name for p in settings.partners if p.rate)
 
     async def queue_tree(request: web.Request) -> web.StreamResponse:
-        name = _own_route(request, "POST", "messages")
-        if name is not None:
+        found = _queue_path(request)
+        if found is None:
+            return await forwarder.forward(request)
+        name, rest = found
+        method = request.method
+        if rest == ["messages"] and method == "POST":
             return await _send(request, name, gate, channel, forwarder, limited)
-        name = _own_route(request, "GET", "messages")
-        if name is not None:
+        if rest == ["messages"] and method in ("GET", "HEAD"):
             return await _browse(request, name, gate, channel, limited)
-        found = _log_route(request)
-        if found is not None:
-            return await _log(request, *found, gate, channel, limited)
-        name = _own_route(request, "POST", "receive")
-        if name is None:
+        if rest[0] in _LOG_RESOURCES:
+            return await _log(request, name, rest, gate, channel, limited)
+        if rest != ["receive"] or method != "POST":
             return await forwarder.forward(request)
         if not _may_wait(request):
             return await _receive(request, name, gate, channel, limited)
@@ -173,30 +174,15 @@ def _to_owner(forwarder: Forwarder) -> Middleware:
     return to_owner
 
 
-def _own_route(request: web.Request, method: str, last: str) -> str | None:
-    """The queue of a request the front answers with a command: ``POST .../messages`` (a
-    send), ``GET`` or ``HEAD .../messages`` (a browse), ``POST .../receive``, on
-    ``/v1/queues/<q>/`` with a plain path (nothing percent-encoded) and not signed (a
+def _queue_path(request: web.Request) -> tuple[str, list[str]] | None:
+    """(queue, the rest of the path) of a request under ``/v1/queues/<q>/`` the front may
+    answer with a command: a plain path (nothing percent-encoded) and not signed (a
     signature's nonce is checked where the nonces are: the owner)."""
-    if request.method != method and not (method == "GET" and request.method == "HEAD"):
-        return None
-    path = request.raw_path.partition("?")[0]
-    if not (path.startswith(_QUEUES) and path.endswith("/" + last)) or "%" in path:
-        return None
-    if _signed(request):
-        return None
-    name, rest = split_tail(path[len(_QUEUES):])
-    return name if rest == [last] and name else None
-
-
-def _log_route(request: web.Request) -> tuple[str, list[str]] | None:
-    """(queue, rest) of a request under a queue's ``head``, ``range`` or ``consumers``, on a
-    plain path and not signed (as ``_own_route``): the front answers it with ``LOG``."""
     path = request.raw_path.partition("?")[0]
     if not path.startswith(_QUEUES) or "%" in path or _signed(request):
         return None
     name, rest = split_tail(path[len(_QUEUES):])
-    return (name, rest) if name and rest and rest[0] in _LOG_RESOURCES else None
+    return (name, rest) if name and rest else None
 
 
 def _signed(request: web.Request) -> bool:
