@@ -22,7 +22,7 @@ import functools
 import itertools
 import operator
 import threading
-from collections.abc import Awaitable, Callable, Iterator, KeysView, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,6 +34,7 @@ from store.errors import MessageTooLarge, StoreClosed, StoreError, UnknownRecord
 from store.fileops import FileOps, RealFileOps
 from store.framing import RECORD_HEADER_SIZE, RecordFlags, RecordHeader, max_payload, record_size
 from store.index import QueueIndex, packed_flags, packed_size
+from store.index_reads import IndexReads
 from store.logs import commit_log
 from store.lqs import QueueInfo, QueueRegistry
 from store.numbering import Numbering
@@ -69,7 +70,7 @@ def _with_express(flags: RecordFlags) -> RecordFlags:
     return flags | RecordFlags.EXPRESS
 
 
-class MessageStore:
+class MessageStore(IndexReads):
     """A locked data directory with its segments, logs and index."""
 
     def __init__(self, lock: DataDirLock, engine: Engine, live: list[RecordHeader],
@@ -234,6 +235,48 @@ class MessageStore:
             self._inflight.discard(send.queue_id, send.seq)
             raise
         return done.records[0]
+
+    async def append_many(self, sends: Sequence[SendSpec]
+                          ) -> list[StoredRecord | StoreError]:
+        """``append`` for several durable (not express) messages at once, each on its own:
+        one refused (size, quota) or failed leaves the others stored. For each send, in
+        order: its record, or the error ``append`` would raise for it.
+
+        Raises:
+            StoreClosed, StoreFailed: the store takes no writes; none was stored.
+        """
+        writer = self._writer
+        if writer is None:
+            self._numbering.forget(sends)
+            raise StoreClosed("the store is not started")
+        results: list[StoredRecord | StoreError | None] = [None] * len(sends)
+        admitted: list[tuple[int, Job, Charge]] = []
+        try:
+            for index, send in enumerate(sends):
+                assert not send.express, "append_many takes durable messages only"
+                try:
+                    admitted_send, charge = self._admit(send, express=False)
+                except StoreError as exc:  # nothing charged, nothing numbered
+                    results[index] = exc
+                    continue
+                admitted.append((index, Job("append", sends=(admitted_send,)), charge))
+            await writer.submit_many([job for _, job, _ in admitted],
+                                     [len(job.sends[0].payload) for _, job, _ in admitted])
+        except BaseException:
+            self.quotas.release([charge for _, _, charge in admitted])
+            for _, job, _ in admitted:
+                self._inflight.discard(job.sends[0].queue_id, job.sends[0].seq)
+            raise
+        for index, job, charge in admitted:
+            if job.error is None:
+                results[index] = job.records[0]
+            else:  # as append's refusal: the charge and the number given back
+                self.quotas.release((charge,))
+                self._inflight.discard(job.sends[0].queue_id, job.sends[0].seq)
+                results[index] = job.error
+        done = [result for result in results if result is not None]
+        assert len(done) == len(sends)
+        return done
 
     async def _append_express(self, send: SendSpec) -> StoredRecord:
         if self._writer is None:
@@ -435,8 +478,7 @@ class MessageStore:
         for job in jobs:
             if job.op in _VISIBLE_OPS and job.records:
                 visible += job.records
-                if job.records[-1].lsn > self._lsn_high:
-                    self._lsn_high = job.records[-1].lsn
+                self._lsn_high = max(self._lsn_high, job.records[-1].lsn)
             for queue_id, seq in job.removed_keys:
                 gone = self._index.pop_packed(queue_id, seq)
                 if gone is not None:
@@ -465,19 +507,6 @@ class MessageStore:
             raise UnknownRecord(f"segment {record.segment} is gone")
         return state.segment.read(record.offset + RECORD_HEADER_SIZE, record.payload_len)
 
-    def records(self, queue_id: int) -> Iterator[StoredRecord]:
-        """Live records of a queue in sequence order."""
-        return iter(self._index.ordered(queue_id))
-
-    def timings(self, queue_id: int) -> Iterator[tuple[int, int, int]]:
-        """(sequence, priority, expires_ms) of each live record of a queue in sequence
-        order, no record built (the gateway's delivery lanes and timers at start)."""
-        return self._index.timings(queue_id)
-
-    def unordered(self, queue_id: int) -> Iterator[StoredRecord]:
-        """Live records of a queue in no particular order (no sort: for counting)."""
-        return iter(self._index.unordered(queue_id))
-
     def writer_histograms(self) -> tuple[Histogram, Histogram] | None:
         """(batch write + fdatasync seconds, jobs per batch), or None before ``start``."""
         if self._writer is None:
@@ -489,45 +518,11 @@ class MessageStore:
         return [r for q, seq in self._prepared_keys.get(tx_id, [])
                 if (r := self.record(q, seq)) is not None]
 
-    def record(self, queue_id: int, seq: int) -> StoredRecord | None:
-        """The live record at ``seq`` in the queue, if any."""
-        return self._index.get(queue_id, seq)
-
-    @property
-    def removals(self) -> int:
-        """How many records have been removed since the store opened: unchanged across an
-        await, every record read before it is still live (records never move)."""
-        return self._index.removals
-
-    def first_records(self, queue_id: int, after_seq: int, limit: int) -> list[StoredRecord]:
-        """Up to ``limit`` live records with a sequence above ``after_seq``, in order."""
-        return self._index.first(queue_id, after_seq, limit)
-
-    def queue_ids(self) -> list[int]:
-        return self._index.queue_ids()
-
     def lsn_floor(self) -> int:
         """A number every record of a job submitted from now on will have an LSN at or above
         (a caller that marks a checkpoint with it finds again, at start, the records that
         became durable after the mark: ``flagged_since``)."""
         return self._lsn_high + 1
-
-    def flagged_since(self, flag: RecordFlags, lsn_min: int) -> list[StoredRecord]:
-        """The live records carrying ``flag`` with an LSN of at least ``lsn_min``, oldest
-        first (one pass over the index's packed ints)."""
-        return self._index.flagged_since(int(flag), lsn_min)
-
-    def keyed_records(self, limit: int) -> list[StoredRecord]:
-        """The newest ``limit`` live ``KEYED`` records of all queues, oldest first."""
-        return self._index.newest_flagged(_KEYED, limit)
-
-    def seqs(self, queue_id: int) -> KeysView[int]:
-        """The live sequence numbers of a queue, unordered (a live view: copy it to keep
-        it); no record is built."""
-        return self._index.seqs(queue_id)
-
-    def count(self, queue_id: int) -> int:
-        return self._index.count(queue_id)
 
     def queue_bytes(self, queue_id: int) -> int:
         """Bytes the queue's messages occupy in segments (what its quota counts)."""

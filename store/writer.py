@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from store.engine import Engine
 from store.errors import StoreClosed, StoreError, StoreFailed
@@ -95,6 +95,29 @@ class GroupCommitter:
         if done.error is not None:
             raise done.error
         return done
+
+    async def submit_many(self, jobs: Sequence[Job], sizes: Sequence[int]) -> None:
+        """Queue ``jobs`` together (``sizes``: their payload bytes) and wait until each is
+        durable or failed: what ``submit`` would raise for a job is left on it
+        (``job.error``), so that one job's refusal fails no other.
+
+        Raises:
+            StoreClosed, StoreFailed: the store takes no writes; none was queued.
+        """
+        while len(self._pending) >= _PENDING_JOBS_MAX:
+            self._room.clear()
+            await self._room.wait()
+        futures: list[asyncio.Future[Job]] = [self._loop.create_future() for _ in jobs]
+        with self._lock:
+            if self._stopping:
+                raise StoreClosed("the store is closing")
+            if self._engine.failed is not None:
+                raise StoreFailed(self._engine.failed)
+            self._pending.extend(zip(jobs, futures))
+            self._sizes.extend(sizes)
+            self._pending_bytes += sum(sizes)
+            self._wake_writer()
+        await asyncio.gather(*futures)
 
     def stop(self) -> None:
         """Finish what is pending, stop the thread (blocking: call it off the loop)."""

@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import logging
 import pickle
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Coroutine, Iterator
 
 from aiohttp import web
 from multidict import MultiDict
@@ -21,6 +21,8 @@ from gateway.fronts import wire
 from gateway.fronts.channel import Channel
 from gateway.inbound.parse_pool import parsed_of
 from gateway.queues.errors import QueueError
+from gateway.queues.model import ReceivedMessage
+from gateway.queues.plain_sends import PlainSend, plain_send, send_plain
 from gateway.srmp.parsed import ParsedRequest
 from gateway.web import rest_range
 from gateway.web.appkeys import AUTHENTICATOR_KEY, SETTINGS_KEY, STATE_KEY
@@ -60,6 +62,8 @@ class Commands:
         self._cursors: dict[tuple[Channel, int], Iterator[bytes | None]] = {}
         self._cursors_max = app[SETTINGS_KEY].server.concurrent_requests_max
         self._cursor_ids = itertools.count(1)
+        # SEND commands of this pass of the loop, stored together once it ends.
+        self._sends: list[tuple[Channel, int, bytes]] = []
 
     def on_request(self, channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
         if kind == wire.Kind.THROTTLE:
@@ -78,9 +82,12 @@ class Commands:
             self._cursors.pop((channel, wire.decode(payload)), None)
             return
         if kind == wire.Kind.SEND:
-            work: Awaitable[object] = self._send(payload)
-        elif kind == wire.Kind.SRMP:
-            work = self._srmp(payload)
+            if not self._sends:
+                asyncio.get_running_loop().call_soon(self._start_sends)
+            self._sends.append((channel, request_id, payload))
+            return
+        if kind == wire.Kind.SRMP:
+            work: Awaitable[object] = self._srmp(payload)
         elif kind == wire.Kind.RECEIVE:
             work = self._receive(channel, request_id, payload)
         elif kind == wire.Kind.BROWSE:
@@ -101,7 +108,10 @@ class Commands:
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer(
                 500, f"unknown command kind {kind}", "about:blank", None, {}, {}))
             return
-        task = asyncio.get_running_loop().create_task(self._answer(channel, request_id, work))
+        self._run(self._answer(channel, request_id, work))
+
+    def _run(self, work: Coroutine[object, None, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
@@ -109,27 +119,53 @@ class Commands:
         """Run a command and answer it: every command gets one answer, since a front's
         request waits for it."""
         try:
-            kind, answer = wire.Kind.OK, await work
-        except QueueError as refused:
-            kind, answer = wire.Kind.PROBLEM, wire.ProblemAnswer.of(as_problem(refused))
-        except ProblemError as exc:
-            kind, answer = wire.Kind.PROBLEM, wire.ProblemAnswer.of(exc)
-        except web.HTTPException as exc:  # 405: as one process's middleware answers it
-            kind, answer = wire.Kind.PROBLEM, wire.ProblemAnswer.of(http_problem(exc))
-        except Exception:
-            log.exception("command failed")
-            kind, answer = wire.Kind.PROBLEM, _INTERNAL
-        try:
-            channel.send(request_id, kind, answer)
-        except ValueError:  # not plain data: marshal cannot carry it
-            log.exception("the answer to a command cannot be sent")
-            channel.send(request_id, wire.Kind.PROBLEM, _INTERNAL)
+            answer = await work
+        except Exception as exc:
+            _reply(channel, request_id, *_refusal(exc))
+        else:
+            _reply(channel, request_id, wire.Kind.OK, answer)
 
-    async def _send(self, payload: bytes) -> object:
-        command = wire.send_command(payload)
-        qm = self._state.serving().queue_manager
-        return await send_one(qm, command.queue, command.body, command.properties,
-                              transaction=command.transaction, key=command.dedup_key)
+    def _start_sends(self) -> None:
+        sends, self._sends = self._sends, []
+        self._run(self._send_many(sends))
+
+    async def _send_many(self, sends: list[tuple[Channel, int, bytes]]) -> None:
+        """The sends that came in one pass of the loop, from every front: those that need
+        nothing but their own record are stored together (``QueueManager.send_plain``: one
+        task and one wait for the lot, the owner's cost per message being what bounds the
+        gateway); the others each take ``QueueManager.send``'s whole way."""
+        plain: list[tuple[Channel, int, PlainSend]] = []
+        for channel, request_id, payload in sends:
+            try:
+                command = wire.send_command(payload)
+                qm = self._state.serving().queue_manager
+                send = None if command.dedup_key is not None else plain_send(
+                    qm, command.queue, command.body, command.properties, command.transaction)
+            except Exception as exc:
+                _reply(channel, request_id, *_refusal(exc))
+                continue
+            if send is None:
+                self._run(self._answer(channel, request_id, send_one(
+                    qm, command.queue, command.body, command.properties,
+                    transaction=command.transaction, key=command.dedup_key)))
+            else:
+                plain.append((channel, request_id, send))
+        if not plain:
+            return
+        try:
+            made = await send_plain(qm, [send for _, _, send in plain])
+        except Exception as exc:  # the store takes no writes: none was stored
+            refusal = _refusal(exc)
+            for channel, request_id, _ in plain:
+                _reply(channel, request_id, *refusal)
+            return
+        for (channel, request_id, _), message in zip(plain, made):
+            if isinstance(message, ReceivedMessage):
+                _reply(channel, request_id, wire.Kind.OK, (
+                    {"id": message.message_id, "queue": message.queue, "seq": message.seq},
+                    False))
+            else:
+                _reply(channel, request_id, *_refusal(message))
 
     async def _srmp(self, payload: bytes) -> object:
         command = wire.srmp_command(payload)
@@ -223,3 +259,23 @@ class Commands:
         """Wait for the commands being run (before the store closes)."""
         while self._running:
             await asyncio.gather(*self._running, return_exceptions=True)
+
+
+def _refusal(exc: Exception) -> tuple[int, wire.ProblemAnswer]:
+    """The answer to a command that raised ``exc``."""
+    if isinstance(exc, QueueError):
+        return wire.Kind.PROBLEM, wire.ProblemAnswer.of(as_problem(exc))
+    if isinstance(exc, ProblemError):
+        return wire.Kind.PROBLEM, wire.ProblemAnswer.of(exc)
+    if isinstance(exc, web.HTTPException):  # 405: as one process's middleware answers it
+        return wire.Kind.PROBLEM, wire.ProblemAnswer.of(http_problem(exc))
+    log.error("command failed", exc_info=exc)
+    return wire.Kind.PROBLEM, _INTERNAL
+
+
+def _reply(channel: Channel, request_id: int, kind: int, answer: object) -> None:
+    try:
+        channel.send(request_id, kind, answer)
+    except ValueError:  # not plain data: marshal cannot carry it
+        log.exception("the answer to a command cannot be sent")
+        channel.send(request_id, wire.Kind.PROBLEM, _INTERNAL)

@@ -31,6 +31,7 @@ from gateway.queues.internal import DEDUP_QUEUE, INTERNAL_QUEUES, WIRE_IDS_QUEUE
 from gateway.queues.model import Queue, ReceivedMessage
 from gateway.queues.purge import purge_queue
 from gateway.queues.seen_ids import SeenIds, locate
+from gateway.queues.send_rules import check_send_to
 from gateway.queues.settings import QueueSettings
 from gateway.queues.state_records import Quarantine
 from gateway.queues.store_errors import store_call
@@ -259,17 +260,7 @@ class QueueManager:
                 mismatch (400 with MQMSG_CLASS_NACK_NOT_TRANSACTIONAL_Q or _MSG).
         """
         queue = self.queue(name)
-        if queue.is_dead_letter or queue.path.journal or queue.path.canonical == MACHINE_JOURNAL:
-            raise Forbidden(f"nobody sends to {queue.path.display!r}: only the queue "
-                            "manager puts messages there", type_slug="MQ_ERROR_ACCESS_DENIED")
-        if transactional and not queue.settings.transactional:
-            nack = MessageClass.NACK_NOT_TRANSACTIONAL_Q.msmq_name
-            raise BadRequest(f"{queue.path.display!r} is not transactional",
-                             type_slug=nack, fields={"class": nack})
-        if not transactional and queue.settings.transactional:
-            nack = MessageClass.NACK_NOT_TRANSACTIONAL_MSG.msmq_name
-            raise BadRequest(f"{queue.path.display!r} is transactional: send in a "
-                             "transaction", type_slug=nack, fields={"class": nack})
+        check_send_to(queue, transactional)
         return queue
 
     async def send(self, name: str, body: bytes, properties: MessageProperties, *,
@@ -281,10 +272,10 @@ class QueueManager:
         ``dedup_key`` seen in the window for the same body, the first answer comes back and
         nothing is stored. ``fresh``: the caller made ``properties`` for this call alone, so
         they are completed in place (no copy on the send path)."""
-        known = self.queue(name)
-        transactional = known.settings.transactional if transaction is None else (
+        queue = self.queue(name)
+        transactional = queue.settings.transactional if transaction is None else (
             transaction != "none")
-        queue = self.check_send(name, transactional=transactional)
+        check_send_to(queue, transactional)
         assert self.dedup is not None
         digest = ""
         if dedup_key is not None:

@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from gateway.queues.errors import Conflict, QueueFull, StorageFull, TooLarge, Unavailable
+from gateway.queues.errors import (
+    Conflict,
+    QueueError,
+    QueueFull,
+    StorageFull,
+    TooLarge,
+    Unavailable,
+)
 from store.errors import (
     DiskFull,
     MachineJournalQuotaExceeded,
@@ -14,34 +21,45 @@ from store.errors import (
     QueueJournalQuotaExceeded,
     QueueQuotaExceeded,
     StoreClosed,
+    StoreError,
     StoreFailed,
     UnknownRecord,
 )
 
-__all__ = ["store_call"]
+__all__ = ["queue_error", "store_call"]
 
 T = TypeVar("T")
 
 
 async def store_call(call: Awaitable[T]) -> T:
-    """Await a store call; a machine quota or a stopped store is 503 (senders retry), a queue
-    quota or a full disk 507, both with Retry-After; a message too large 413."""
+    """Await a store call; its refusal raised as ``queue_error`` names it."""
     try:
         return await call
-    except (MachineQuotaExceeded, MachineJournalQuotaExceeded) as exc:
-        raise Unavailable(str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES",
-                          retry_after_s=5) from exc
-    except (QueueQuotaExceeded, QueueJournalQuotaExceeded) as exc:
-        raise QueueFull(str(exc), type_slug="MQMSG_CLASS_NACK_Q_EXCEED_QUOTA",
-                        retry_after_s=5,
-                        fields={"class": "MQMSG_CLASS_NACK_Q_EXCEED_QUOTA"}) from exc
-    except DiskFull as exc:
-        raise StorageFull(str(exc), type_slug="MQ_ERROR_MESSAGE_STORAGE_FAILED",
-                          retry_after_s=10) from exc
-    except MessageTooLarge as exc:
-        raise TooLarge(str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES") from exc
-    except (StoreFailed, StoreClosed) as exc:
-        raise Unavailable(f"the store takes no writes: {exc}",
-                          type_slug="MQ_ERROR_SERVICE_NOT_AVAILABLE", retry_after_s=5) from exc
-    except UnknownRecord as exc:
-        raise Conflict(str(exc), type_slug="message-gone") from exc
+    except StoreError as exc:
+        error = queue_error(exc)
+        if error is None:
+            raise
+        raise error from exc
+
+
+def queue_error(exc: StoreError) -> QueueError | None:
+    """The queue domain's error for a store refusal (None: not a refusal the queue domain
+    names): a machine quota or a stopped store is 503 (senders retry), a queue quota or a
+    full disk 507, both with Retry-After; a message too large 413."""
+    if isinstance(exc, (MachineQuotaExceeded, MachineJournalQuotaExceeded)):
+        return Unavailable(str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES",
+                           retry_after_s=5)
+    if isinstance(exc, (QueueQuotaExceeded, QueueJournalQuotaExceeded)):
+        return QueueFull(str(exc), type_slug="MQMSG_CLASS_NACK_Q_EXCEED_QUOTA", retry_after_s=5,
+                         fields={"class": "MQMSG_CLASS_NACK_Q_EXCEED_QUOTA"})
+    if isinstance(exc, DiskFull):
+        return StorageFull(str(exc), type_slug="MQ_ERROR_MESSAGE_STORAGE_FAILED",
+                           retry_after_s=10)
+    if isinstance(exc, MessageTooLarge):
+        return TooLarge(str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES")
+    if isinstance(exc, (StoreFailed, StoreClosed)):
+        return Unavailable(f"the store takes no writes: {exc}",
+                           type_slug="MQ_ERROR_SERVICE_NOT_AVAILABLE", retry_after_s=5)
+    if isinstance(exc, UnknownRecord):
+        return Conflict(str(exc), type_slug="message-gone")
+    return None

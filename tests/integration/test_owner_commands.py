@@ -5,6 +5,8 @@ reader."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from gateway.fronts import wire
 from gateway.fronts.commands import Commands
 from gateway.settings import Settings
+from gateway.web.rest_codec import parse_send_headers
 from tests.helpers import ready_client
 
 Q = "/v1/queues/feed"
@@ -128,3 +131,50 @@ async def test_an_answer_that_cannot_be_sent_is_answered_500(
     kind, problem = await _Channel().call(commands, 1, wire.Kind.LOG, wire.LogCommand(
         "feed", ["head"], "GET", [], b""))
     assert (kind, problem.status) == (wire.Kind.PROBLEM, 500)
+
+
+def _send(queue: str, body: bytes, key: str | None = None, *,
+          express: bool = False) -> wire.SendCommand:
+    headers = {"Mq-Delivery": "express"} if express else {}
+    properties = parse_send_headers(headers, now_ms=int(time.time() * 1000)).properties
+    return wire.SendCommand(queue, body, properties, None, key)
+
+
+async def test_the_sends_of_one_pass_are_each_answered_by_what_became_of_it(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    """Sends that reach the owner in one pass of its loop are stored together (those that
+    need nothing but their own record); each is answered by its own fate, and one refused
+    costs the others nothing. Those that need more (an Idempotency-Key, a transactional
+    queue, express) take the whole way beside them."""
+    client = await ready_client(aiohttp_client, settings_factory(
+        store__segment_size="64KiB", store__group_commit_bytes_max="64KiB"))
+    for name, settings in (("feed", {}), ("small", {"quota": "3KiB"}),
+                           ("orders", {"transactional": True})):
+        assert (await client.put(f"/v1/queues/{name}", json=settings)).status == 201
+    sends = [_send("feed", b"a"), _send("nowhere", b"b"), _send("feed", b"c" * (100 << 10)),
+             *[_send("small", bytes([i]) * 1000) for i in range(5)], _send("orders", b"e"),
+             _send("feed", b"f", "key-1"), _send("feed", b"x", express=True), _send("feed", b"g")]
+    commands, channel = Commands(client.app), _Channel()
+    loop = asyncio.get_running_loop()
+    for request_id, send in enumerate(sends):  # all in this one pass
+        channel.answers[request_id] = loop.create_future()
+        commands.on_request(channel, request_id, wire.Kind.SEND,  # type: ignore[arg-type]
+                            wire.encode(0, wire.Kind.SEND, send)[wire.HEAD.size:])
+    answers = [await asyncio.wait_for(channel.answers[i], 60) for i in range(len(sends))]
+
+    def fate(kind: int, answer: Any) -> object:
+        return answer.status if kind == wire.Kind.PROBLEM else "ok"
+
+    fates = [fate(*answer) for answer in answers]
+    small = fates[3:8]
+    assert (fates[:3], fates[8:]) == (["ok", 404, 413], ["ok"] * 4), fates
+    assert "ok" in small and 507 in small, small
+    assert small == sorted(small, key=lambda f: f != "ok"), small  # admitted in order
+    # What was answered stored is stored, under the ids and sequence numbers answered.
+    stored = await (await client.get("/v1/queues/feed/messages")).json()
+    answered = {(a["id"], a["seq"]) for kind, (a, _) in (answers[i] for i in (0, 9, 10, 11))}
+    assert {(m["id"], m["seq"]) for m in stored["messages"]} == answered
+    assert {base64.b64decode(m["body_base64"]) for m in stored["messages"]} == {
+        b"a", b"f", b"x", b"g"}
+    for name, count in (("small", small.count("ok")), ("orders", 1)):
+        assert (await (await client.get(f"/v1/queues/{name}")).json())["messages"] == count

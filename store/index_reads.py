@@ -1,0 +1,67 @@
+"""What the store's per-queue index answers (``store.index``): records and sequence numbers
+of live messages, without reading a segment. ``MessageStore`` is one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, KeysView
+
+from store.framing import RecordFlags
+from store.index import QueueIndex
+from store.records import StoredRecord
+
+__all__ = ["IndexReads"]
+
+_KEYED = RecordFlags.KEYED.value
+
+
+class IndexReads:
+    """The index's answers; the subclass holds the index."""
+
+    _index: QueueIndex
+
+    def records(self, queue_id: int) -> Iterator[StoredRecord]:
+        """Live records of a queue in sequence order."""
+        return iter(self._index.ordered(queue_id))
+
+    def timings(self, queue_id: int) -> Iterator[tuple[int, int, int]]:
+        """(sequence, priority, expires_ms) of each live record of a queue in sequence
+        order, no record built (the gateway's delivery lanes and timers at start)."""
+        return self._index.timings(queue_id)
+
+    def unordered(self, queue_id: int) -> Iterator[StoredRecord]:
+        """Live records of a queue in no particular order (no sort: for counting)."""
+        return iter(self._index.unordered(queue_id))
+
+    def record(self, queue_id: int, seq: int) -> StoredRecord | None:
+        """The live record at ``seq`` in the queue, if any."""
+        return self._index.get(queue_id, seq)
+
+    @property
+    def removals(self) -> int:
+        """How many records have been removed since the store opened: unchanged across an
+        await, every record read before it is still live (records never move)."""
+        return self._index.removals
+
+    def first_records(self, queue_id: int, after_seq: int, limit: int) -> list[StoredRecord]:
+        """Up to ``limit`` live records with a sequence above ``after_seq``, in order."""
+        return self._index.first(queue_id, after_seq, limit)
+
+    def queue_ids(self) -> list[int]:
+        return self._index.queue_ids()
+
+    def flagged_since(self, flag: RecordFlags, lsn_min: int) -> list[StoredRecord]:
+        """The live records carrying ``flag`` with an LSN of at least ``lsn_min``, oldest
+        first (one pass over the index's packed ints)."""
+        return self._index.flagged_since(int(flag), lsn_min)
+
+    def keyed_records(self, limit: int) -> list[StoredRecord]:
+        """The newest ``limit`` live ``KEYED`` records of all queues, oldest first."""
+        return self._index.newest_flagged(_KEYED, limit)
+
+    def seqs(self, queue_id: int) -> KeysView[int]:
+        """The live sequence numbers of a queue, unordered (a live view: copy it to keep
+        it); no record is built."""
+        return self._index.seqs(queue_id)
+
+    def count(self, queue_id: int) -> int:
+        return self._index.count(queue_id)
