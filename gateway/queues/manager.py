@@ -84,6 +84,8 @@ class QueueManager:
         # Unreadable records of the internal queues, set aside once the gateway is open.
         self.quarantine = Quarantine(store)
         self.wire_ids: WireIds | None = None  # ordinals of the SRMP ids composed here
+        # Whether an open transaction sends to this queue id (gateway.queues.transactions).
+        self.sent_to_in_transactions: Callable[[int], bool] = lambda queue_id: False
 
     # ---- start-up ------------------------------------------------------------------------
 
@@ -230,6 +232,9 @@ class QueueManager:
         if queue.path.system or queue.path.canonical in SYSTEM_QUEUES:
             raise Forbidden(f"{queue.path.display!r} is a system queue and cannot be "
                             "deleted", type_slug="MQ_ERROR_ACCESS_DENIED")
+        if self.sent_to_in_transactions(queue.queue_id):
+            raise Conflict(f"{queue.path.display!r} is where an open or prepared transaction "
+                           "sends: commit or abort it first", type_slug="queue-busy")
         await self.purge(name, reason=MessageClass.NACK_Q_DELETED)
         if queue.reserved or self.store.count(queue.queue_id):
             raise Conflict(f"{queue.path.display!r} holds messages being received "

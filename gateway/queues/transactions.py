@@ -96,6 +96,8 @@ class Transaction:
     sent: int = 0
     receives: list[tuple[Queue, StoredRecord]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The queues its sends go to (held or prepared): none of them is deleted before it ends.
+    targets: set[int] = field(default_factory=set)
 
     def summary(self) -> dict[str, object]:
         return {"id": self.id, "state": self.state.value, "owner": _owner_name(self.owner),
@@ -130,6 +132,7 @@ class Transactions:
         self._pending_by_owner: dict[str | None, int] = {}
         self._names = PreparedNames(qm.store.data_dir.root)
         self._trimmer = HeapTrimmer()
+        qm.sent_to_in_transactions = self._targeted
 
     async def restore_prepared(self) -> None:
         """Prepared transactions found by recovery, with the ids and owners they had (one
@@ -146,6 +149,7 @@ class Transactions:
                                    "for the admin to commit or abort", tx_id, named.id)
             kept[tx_id] = named
             tx = Transaction(named.id, tx_id, 0.0, TxState.PREPARED, owner=named.owner)
+            tx.targets = {r.queue_id for r in self.qm.store.prepared[tx_id].records}
             tx.sent = sum(1 for r in self.qm.store.prepared[tx_id].records  # not the journal
                           if (q := self.qm.queue_by_id_or_none(r.queue_id)) is not None
                           and not (q.path.journal or q.path.system))
@@ -208,6 +212,9 @@ class Transactions:
         return sorted((t for t in self._open.values()
                        if principal.admin or principal.open or t.owner == owner),
                       key=lambda t: t.tx_id)
+
+    def _targeted(self, queue_id: int) -> bool:
+        return any(queue_id in tx.targets for tx in self._open.values())
 
     def _add(self, tx: Transaction) -> None:
         self._open[tx.id] = tx
@@ -312,6 +319,7 @@ class Transactions:
               ) -> int:
         size = len(body)
         tx.sends.append((queue, props, body))
+        tx.targets.add(queue.queue_id)
         tx.send_bytes += size
         tx.sent += 1
         self._pending += size

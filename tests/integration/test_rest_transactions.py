@@ -201,3 +201,29 @@ async def test_a_message_received_in_a_transaction_is_not_browsed_until_it_ends(
     assert [base64.b64decode(m["body_base64"]) for m in page["messages"]] == [b"three"]
     assert (await client.post(f"/v1/transactions/{tx}/abort")).status == 200
     assert await _bodies(client, "private$/b") == [b"one", b"two", b"three"]
+
+
+@pytest.mark.parametrize("state", ["active", "prepared", "prepared, after a restart"])
+async def test_a_queue_a_transaction_sends_to_is_not_deleted_under_it(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], state: str) -> None:
+    """Deleting the queue would leave the commit nowhere to put the message (it was stored,
+    and answered 500): the delete is refused until the transaction ends."""
+    settings = settings_factory()
+    client = await _client(aiohttp_client, settings)
+    await client.put("/v1/queues/private$/gone", json={"transactional": True})
+    tx = await _begin(client)
+    response = await client.post("/v1/queues/private$/gone/messages", data=b"held",
+                                 headers={"Mq-Transaction": tx})
+    assert response.status == 202
+    if state != "active":
+        assert (await client.post(f"/v1/transactions/{tx}/prepare")).status == 200
+    if state == "prepared, after a restart":
+        await client.close()
+        client = await _client(aiohttp_client, settings)
+    refused = await client.delete("/v1/queues/private$/gone")
+    assert (refused.status, (await refused.json())["type"].rsplit("/", 1)[-1]) == (
+        409, "queue-busy")
+    committed = await client.post(f"/v1/transactions/{tx}/commit")
+    assert committed.status == 200, await committed.text()
+    assert await _bodies(client, "private$/gone") == [b"held"]
+    assert (await client.delete("/v1/queues/private$/gone")).status == 204
