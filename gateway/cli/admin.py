@@ -229,7 +229,13 @@ def _message_send(client: AdminClient, args: argparse.Namespace) -> int:
     if args.express:
         headers["Mq-Delivery"] = "express"
     answer = client.call("POST", _q(args.path) + "/messages", body=body, headers=headers)
-    print_json(answer) if args.json else print(f"sent {answer['id']} (seq {answer['seq']})")
+    if args.json:
+        print_json(answer)
+    elif "transaction" in answer:  # 202: held until the transaction commits
+        print(f"held in transaction {answer['transaction']} (its send number "
+              f"{answer['index']}): stored when it commits")
+    else:
+        print(f"sent {answer['id']} (seq {answer['seq']})")
     return 0
 
 

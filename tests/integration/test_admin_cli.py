@@ -135,11 +135,15 @@ def test_links_and_transactions(capsys: Any, gw: GatewayProcess) -> None:
         return json.loads(urllib.request.urlopen(request).read())
     tx = post("/v1/transactions")["id"]
     post("/v1/queues/txq/messages", {"Mq-Transaction": tx})
+    # The CLI's send in a transaction is held (202), not stored: it says so.
+    code, out, err = run(capsys, gw, "message", "send", "txq", "--body", "m2",
+                         "--transaction", tx)
+    assert (code, err) == (0, "") and f"held in transaction {tx}" in out
     post(f"/v1/transactions/{tx}/prepare")
     code, out, _ = run(capsys, gw, "tx", "list")
     assert tx in out and "prepared" in out
     code, out, _ = run(capsys, gw, "tx", "commit", tx)
     assert code == 0 and "committed" in out
-    assert json.loads(run(capsys, gw, "queue", "show", "txq", "--json")[1])["messages"] == 1
+    assert json.loads(run(capsys, gw, "queue", "show", "txq", "--json")[1])["messages"] == 2
     code, _, _ = run(capsys, gw, "tx", "abort", tx)
     assert code == 4, "a finished transaction is gone"
