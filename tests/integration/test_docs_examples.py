@@ -52,3 +52,30 @@ def test_the_walkthrough_and_the_safe_receive_work_as_written(gateway: GatewayPr
                                 "**Receiving is destructive.**", "\n## "))
     assert "cmVjZWlwdCBmb3IgNDI=" in out  # "receipt for 42", received in the transaction
     assert _messages(gateway)["private$/payments"] == 0  # and removed by its commit
+
+
+def test_the_srmp_example_is_stored_once_however_often_it_is_posted(tmp_path: Path) -> None:
+    """README's SRMP message, posted twice as written (with the `names` entry it gives): the
+    second post is a duplicate, answered 200 and not stored, so its receive finds nothing."""
+    config, post = _blocks(REPO_ROOT / "README.md", "**One SRMP message**", "## Commands")[:2]
+    toml = re.search(r"cat > local.toml <<'EOF'\n(.*?)^EOF", config, re.DOTALL | re.MULTILINE)
+    assert toml is not None
+    (tmp_path / "local.toml").write_text(toml.group(1))
+    gateway = GatewayProcess(tmp_path / "data",
+                             env={"ENTREPOT_CONFIG": str(tmp_path / "local.toml")})
+    try:
+        gateway.wait_ready()
+        subprocess.run(["curl", "-sS", "--fail-with-body", "-X", "PUT",
+                        f"{gateway.url}/v1/queues/orders", "-d", "{}"], check=True,
+                       capture_output=True, timeout=60)
+        script = _PRELUDE + post.replace("http://127.0.0.1:8080", gateway.url)
+        outs = [subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                               timeout=120, cwd=tmp_path) for _ in range(2)]
+        for done in outs:
+            assert done.returncode == 0, (done.stdout, done.stderr)
+        first, second = (json.loads(done.stdout.strip().splitlines()[-1]) for done in outs)
+        assert [m["label"] for m in first["messages"]] == ["hello"]
+        assert second["messages"] == [], "the second post was stored again"
+        assert _messages(gateway)["orders"] == 0
+    finally:
+        gateway.stop()
