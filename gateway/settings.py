@@ -543,6 +543,9 @@ def _check_relations(settings: Settings) -> None:
     if server.tls_client_ca and not server.tls_cert:
         raise ConfigError("server.tls_client_ca: client certificates need TLS (server.tls_cert)")
     store = settings.store
+    if store.segment_size % 4096:
+        raise ConfigError(f"store.segment_size: {store.segment_size} bytes is not a multiple "
+                          "of 4 KiB (4096 bytes)")
     if store.group_commit_bytes_max > store.segment_size:
         raise ConfigError(
             f"store.group_commit_bytes_max: {store.group_commit_bytes_max} bytes is larger than "

@@ -72,12 +72,13 @@ class GatewayProcess:
 
     def __init__(self, data_dir: Path, *, extra_args: Sequence[str] = (),
                  env: dict[str, str] | None = None, cwd: Path | None = None,
-                 cafile: Path | None = None, port: int = 0) -> None:
+                 cafile: Path | None = None, port: int = 0, log_dir: Path | None = None
+                 ) -> None:
         self.port = port or free_port()
         self.cafile = cafile
         self.url = f"{'https' if cafile else 'http'}://127.0.0.1:{self.port}"
         self.data_dir = data_dir
-        self.log_path = data_dir.parent / f"gateway-{self.port}.log"
+        self.log_path = (log_dir or data_dir.parent) / f"gateway-{self.port}.log"
         # ENTREPOT_TEST_WORKERS runs every real gateway of a test run with that many front
         # processes (server.workers); a test's own --workers comes after it and wins.
         workers = os.environ.get("ENTREPOT_TEST_WORKERS", "")

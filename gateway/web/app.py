@@ -267,7 +267,16 @@ async def _stop_srmp(state: GatewayState) -> None:
 async def _open_store(app: web.Application) -> None:
     """Open and recover the store, build the services on it, start their tasks, then say
     ready. A store or queue manager that cannot start leaves the gateway up and not ready,
-    saying why (/readyz, the status page)."""
+    saying why at once (the log, /readyz, the status page), whatever the error."""
+    state = app[STATE_KEY]
+    try:
+        await _open_store_steps(app)
+    except Exception as exc:  # not foreseen below: said, not left in a dead task
+        state.failure = f"{type(exc).__name__}: {exc}"
+        server_log.critical("the gateway cannot serve: %s", state.failure, exc_info=exc)
+
+
+async def _open_store_steps(app: web.Application) -> None:
     state = app[STATE_KEY]
     settings = app[SETTINGS_KEY]
     loop = asyncio.get_running_loop()
@@ -275,7 +284,7 @@ async def _open_store(app: web.Application) -> None:
         store = await loop.run_in_executor(
             None, partial(MessageStore.open, Path(settings.store.data_dir),
                           store_options(settings.store), ops=app[FILE_OPS_KEY]))
-    except StoreError as exc:
+    except (StoreError, OSError) as exc:  # OSError: a full disk while the files are made
         state.failure = str(exc)
         server_log.critical("store cannot be opened: %s", exc)
         return

@@ -219,3 +219,31 @@ def test_a_full_disk_refuses_new_data_keeps_serving_and_restarts_read_only(small
     check = subprocess.run([sys.executable, "-m", "gateway", "check", str(data)],
                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_new_store_on_a_full_disk_is_said_at_once(small_fs: Path, tmp_path: Path) -> None:
+    """A data directory that cannot be made on a full disk: the gateway says why at once, in
+    its log (CRITICAL) and on /readyz (503 naming the error), instead of answering 'being
+    opened' for ever; /healthz still answers, so a probe can read the reason."""
+    (tmp_path / "entrepot.toml").write_text(CONFIG)
+    fill(small_fs / "filler")
+    gateway = GatewayProcess(small_fs / "fresh", log_dir=tmp_path,  # the log: not on it
+                             env={"ENTREPOT_CONFIG": str(tmp_path / "entrepot.toml")})
+    try:
+        reason = ""
+        for _ in range(1200):  # an upper bound only: the answer comes once the open fails
+            assert gateway.proc.poll() is None, gateway.log()
+            try:
+                status, _, body = http_get(gateway.url + "/readyz", timeout=5)
+            except OSError:  # not listening yet
+                time.sleep(0.05)
+                continue
+            reason = json.loads(body)["detail"]
+            if "being opened" not in reason:
+                break
+            time.sleep(0.05)
+        assert status == 503 and "No space left on device" in reason, (status, reason)
+        assert "CRITICAL" in gateway.log() and "No space left on device" in gateway.log()
+        assert http_get(gateway.url + "/healthz", timeout=5)[0] == 200
+    finally:
+        assert gateway.stop() == 0, gateway.log()

@@ -67,6 +67,9 @@ def test_units_are_converted() -> None:
         ({"server": {"listen": "127.0.0.1:99999"}}, "server.listen: port must be"),
         ({"store": {"data_dir": ""}}, "store.data_dir: must not be empty"),
         ({"store": {"group_commit_bytes_max": "8MiB"}}, "store.group_commit_bytes_max"),
+        # Not a multiple of 4 KiB: named as such, before what it is compared with.
+        ({"store": {"segment_size": "65537"}}, "store.segment_size: 65537 bytes is not a "
+                                               "multiple of 4 KiB"),
         ({"metrics": {"queues_max": 0}}, "metrics.queues_max: 0 is out of range"),
         ({"metrics": {"queues_max": "many"}}, "metrics.queues_max: expected an integer"),
     ],
