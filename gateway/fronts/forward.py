@@ -21,6 +21,7 @@ from gateway.fronts.channel import AnswerLost
 from gateway.settings import Settings
 from gateway.web import forwarded
 from gateway.web.auth_middleware import read_body, refuse_declared_length
+from gateway.web.slow_readers import write_within
 
 __all__ = ["Forwarder"]
 
@@ -89,7 +90,7 @@ class Forwarder:
                 if length is not None and length <= _WHOLE_MAX:
                     return web.Response(status=answer.status, reason=answer.reason,
                                         body=await answer.read(), headers=out)
-                return await _stream(request, answer, out)
+                return await _stream(request, answer, out, self._body_timeout)
         except aiohttp.ClientConnectorError as exc:  # not sent: nothing was done
             raise ProblemError(503, f"the store owner process cannot be reached: {exc}",
                                type_slug="not-ready", headers={"Retry-After": "1"}) from exc
@@ -98,7 +99,7 @@ class Forwarder:
 
 
 async def _stream(request: web.Request, answer: aiohttp.ClientResponse,
-                  headers: CIMultiDict[str]) -> web.StreamResponse:
+                  headers: CIMultiDict[str], timeout: float) -> web.StreamResponse:
     """An answer passed on as it arrives (a range read of many messages): a front holds a
     chunk of it at a time, not the whole. Once started, a failure can only cut it short."""
     response = web.StreamResponse(status=answer.status, reason=answer.reason, headers=headers)
@@ -107,7 +108,7 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse,
     await response.prepare(request)
     try:
         async for chunk in answer.content.iter_chunked(_CHUNK):
-            await response.write(chunk)
+            await write_within(request, response, chunk, timeout)
         await response.write_eof()
     except ConnectionError:  # the client hung up: closing the owner's answer ends it
         pass

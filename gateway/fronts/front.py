@@ -58,6 +58,7 @@ from gateway.web.long_polls import LongPolls
 from gateway.web.middlewares import make_middlewares
 from gateway.web.rest_codec import HeaderError, parse_send_headers
 from gateway.web.rest_queues import browse_query, receive_query, sent_response, split_tail
+from gateway.web.slow_readers import write_within
 from gateway.web.srmp_routes import PARSE_INLINE_BYTES_MAX, add_srmp_routes
 from gateway.web.state import GatewayState
 
@@ -84,7 +85,8 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     app = web.Application(
         client_max_size=server.request_body_max,
         middlewares=[*make_middlewares(metrics, shared=counts, long_polls=polls,
-                                       concurrent_requests_max=server.concurrent_requests_max),
+                                       concurrent_requests_max=server.concurrent_requests_max,
+                                       answer_timeout=server.body_timeout),
                      _to_owner(forwarder)])
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
@@ -258,7 +260,8 @@ async def _log(request: web.Request, name: str, rest: list[str], gate: Gate,
     await response.prepare(request)
     try:
         while piece:
-            await response.write(piece)
+            await write_within(request, response, piece,
+                               request.app[SETTINGS_KEY].server.body_timeout)
             piece = await _ask(channel, wire.Kind.MORE, cursor)
         cursor = 0  # the owner is done with it
         if piece is None:  # cut: no end marker, the connection closed (as one process)

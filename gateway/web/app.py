@@ -102,7 +102,8 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
         client_max_size=settings.server.request_body_max,
         middlewares=[*([from_front] if behind_fronts else []), *make_middlewares(
             metrics, concurrent_requests_max=settings.server.concurrent_requests_max, gate=gate,
-            long_polls=long_polls, count=not behind_fronts)],
+            long_polls=long_polls, count=not behind_fronts,
+            answer_timeout=settings.server.body_timeout)],
     )
     app[AUTHENTICATOR_KEY] = authenticator
     app[LONG_POLLS_KEY] = long_polls

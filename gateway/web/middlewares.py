@@ -23,6 +23,7 @@ from gateway.queues.errors import QueueError
 from gateway.web.auth_middleware import Gate
 from gateway.web.long_polls import LongPolls
 from gateway.web.problem import as_problem, http_problem, problem_response
+from gateway.web.slow_readers import WHOLE_ANSWER_MIN, finish_within
 
 __all__ = ["InFlight", "make_middlewares", "NEVER_REFUSED"]
 
@@ -96,11 +97,14 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
                      gate: Gate | None = None,
                      long_polls: LongPolls | None = None,
                      count: bool = True,
-                     shared: InFlight | None = None) -> list[Middleware]:
+                     shared: InFlight | None = None,
+                     answer_timeout: float | None = None) -> list[Middleware]:
     """Build the middleware chain, outermost first; ``gate`` (authentication, body limits)
     is awaited before every handler, inside the error mapping. ``count=False``: requests
     are counted elsewhere (the store owner's forwarded requests, by the fronts). ``shared``:
     the cap is on the sum of every front's requests in flight (gateway.fronts).
+    ``answer_timeout``: a large answer is written here, within it (gateway.web.slow_readers),
+    so that its request keeps its place until the client has it.
 
     One layer does the cap, the metrics and the error mapping: every layer is two more calls
     per request in aiohttp, and this runs for every message sent. The cap is a plain count
@@ -140,6 +144,9 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
         try:
             response = await _answer(request, handler, gate)
             status = response.status
+            if (answer_timeout is not None and isinstance(response, web.Response)
+                    and (response.content_length or 0) >= WHOLE_ANSWER_MIN):
+                await finish_within(request, response, answer_timeout)
             return response
         except asyncio.CancelledError:
             # The client went away and aiohttp cancelled its handler: counted as nginx

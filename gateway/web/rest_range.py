@@ -26,9 +26,10 @@ from gateway.msmq.message import MessageFormatError, compose_id, split_payload
 from gateway.queues.manager import Queue, QueueManager
 from gateway.queues.range_consumers import RangeConsumers
 from gateway.range_wire import CONTENT_TYPE, END_OF_RANGE, encode_record
-from gateway.web.appkeys import STATE_KEY
+from gateway.web.appkeys import SETTINGS_KEY, STATE_KEY
 from gateway.web.rest_body import json_object
 from gateway.web.rest_codec import message_json
+from gateway.web.slow_readers import write_within
 from store.records import StoredRecord
 
 __all__ = ["RANGE_WIDTH_MAX", "Records", "Reply", "answer", "consumers_of", "handle",
@@ -80,7 +81,8 @@ async def handle(request: web.Request, qm: QueueManager, name: str, rest: list[s
                 if request.transport is not None:
                     request.transport.close()
                 return response
-            await response.write(piece)
+            await write_within(request, response, piece,
+                               request.app[SETTINGS_KEY].server.body_timeout)
         await response.write_eof()
     except ConnectionError:  # the reader hung up: its answer ends here, nothing failed
         server_log.info("range of %s not sent whole: the client closed the connection",
