@@ -56,6 +56,7 @@ from gateway.web.http_server import app_runner, freeze_startup_objects
 from gateway.web.listener import bind, tls_context
 from gateway.web.long_polls import LongPolls
 from gateway.web.middlewares import make_middlewares
+from gateway.web.partner_shares import PartnerShares, may_wait
 from gateway.web.rest_codec import HeaderError, parse_send_headers
 from gateway.web.rest_queues import browse_query, receive_query, sent_response, split_tail
 from gateway.web.slow_readers import write_within
@@ -78,7 +79,8 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     serves is forwarded too. ``counts``: every front's requests in flight, which
     ``server.concurrent_requests_max`` caps together."""
     server = settings.server
-    gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False))
+    shares = PartnerShares(server.concurrent_requests_max, processes=server.workers)
+    gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False), shares)
     # Receives that may wait: the owner parks them (and caps them); here they are kept out of
     # the in-flight cap as they are there.
     polls = LongPolls(server.long_polls_max)
@@ -86,7 +88,7 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
         client_max_size=server.request_body_max,
         middlewares=[*make_middlewares(metrics, shared=counts, long_polls=polls,
                                        concurrent_requests_max=server.concurrent_requests_max,
-                                       answer_timeout=server.body_timeout),
+                                       answer_timeout=server.body_timeout, shares=shares),
                      _to_owner(forwarder)])
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
@@ -110,7 +112,7 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
             return await _log(request, name, rest, gate, channel, limited)
         if rest != ["receive"] or method != "POST":
             return await forwarder.forward(request)
-        if not _may_wait(request):
+        if not may_wait(request):
             return await _receive(request, name, gate, channel, limited)
         polls.parked += 1
         counts.refresh()
@@ -190,16 +192,6 @@ def _queue_path(request: web.Request) -> tuple[str, list[str]] | None:
 def _signed(request: web.Request) -> bool:
     """An HMAC-signed request: forwarded, its nonce is checked where the nonces are."""
     return request.headers.get("Authorization", "").lstrip().startswith(SCHEME)
-
-
-def _may_wait(request: web.Request) -> bool:
-    """A receive asking to wait for a message (``receive?wait=N``, N > 0)."""
-    if request.method != "POST" or not request.path.endswith("/receive"):
-        return False
-    try:
-        return float(request.query.get("wait", "0")) > 0
-    except ValueError:
-        return False  # the owner refuses it at once
 
 
 async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,

@@ -49,6 +49,7 @@ from gateway.web.forwarded import from_front
 from gateway.web.long_polls import LONG_POLLS_KEY, LongPolls
 from gateway.web.metrics_state import StateCollector
 from gateway.web.middlewares import make_middlewares
+from gateway.web.partner_shares import PartnerShares
 from gateway.web.srmp_routes import add_srmp_routes
 from gateway.web.state import GatewayState, Services
 from gateway.web.status import DeadLetterClasses, MessageRates, RecentErrors
@@ -95,7 +96,8 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
     landing_specs(settings)  # so does a Parquet landing without pyarrow
     load_peers(settings)  # and a peer's TLS files that cannot be loaded
     authenticator = Authenticator(settings)
-    gate = make_auth_gate(settings, authenticator)
+    shares = PartnerShares(settings.server.concurrent_requests_max)
+    gate = make_auth_gate(settings, authenticator, shares)
     long_polls = LongPolls(settings.server.long_polls_max)
     metrics.http_long_polls.set_function(lambda: long_polls.parked)
     app = web.Application(
@@ -103,7 +105,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
         middlewares=[*([from_front] if behind_fronts else []), *make_middlewares(
             metrics, concurrent_requests_max=settings.server.concurrent_requests_max, gate=gate,
             long_polls=long_polls, count=not behind_fronts,
-            answer_timeout=settings.server.body_timeout)],
+            answer_timeout=settings.server.body_timeout, shares=shares)],
     )
     app[AUTHENTICATOR_KEY] = authenticator
     app[LONG_POLLS_KEY] = long_polls

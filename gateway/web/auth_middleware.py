@@ -31,6 +31,7 @@ from gateway.auth.tls import PeerSubjects
 from gateway.errors import ProblemError
 from gateway.settings import Settings
 from gateway.web.appkeys import STATE_KEY
+from gateway.web.partner_shares import PartnerShares
 from mapping.names import QueueNameError, parse_queue_path
 
 __all__ = [
@@ -61,9 +62,11 @@ _CHALLENGE = {"WWW-Authenticate": f'Basic realm="entrepot", Bearer realm="entrep
               f'{SCHEME} realm="entrepot"'}
 
 
-def make_auth_gate(settings: Settings, authenticator: Authenticator) -> Gate:
+def make_auth_gate(settings: Settings, authenticator: Authenticator,
+                   shares: PartnerShares | None = None) -> Gate:
     """The check every request passes before its handler; it raises ProblemError (413, 408,
-    401, 429, 503) or records the request's principal."""
+    401, 429, 503) or records the request's principal. ``shares``: the request takes a place
+    in its partner's share once the partner is known (the middleware gives it back)."""
     body_max = settings.server.request_body_max
     body_timeout = settings.server.body_timeout
     subjects = PeerSubjects()
@@ -90,11 +93,15 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator) -> Gate:
                 raise ProblemError(401, "a credential is required (Authorization: Bearer "
                                    f"<API key> or {SCHEME}, or a client certificate)",
                                    type_slug="unauthorized", headers=_CHALLENGE)
+            if principal is not None and shares is not None:
+                shares.take(request, principal)  # before its body: a slow one counts too
         body = await read_body(request, body_timeout)
         if signed:
             principal = _check(authenticate, Credentials(
                 header, subject, request.method, request.path_qs, body,
                 request.headers.items()))
+            if principal is not None and shares is not None:
+                shares.take(request, principal)
         request[PRINCIPAL] = principal or (NOBODY if srmp else OPEN)
 
     def authenticate(creds: Credentials) -> Principal | None:

@@ -22,6 +22,7 @@ from gateway.metrics import Metrics
 from gateway.queues.errors import QueueError
 from gateway.web.auth_middleware import Gate
 from gateway.web.long_polls import LongPolls
+from gateway.web.partner_shares import PartnerShares
 from gateway.web.problem import as_problem, http_problem, problem_response
 from gateway.web.slow_readers import WHOLE_ANSWER_MIN, finish_within
 
@@ -98,13 +99,15 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
                      long_polls: LongPolls | None = None,
                      count: bool = True,
                      shared: InFlight | None = None,
-                     answer_timeout: float | None = None) -> list[Middleware]:
+                     answer_timeout: float | None = None,
+                     shares: PartnerShares | None = None) -> list[Middleware]:
     """Build the middleware chain, outermost first; ``gate`` (authentication, body limits)
     is awaited before every handler, inside the error mapping. ``count=False``: requests
     are counted elsewhere (the store owner's forwarded requests, by the fronts). ``shared``:
     the cap is on the sum of every front's requests in flight (gateway.fronts).
     ``answer_timeout``: a large answer is written here, within it (gateway.web.slow_readers),
-    so that its request keeps its place until the client has it.
+    so that its request keeps its place until the client has it. ``shares``: the partners'
+    shares the gate takes places in; each is given back here once its request is answered.
 
     One layer does the cap, the metrics and the error mapping: every layer is two more calls
     per request in aiohttp, and this runs for every message sent. The cap is a plain count
@@ -156,6 +159,8 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
         finally:
             in_flight -= 1
             exempt -= never_refused
+            if shares is not None:
+                shares.release(request)
             if shared is not None:
                 shared.refresh()
             _count(request, status, time.perf_counter() - started)

@@ -1,0 +1,65 @@
+"""Each partner's share of the requests in flight: at most a quarter of
+``server.concurrent_requests_max`` (at least one), so that one partner's requests, slow or
+many, cannot take every place and leave the others 503 (as ``gateway.web.long_polls`` does
+for parked receives, which are left out here: they have that cap of their own).
+
+A request takes its place once its partner is known (the auth gate: before the body is read,
+but for a signed request) and gives it back when it is answered (the middleware). With front
+processes the count is each front's own and the quarter is shared out between them (at least
+one each): connections spread over the fronts, and a front admits its part of the quarter.
+The admin, the callers of a gateway without credentials and SRMP senders nobody vouches for
+have no share, only the overall cap.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.auth.principal import NOBODY, Principal
+from gateway.errors import ProblemError
+
+__all__ = ["PartnerShares", "may_wait"]
+
+_HOLDER = web.RequestKey("partner_share", str)
+
+
+class PartnerShares:
+    def __init__(self, limit: int, processes: int = 1) -> None:
+        self.limit = limit
+        self.share = max(1, limit // 4 // max(1, processes))
+        self._held: dict[str, int] = {}  # no entry for a partner with none in flight
+
+    def take(self, request: web.Request, principal: Principal) -> None:
+        """Raises: ProblemError 503 when the partner's share is taken."""
+        if principal.admin or principal.open or principal is NOBODY or may_wait(request):
+            return
+        name = principal.name
+        held = self._held.get(name, 0)
+        if held >= self.share:
+            raise ProblemError(503, f"partner {name!r} already has {held} requests in flight, "
+                               "its share of server.concurrent_requests_max "
+                               f"({self.limit})", type_slug="overloaded",
+                               headers={"Retry-After": "1"})
+        self._held[name] = held + 1
+        request[_HOLDER] = name
+
+    def release(self, request: web.Request) -> None:
+        name = request.get(_HOLDER)
+        if name is None:
+            return
+        del request[_HOLDER]
+        left = self._held[name] - 1
+        if left:
+            self._held[name] = left
+        else:
+            del self._held[name]
+
+
+def may_wait(request: web.Request) -> bool:
+    """A receive that may park (``receive?wait=N``, N > 0): the long polls' cap is its."""
+    if request.method != "POST" or not request.path.endswith("/receive"):
+        return False
+    try:
+        return float(request.query.get("wait", "0")) > 0
+    except ValueError:
+        return False  # refused as a bad parameter

@@ -1,0 +1,94 @@
+"""One partner's requests cannot take every place in flight (both modes: make test runs it
+again with one process): a partner holds at most a quarter of
+``server.concurrent_requests_max``, and the rest stay for the others."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import select
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers import GatewayProcess, http_request
+
+pytestmark = pytest.mark.workers
+
+CAP = 8
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    root = tmp_path_factory.mktemp("shares")
+    (root / "entrepot.toml").write_text(f"""[server]
+concurrent_requests_max = {CAP}
+body_timeout = "1h"
+[auth]
+admin_key_sha256 = "{_sha('admin-key')}"
+[[partners]]
+name = "a"
+api_key_sha256 = "{_sha('key-a')}"
+send = ["in_*"]
+[[partners]]
+name = "b"
+api_key_sha256 = "{_sha('key-b')}"
+send = ["in_*"]
+[[queues]]
+path = "in_b"
+""")
+    gateway = GatewayProcess(root / "data", env={"ENTREPOT_CONFIG": str(root / "entrepot.toml")})
+    try:
+        gateway.wait_ready()
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def _slow_send(gateway: GatewayProcess) -> socket.socket:
+    """Partner a's send whose body never comes (its headers say 1,000 bytes, 3 come)."""
+    sock = socket.create_connection(("127.0.0.1", gateway.port))
+    sock.sendall(b"POST /v1/queues/in_b/messages HTTP/1.1\r\nHost: localhost\r\n"
+                 b"Authorization: Bearer key-a\r\nContent-Length: 1000\r\n\r\nabc")
+    return sock
+
+
+def test_a_partner_holding_its_share_leaves_places_for_the_others(
+        gateway: GatewayProcess) -> None:
+    slow = [_slow_send(gateway) for _ in range(CAP)]
+    try:
+        # At most a quarter of the places (split between the fronts) waits for a's bodies;
+        # every other of a's requests is answered at once: 503, naming a's share.
+        refused: list[bytes] = []
+        waiting = list(slow)
+        while len(refused) < CAP - CAP // 4:
+            ready, _, _ = select.select(waiting, [], [], 60)  # a bound only
+            assert ready, f"only {len(refused)} of partner a's requests were refused"
+            for sock in ready:
+                refused.append(sock.recv(65536))
+                waiting.remove(sock)
+        for answer in refused:
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 503"), head
+            assert "partner 'a'" in json.loads(body)["detail"], body
+        # Partner b is served while a's requests wait.
+        assert http_request(gateway.url + "/v1/queues/in_b/messages", body=b"b",
+                            headers={"Authorization": "Bearer key-b"}) == 201
+    finally:
+        for sock in slow:
+            sock.close()
+    # Its places come back once its requests end (here: their clients hung up).
+    for _ in range(1200):  # an upper bound only
+        status = http_request(gateway.url + "/v1/queues/in_b/messages", body=b"a",
+                              headers={"Authorization": "Bearer key-a"})
+        if status == 201:
+            return
+        assert status == 503, status
+        time.sleep(0.05)
+    raise AssertionError("partner a's places did not come back")
