@@ -95,8 +95,7 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
         stop.set()
     if owner:
         owner_dir = make_owner_dir(settings.store.data_dir)  # 0700: this user only
-        site: web.BaseSite = web.UnixSite(runner, str(owner_dir / SOCKET_NAME),
-                                          shutdown_timeout=settings.server.shutdown_grace)
+        site: web.BaseSite = web.UnixSite(runner, str(owner_dir / SOCKET_NAME))
         await site.start()
         state = app[STATE_KEY]
         state.fronts_started = False
@@ -107,8 +106,7 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
         state.before_scrape = fronts.take_counts
         fronts.start()
     else:
-        site = web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace,
-                            ssl_context=context)
+        site = web.SockSite(runner, sock, ssl_context=context)
         await site.start()
     marker = _write_marker(settings, tls=context is not None)
     if settings.server.host not in ("127.0.0.1", "::1", "localhost"):
@@ -133,6 +131,8 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
     await stop.wait()
     notifier.send("STOPPING=1", "STATUS=stopping")
     server_log.info("stopping: no new connections, grace=%ss", settings.server.shutdown_grace)
+    if state.services is not None:
+        state.services.queue_manager.end_waits()  # before anything waits on them
     for task in tasks:
         task.cancel()
     marker.unlink(missing_ok=True)

@@ -373,8 +373,7 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
         start.counts_fd, settings.server.workers, start.index)), settings,
         handler_cancellation=True)
     await runner.setup()
-    await web.SockSite(runner, sock, shutdown_timeout=settings.server.shutdown_grace,
-                       ssl_context=context).start()
+    await web.SockSite(runner, sock, ssl_context=context).start()
     log.debug("front %d: startup objects frozen count=%d", start.index,
               freeze_startup_objects())
     channel.send(0, wire.Kind.HELLO, os.getpid())

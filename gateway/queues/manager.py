@@ -84,6 +84,8 @@ class QueueManager:
         # Unreadable records of the internal queues, set aside once the gateway is open.
         self.quarantine = Quarantine(store)
         self.wire_ids: WireIds | None = None  # ordinals of the SRMP ids composed here
+        # Set by end_waits when the gateway stops: no receive waits any more.
+        self.stopping = False
         # Whether an open transaction sends to this queue id (gateway.queues.transactions).
         self.sent_to_in_transactions: Callable[[int], bool] = lambda queue_id: False
 
@@ -396,8 +398,8 @@ class QueueManager:
         with park() if park is not None else contextlib.nullcontext():
             while True:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return []
+                if remaining <= 0 or (self.stopping and park is not None):
+                    return []  # (a client's receive: the gateway's own readers go on)
                 queue.arrived.clear()
                 try:
                     await asyncio.wait_for(queue.arrived.wait(), remaining if gone is None
@@ -409,6 +411,15 @@ class QueueManager:
                 chosen = self._take(queue, max_messages)
                 if chosen:
                     return chosen
+
+    def end_waits(self) -> None:
+        """The gateway stops: every client's waiting receive (one with a long-poll ``park``)
+        ends now with nothing, as if its wait had run out (its client polls again, elsewhere
+        or later), and none waits from now on; the gateway's own readers wait on until
+        their tasks are cancelled."""
+        self.stopping = True
+        for queue in self._queues.values():
+            queue.arrived.set()
 
     @staticmethod
     def check_removable(queue: Queue, seq: int | None = None) -> None:

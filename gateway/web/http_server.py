@@ -91,11 +91,16 @@ def app_runner(app: web.Application, settings: Settings, *,
     its forwarded request to the owner is then closed, and a long poll there ends without
     taking a message; the owner's and one process's handlers finish what they started).
     ``forwarded``: the store owner's runner, for requests its fronts checked against the
-    limits already and add their own headers to."""
+    limits already and add their own headers to.
+
+    On a stop, aiohttp gives the requests in flight its shutdown timeout to finish, then
+    cancels them and gives them that timeout again: half of ``server.shutdown_grace`` each,
+    so that a stop takes at most the grace."""
     server = settings.server
     return ProblemAppRunner(
         app,
         handle_signals=False,
+        shutdown_timeout=server.shutdown_grace / 2,
         handler_cancellation=handler_cancellation,
         access_log=access_log if settings.log.access else None,
         keepalive_timeout=server.keepalive_timeout,

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -279,3 +280,16 @@ async def test_a_poll_in_a_transaction_that_ends_takes_nothing(
     async with session.post(f"{queue}/receive", headers=ADMIN) as response:
         got = await response.json()
     assert [base64.b64decode(m["body_base64"]) for m in got["messages"]] == [b"later"]
+
+
+async def test_a_stop_answers_parked_polls_at_once(gateway: GatewayProcess,
+                                                  session: aiohttp.ClientSession) -> None:
+    """SIGTERM ends parked receives as if their wait had run out (200, no message), so
+    that their clients poll again elsewhere, instead of holding the stop for its whole
+    grace and then losing their connections without an answer."""
+    polls = [asyncio.ensure_future(_poll(session, gateway, "lp_a", ACME)) for _ in range(2)]
+    await _until_parked(session, gateway, 2)
+    gateway.proc.send_signal(signal.SIGTERM)
+    for status, _, body in await asyncio.gather(*polls):
+        assert (status, json.loads(body)) == (200, {"messages": []})
+    assert await asyncio.get_running_loop().run_in_executor(None, gateway.stop) == 0
