@@ -39,7 +39,7 @@ from gateway.fronts.supervisor import FrontStart
 from gateway.inbound.parse_pool import parse_answer
 from gateway.logs import configure_logging
 from gateway.metrics import Metrics
-from gateway.queues.destinations import local_host_names
+from gateway.queues.local_names import local_host_names
 from gateway.settings import Settings
 from gateway.web import rest_queues, rest_range, rest_tx
 from gateway.web.app import ROUTE_TABLES

@@ -17,8 +17,9 @@ from gateway.msmq.classes import MessageClass
 from gateway.queues import sending
 from gateway.queues.acks import ack_properties, negative, wants_ack
 from gateway.queues.internal import OUTBOX_QUEUE, is_internal
+from gateway.queues.local_names import local_queue
 from gateway.queues.model import Queue, QueueHost, ReceivedMessage
-from mapping.names import DEADLETTER, DEADXACT, MACHINE_JOURNAL, QueueNameError, parse_queue_path
+from mapping.names import DEADLETTER, DEADXACT, MACHINE_JOURNAL
 
 __all__ = ["dead_letter_spec", "ack_specs"]
 
@@ -44,15 +45,18 @@ def ack_specs(qm: QueueHost, queue: Queue, message: ReceivedMessage,
     final = _final_stream_receipt(qm, queue, message, message_class, now_ms)
     if not wants_ack(props, message_class):
         return final
-    receipt_to = _receipt_url(props.admin_queue, props.extra, message_class)
-    try:
-        canonical = parse_queue_path(props.admin_queue).canonical
+    receipt_to = ""
+    # A path, or a format name of this gateway ("DIRECT=OS:.\\private$\\q"): the local queue,
+    # as the send was checked.
+    canonical = local_queue(props.admin_queue, qm.local_names)
+    if canonical is not None:
         # Never into a queue the gateway keeps for itself or a dead-letter queue or journal,
         # whatever a sender wrote (requests naming one are refused; this holds for messages
         # stored before that check existed).
         admin = None if (is_internal(canonical) or canonical in _NOT_ADMIN
                          or canonical.endswith(";journal")) else qm.lookup(canonical)
-    except QueueNameError:
+    else:
+        receipt_to = _receipt_url(props.admin_queue, props.extra, message_class)
         admin = qm.internal(OUTBOX_QUEUE) if receipt_to else None
     if admin is None or admin.settings.transactional:
         # A transactional admin queue cannot take acknowledgements (MSMQ rule).

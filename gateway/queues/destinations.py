@@ -14,16 +14,16 @@ docs/rest-api.md §Sends by format name, which a test runs row by row).
 from __future__ import annotations
 
 import functools
-import socket
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties, compose_id
 from gateway.queues import sending
 from gateway.queues.copies import ack_specs, dead_letter_spec
 from gateway.queues.errors import BadRequest, Unprocessable
+from gateway.queues.local_names import LocalNames
 from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
 from gateway.queues.wire_ids import local_id
 from mapping.engine import route_inbound
@@ -36,32 +36,8 @@ from mapping.formatnames import (
 )
 from mapping.rules import RuleSet
 
-__all__ = ["LocalNames", "local_host_names", "redirect_inbound", "resolve_local",
-           "split_destinations", "remote_positions", "send_to_destinations"]
-
-
-@dataclass(frozen=True, slots=True)
-class LocalNames:
-    """What makes a format name local: one of our host names, and no port or one of ours
-    (the listen port, the HTTP(S) defaults and the documented 8080/8443, as a proxy in front
-    may use them). Another port on a local name is another gateway on this machine."""
-
-    hosts: frozenset[str]
-    ports: frozenset[int]
-
-    def owns(self, element: DirectFormatName) -> bool:
-        return element.host in self.hosts and (element.port is None
-                                                or element.port in self.ports)
-
-
-def local_host_names(configured: Iterable[str], listen_host: str, listen_port: int
-                     ) -> LocalNames:
-    """Reads the machine's names (call once)."""
-    names = {"localhost", "127.0.0.1", "::1", "[::1]", ".", listen_host.lower(),
-             socket.gethostname().lower(), socket.getfqdn().lower(),
-             *(n.lower() for n in configured)}
-    return LocalNames(frozenset(n for n in names if n),
-                      frozenset({80, 443, 8080, 8443, listen_port}))
+__all__ = ["redirect_inbound", "resolve_local", "split_destinations", "remote_positions",
+           "send_to_destinations"]
 
 
 def redirect_inbound(text: str, rules: RuleSet | None) -> str:

@@ -28,8 +28,10 @@ from gateway.queues.errors import BadRequest, Conflict, Forbidden, NotFound, Sto
 from gateway.queues.events import QueueEvents
 from gateway.queues.expiry import Expiry
 from gateway.queues.internal import DEDUP_QUEUE, INTERNAL_QUEUES, WIRE_IDS_QUEUE, is_internal
+from gateway.queues.local_names import LocalNames
 from gateway.queues.model import Queue, ReceivedMessage
 from gateway.queues.purge import purge_queue
+from gateway.queues.registration_repair import repair_registration
 from gateway.queues.seen_ids import SeenIds, locate
 from gateway.queues.send_rules import check_send_to
 from gateway.queues.settings import QueueSettings
@@ -46,7 +48,7 @@ from mapping.names import (
     journal_of,
     parse_queue_path,
 )
-from store.errors import DiskFull, StoreError
+from store.errors import StoreError
 from store.lqs import QueueInfo
 from store.message_store import MessageStore
 from store.records import StoredRecord
@@ -84,9 +86,8 @@ class QueueManager:
         # Unreadable records of the internal queues, set aside once the gateway is open.
         self.quarantine = Quarantine(store)
         self.wire_ids: WireIds | None = None  # ordinals of the SRMP ids composed here
-        # Set by end_waits when the gateway stops: no receive waits any more.
-        self.stopping = False
-        # Whether an open transaction sends to this queue id (gateway.queues.transactions).
+        self.local_names = LocalNames(frozenset(), frozenset())  # the web layer's
+        self.stopping = False  # set by end_waits: no client's receive waits any more
         self.sent_to_in_transactions: Callable[[int], bool] = lambda queue_id: False
 
     # ---- start-up ------------------------------------------------------------------------
@@ -103,14 +104,7 @@ class QueueManager:
             problems: list[str] = []
             queue = self._add(info, path, problems)
             if problems:  # a damaged registration: keep the queue, repair the file
-                server_log.warning("queue %s: registration damaged (%s); defaults used and "
-                                   "the file rewritten", path.display, ", ".join(problems))
-                try:
-                    await self.store.update_queue(info.queue_id, {
-                        **info.properties, **queue.settings.as_properties()})
-                except DiskFull as exc:  # served with the defaults; the next start repairs
-                    server_log.error("queue %s: registration not rewritten: %s", path.display,
-                                     exc)
+                await repair_registration(self.store, info, queue, problems)
         for name in SYSTEM_QUEUES:
             if name not in self._queues:
                 tx = name == DEADXACT
@@ -414,9 +408,8 @@ class QueueManager:
 
     def end_waits(self) -> None:
         """The gateway stops: every client's waiting receive (one with a long-poll ``park``)
-        ends now with nothing, as if its wait had run out (its client polls again, elsewhere
-        or later), and none waits from now on; the gateway's own readers wait on until
-        their tasks are cancelled."""
+        ends now with nothing, as if its wait had run out, and none waits from now on; the
+        gateway's own readers wait on until their tasks are cancelled."""
         self.stopping = True
         for queue in self._queues.values():
             queue.arrived.set()

@@ -14,6 +14,7 @@ from typing import Protocol
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties
 from gateway.queues.events import QueueEvents
+from gateway.queues.local_names import LocalNames
 from gateway.queues.settings import QueueSettings
 from mapping.names import DEADLETTER, DEADXACT, QueuePath
 from store.lqs import QueueInfo
@@ -61,6 +62,7 @@ class QueueHost(Protocol):
     store: MessageStore
     qm_guid: str
     events: QueueEvents  # what happened to each queue's messages since start (the metrics)
+    local_names: LocalNames  # what names this gateway in a format name
 
     def internal(self, name: str) -> Queue:
         """One of the gateway's own queues (dead-letter, outbox, ...), by canonical name."""

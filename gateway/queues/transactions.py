@@ -132,7 +132,7 @@ class Transactions:
         self._pending_by_owner: dict[str | None, int] = {}
         self._names = PreparedNames(qm.store.data_dir.root)
         self._trimmer = HeapTrimmer()
-        qm.sent_to_in_transactions = self._targeted
+        qm.sent_to_in_transactions = self._targeted  # a queue they send to is not deleted
 
     async def restore_prepared(self) -> None:
         """Prepared transactions found by recovery, with the ids and owners they had (one

@@ -27,8 +27,8 @@ from gateway.outbound.outbox import Outbox
 from gateway.outbound.peers import load_peers
 from gateway.outbound.receipt_gate import ReceiptGate
 from gateway.outbound.receipt_sender import ReceiptSender
-from gateway.queues.destinations import local_host_names
 from gateway.queues.identity import load_guid
+from gateway.queues.local_names import LocalNames, local_host_names
 from gateway.queues.manager import QueueManager, QueueSettings
 from gateway.queues.range_consumers import RangeConsumers
 from gateway.queues.redrive import Redrive
@@ -294,7 +294,7 @@ async def _open_store_steps(app: web.Application) -> None:
     store.start(loop)
     state.store = store
     try:
-        queue_manager, consumers = await _open_queues(store, settings)
+        queue_manager, consumers = await _open_queues(store, settings, state.local)
     except (OSError, ValueError, KeyError, StoreError, GatewayError) as exc:
         state.failure = f"queue manager cannot start: {exc}"
         server_log.critical("%s", state.failure)
@@ -315,13 +315,14 @@ async def _open_store_steps(app: web.Application) -> None:
     server_log.info("store ready data_dir=%s", settings.store.data_dir)
 
 
-async def _open_queues(store: MessageStore, settings: Settings
+async def _open_queues(store: MessageStore, settings: Settings, local: LocalNames
                        ) -> tuple[QueueManager, RangeConsumers]:
     """The queue manager on the recovered store, with the declared queues and the range
     consumers' positions."""
     loop = asyncio.get_running_loop()
     guid = await loop.run_in_executor(None, load_guid, Path(settings.store.data_dir))
     queue_manager = QueueManager(store, guid)
+    queue_manager.local_names = local
     queue_manager.events.names_max = settings.metrics.queues_max
     await queue_manager.open([
         (q.path, QueueSettings(transactional=q.transactional, quota=q.quota,

@@ -27,8 +27,8 @@ from gateway.auth.outbound import OutboundPolicy
 from gateway.auth.principal import Principal
 from gateway.errors import ProblemError
 from gateway.msmq.message import MessageProperties
-from gateway.queues.destinations import LocalNames
 from gateway.queues.internal import is_internal
+from gateway.queues.local_names import LocalNames
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.auth_middleware import principal_of
 from mapping.errors import FormatNameError

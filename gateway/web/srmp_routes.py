@@ -34,8 +34,9 @@ from gateway.inbound.parse_pool import ParsePool, WorkerLost
 from gateway.logs import server_log
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties
-from gateway.queues.destinations import LocalNames, resolve_local, split_destinations
+from gateway.queues.destinations import resolve_local, split_destinations
 from gateway.queues.errors import QueueError
+from gateway.queues.local_names import LocalNames
 from gateway.queues.manager import Queue
 from gateway.srmp.codec import SrmpMessage, parse_request
 from gateway.srmp.eod import VERDICT_HEADER

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from gateway.auth.outbound import OutboundPolicy
 from gateway.errors import ProblemError
-from gateway.queues.destinations import LocalNames
+from gateway.queues.local_names import LocalNames
 
 if TYPE_CHECKING:
     from gateway.inbound.sequencer import StreamSequencer

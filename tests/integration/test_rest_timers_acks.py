@@ -201,3 +201,27 @@ async def test_a_deadline_tracked_twice_expires_its_message_once(
             break
         await asyncio.sleep(0.05)
     assert len(qm.expiry) == 0
+
+
+async def test_an_admin_queue_named_by_a_format_name_of_this_gateway_gets_its_acks(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    """MSMQ senders name the admin queue by a format name: one that names this gateway (its
+    own host names, "." for this machine) is the local queue, for the acknowledgement as for
+    the check when it was sent; it was answered 201 and the acknowledgement dropped."""
+    settings = settings_factory(server__names=["machine2"])
+    client = await _client(aiohttp_client, settings)
+    await client.put("/v1/queues/private$/acks", json={})
+    await client.put("/v1/queues/work", json={})
+    names = ["DIRECT=OS:.\\private$\\acks", "DIRECT=OS:localhost\\private$\\acks",
+             "DIRECT=HTTP://machine2/msmq/private$/acks",
+             f"DIRECT=HTTP://127.0.0.1:{settings.server.port}/msmq/private$/acks"]
+    sent = []
+    for name in names:
+        answer = await client.post("/v1/queues/work/messages", data=b"x", headers={
+            "Mq-Admin-Queue": name,
+            "Mq-Acknowledge": "MQMSG_ACKNOWLEDGMENT_FULL_REACH_QUEUE"})
+        assert answer.status == 201, (name, await answer.text())
+        sent.append((await answer.json())["id"])
+    acks = await _wait_for(client, "private$/acks", len(names))
+    assert sorted(a["correlation_id"] for a in acks) == sorted(sent)
+    assert {a["class"] for a in acks} == {"MQMSG_CLASS_ACK_REACH_QUEUE"}

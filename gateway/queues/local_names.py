@@ -1,0 +1,59 @@
+"""This gateway's own names: a format name (``DIRECT=OS:``, ``DIRECT=HTTP://``) that names
+one of them is a local queue, whatever the form, wherever it is read (a destination, a reply
+address, the admin queue an acknowledgement goes to)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from mapping.errors import FormatNameError
+from mapping.formatnames import DirectFormatName, parse_format_name
+from mapping.names import QueueNameError, parse_queue_path
+
+__all__ = ["LocalNames", "local_host_names", "local_queue"]
+
+
+@dataclass(frozen=True, slots=True)
+class LocalNames:
+    """What makes a format name local: one of our host names, and no port or one of ours
+    (the listen port, the HTTP(S) defaults and the documented 8080/8443, as a proxy in front
+    may use them). Another port on a local name is another gateway on this machine."""
+
+    hosts: frozenset[str]
+    ports: frozenset[int]
+
+    def owns(self, element: DirectFormatName) -> bool:
+        return element.host in self.hosts and (element.port is None
+                                                or element.port in self.ports)
+
+
+def local_host_names(configured: Iterable[str], listen_host: str, listen_port: int
+                     ) -> LocalNames:
+    """Reads the machine's names (call once)."""
+    names = {"localhost", "127.0.0.1", "::1", "[::1]", ".", listen_host.lower(),
+             socket.gethostname().lower(), socket.getfqdn().lower(),
+             *(n.lower() for n in configured)}
+    return LocalNames(frozenset(n for n in names if n),
+                      frozenset({80, 443, 8080, 8443, listen_port}))
+
+
+def local_queue(value: str, local: LocalNames) -> str | None:
+    """The canonical path of the local queue ``value`` names (a path, or a direct format
+    name of this gateway); None for anything else (another host, several queues, a public
+    or private format name, garbage)."""
+    try:
+        return parse_queue_path(value).canonical
+    except QueueNameError:
+        pass
+    try:
+        parsed = parse_format_name(value)
+    except FormatNameError:
+        return None
+    if not isinstance(parsed, DirectFormatName) or not local.owns(parsed):
+        return None
+    try:
+        return parsed.path.canonical
+    except QueueNameError:
+        return None
