@@ -10,6 +10,7 @@
     │   ├── MachineQuotaExceeded
     │   ├── MachineJournalQuotaExceeded
     │   ├── QueueQuotaExceeded
+    │   │   └── QueueQuotaTooSmall   the message alone is larger than the whole quota
     │   └── QueueJournalQuotaExceeded
     ├── DiskFull             no room for new data (a segment, a queue's file); reads go on
     ├── UnknownRecord        a reference to a record that is not (or no longer) in the store
@@ -32,6 +33,7 @@ __all__ = [
     "MachineQuotaExceeded",
     "MachineJournalQuotaExceeded",
     "QueueQuotaExceeded",
+    "QueueQuotaTooSmall",
     "QueueJournalQuotaExceeded",
     "DiskFull",
     "UnknownRecord",
@@ -82,6 +84,10 @@ class MachineJournalQuotaExceeded(QuotaExceeded):
 
 class QueueQuotaExceeded(QuotaExceeded):
     """The destination queue's own quota is full."""
+
+
+class QueueQuotaTooSmall(QueueQuotaExceeded):
+    """The message alone is larger than the queue's whole quota: it never fits there."""
 
 
 class QueueJournalQuotaExceeded(QuotaExceeded):

@@ -86,6 +86,8 @@ class MessageStore(IndexReads):
         self.registry = registry
         self.quotas = QuotaBook(machine_quota=engine.options.machine_quota,
                                 machine_journal_quota=engine.options.machine_journal_quota)
+        self.quotas.names = lambda queue_id: (
+            repr(info.path) if (info := registry.get(queue_id)) is not None else str(queue_id))
         for info in registry.all():
             self.quotas.set_limit(info.queue_id, info.quota)
         self.quotas.charge(charges_by_queue(live))

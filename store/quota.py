@@ -12,7 +12,7 @@ request is checked whole (all its messages) and charged only if every check pass
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from store.errors import (
@@ -20,6 +20,7 @@ from store.errors import (
     MachineQuotaExceeded,
     QueueJournalQuotaExceeded,
     QueueQuotaExceeded,
+    QueueQuotaTooSmall,
 )
 from store.framing import RecordFlags
 from store.records import Placed
@@ -43,6 +44,8 @@ class QuotaBook:
         self.machine_journal_used = 0
         self.queue_used: defaultdict[int, int] = defaultdict(int)
         self.queue_limits: dict[int, int] = {}
+        # How a refusal names a queue (the store's registry knows their paths).
+        self.names: Callable[[int], str] = str
 
     def set_limit(self, queue_id: int, quota: int) -> None:
         assert quota >= 0
@@ -78,8 +81,13 @@ class QuotaBook:
             limit = self.queue_limits.get(queue_id, 0)
             if limit and self.queue_used[queue_id] + size > limit:
                 is_journal = any(c.journal for c in charges if c.queue_id == queue_id)
+                name = self.names(queue_id)
+                if not is_journal and size > limit:
+                    raise QueueQuotaTooSmall(
+                        f"{size} bytes are larger than the whole quota of queue {name} "
+                        f"({limit} bytes): they can never be stored there")
                 error = QueueJournalQuotaExceeded if is_journal else QueueQuotaExceeded
-                raise error(f"queue {queue_id} quota of {limit} bytes is full "
+                raise error(f"queue {name} quota of {limit} bytes is full "
                             f"({self.queue_used[queue_id]} used, {size} more asked)")
 
     def take(self, one: Charge) -> None:

@@ -20,6 +20,7 @@ from store.errors import (
     MessageTooLarge,
     QueueJournalQuotaExceeded,
     QueueQuotaExceeded,
+    QueueQuotaTooSmall,
     StoreClosed,
     StoreError,
     StoreFailed,
@@ -49,6 +50,9 @@ def queue_error(exc: StoreError) -> QueueError | None:
     if isinstance(exc, (MachineQuotaExceeded, MachineJournalQuotaExceeded)):
         return Unavailable(str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES",
                            retry_after_s=5)
+    if isinstance(exc, QueueQuotaTooSmall):  # no use retrying: no Retry-After
+        return QueueFull(str(exc), type_slug="MQMSG_CLASS_NACK_Q_EXCEED_QUOTA",
+                         fields={"class": "MQMSG_CLASS_NACK_Q_EXCEED_QUOTA"})
     if isinstance(exc, (QueueQuotaExceeded, QueueJournalQuotaExceeded)):
         return QueueFull(str(exc), type_slug="MQMSG_CLASS_NACK_Q_EXCEED_QUOTA", retry_after_s=5,
                          fields={"class": "MQMSG_CLASS_NACK_Q_EXCEED_QUOTA"})

@@ -247,6 +247,19 @@ async def test_queue_quota_answers_507_with_retry_after(client: Any) -> None:
     problem = await _problem(response, 507)
     assert response.headers["Retry-After"]
     assert problem["class"] == "MQMSG_CLASS_NACK_Q_EXCEED_QUOTA"
+    assert "'tiny'" in problem["detail"], "the queue is named as its client knows it"
+
+
+async def test_a_message_larger_than_the_whole_queue_quota_is_not_told_to_retry(
+        client: Any) -> None:
+    """It can never be stored there, empty queue or not: 507 without Retry-After, saying
+    so, rather than a retry for ever."""
+    await client.put("/v1/queues/tiny", json={"quota": 2048})
+    response = await client.post("/v1/queues/tiny/messages", data=bytes(4096))
+    problem = await _problem(response, 507)
+    assert "Retry-After" not in response.headers
+    assert problem["class"] == "MQMSG_CLASS_NACK_Q_EXCEED_QUOTA"
+    assert "larger than the whole quota" in problem["detail"] and "'tiny'" in problem["detail"]
 
 
 async def test_methods_not_allowed(client: Any) -> None:
