@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gateway.cli.config import DEFAULT_CONFIG, config_path
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, StartupError
 from gateway.logs import configure_logging
 from gateway.settings import Settings, load_settings, parse_listen
 
@@ -76,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     backup.add_argument("data_dir", type=Path, metavar="DATA_DIR")
     backup.add_argument("dest", type=Path, metavar="DEST")
+    backup.add_argument("--token", help="the admin key, for a running gateway with "
+                        "credentials (default $ENTREPOT_TOKEN, else $ENTREPOT_ADMIN_KEY)")
+    backup.add_argument("--token-file", type=Path, help="file holding the admin key")
+    backup.epilog = ("exit codes: 0 done, 1 the running gateway refused (its reason on stderr), "
+                     "2 not a data directory or DEST not empty, 3 the gateway cannot be reached")
     backup.set_defaults(handler=_cmd_backup)
 
     restore = commands.add_parser(
@@ -135,7 +140,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_backup(args: argparse.Namespace) -> int:
     from gateway.cli.offline import run_backup
 
-    return run_backup(args.data_dir, args.dest)
+    token = (args.token or os.environ.get("ENTREPOT_TOKEN")
+             or os.environ.get("ENTREPOT_ADMIN_KEY", ""))
+    if args.token_file is not None:
+        try:
+            token = args.token_file.read_text().strip()
+        except OSError as exc:
+            raise StartupError(f"--token-file {args.token_file}: {exc.strerror}") from None
+    return run_backup(args.data_dir, args.dest, token=token)
 
 
 def _cmd_restore(args: argparse.Namespace) -> int:

@@ -39,12 +39,21 @@ def _progress(done: int, total: int, name: str) -> None:
     _bar("checking", done, total, name)
 
 
-def run_backup(data_dir: Path, dest: Path) -> int:
+class _Refused(Exception):
+    """The running gateway refused the backup (exit 1), or cannot be reached (exit 3)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def run_backup(data_dir: Path, dest: Path, *, token: str = "") -> int:
     """Back up ``data_dir`` into ``dest``: directly when no gateway holds it, else through the
-    gateway that does (named in ``<data dir>/gateway.json``).
+    gateway that does (named in ``<data dir>/gateway.json``, asked with the admin ``token``).
+    Returns 1 when that gateway refuses, 3 when it cannot be reached (the reason on stderr).
 
     Raises:
-        StartupError: not a data directory, target not empty, or the gateway unreachable.
+        StartupError: not a data directory, or the target not empty.
     """
     if not (data_dir / "storage").is_dir():
         raise StartupError(f"{data_dir}: not an entrepot data directory (no storage/)")
@@ -53,7 +62,11 @@ def run_backup(data_dir: Path, dest: Path) -> int:
                                 lambda d, t, n: _bar("backing up", d, t, n))
         files, size, seconds = report.files, report.bytes, report.seconds
     except StoreLocked:
-        files, size, seconds = _backup_online(data_dir, dest)
+        try:
+            files, size, seconds = _backup_online(data_dir, dest, token)
+        except _Refused as exc:
+            print(f"entrepot: {exc}", file=sys.stderr)
+            return exc.code
     except StoreError as exc:
         raise StartupError(str(exc)) from exc
     print(f"backup of {data_dir} written to {dest}: {files} files, {size} bytes, "
@@ -61,7 +74,7 @@ def run_backup(data_dir: Path, dest: Path) -> int:
     return 0
 
 
-def _backup_online(data_dir: Path, dest: Path) -> tuple[int, int, float]:
+def _backup_online(data_dir: Path, dest: Path, token: str) -> tuple[int, int, float]:
     try:
         url = json.loads((data_dir / "gateway.json").read_text())["url"]
     except (OSError, ValueError, KeyError) as exc:
@@ -69,8 +82,8 @@ def _backup_online(data_dir: Path, dest: Path) -> tuple[int, int, float]:
                            "gateway") from exc
     body = json.dumps({"dest": str(dest.resolve())}).encode()
     headers = {"Content-Type": "application/json"}
-    if os.environ.get("ENTREPOT_ADMIN_KEY"):  # a gateway with credentials wants the admin's
-        headers["Authorization"] = "Bearer " + os.environ["ENTREPOT_ADMIN_KEY"]
+    if token:  # a gateway with credentials wants the admin's
+        headers["Authorization"] = "Bearer " + token
     cafile = os.environ.get("ENTREPOT_CAFILE")  # a gateway with a self-signed certificate
     context = ssl.create_default_context(cafile=cafile) if cafile else None
     request = urllib.request.Request(url + "/v1/admin/backup", data=body, method="POST",
@@ -81,10 +94,17 @@ def _backup_online(data_dir: Path, dest: Path) -> tuple[int, int, float]:
         with urllib.request.urlopen(request, timeout=3600, context=context) as response:
             answer = json.loads(response.read())
     except urllib.error.HTTPError as exc:
-        detail = json.loads(exc.read() or b"{}").get("detail", exc.reason)
-        raise StartupError(f"the gateway refused the backup: {detail}") from exc
+        try:
+            detail = json.loads(exc.read() or b"{}").get("detail", exc.reason)
+        except ValueError:
+            detail = exc.reason
+        if exc.code == 409:  # DEST not empty: as the offline backup says it
+            raise StartupError(f"the gateway refused the backup: {detail}") from exc
+        hint = (" (give the admin key: --token, --token-file or $ENTREPOT_TOKEN)"
+                if exc.code in (401, 403) else "")
+        raise _Refused(f"the gateway refused the backup: {detail}{hint}", 1) from exc
     except OSError as exc:
-        raise StartupError(f"cannot reach the gateway at {url}: {exc}") from exc
+        raise _Refused(f"cannot reach the gateway at {url}: {exc}", 3) from exc
     return int(answer["files"]), int(answer["bytes"]), float(answer["seconds"])
 
 

@@ -113,3 +113,38 @@ def test_backup_under_load_restores_every_message_acknowledged_before_it(
         assert missing == [], f"{len(missing)} acknowledged messages missing"
     finally:
         restored.stop()
+
+
+def test_backup_through_a_gateway_with_credentials_takes_the_admin_key(tmp_path: Path
+                                                                       ) -> None:
+    """Without the key the gateway's refusal is exit 1 naming how to give it; --token, a
+    --token-file and $ENTREPOT_TOKEN (as the admin commands take it) each give it."""
+    import hashlib
+    import os
+
+    config = tmp_path / "entrepot.toml"
+    config.write_text('[auth]\nadmin_key_sha256 = "%s"\n'
+                      % hashlib.sha256(b"admin-key").hexdigest())
+    (tmp_path / "key").write_text("admin-key\n")
+    gateway = GatewayProcess(tmp_path / "data", env={"ENTREPOT_CONFIG": str(config)})
+    try:
+        gateway.wait_ready()
+        data = str(gateway.data_dir)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ENTREPOT_")}
+        refused = subprocess.run([sys.executable, "-m", "gateway", "backup", data,
+                                  str(tmp_path / "b0")], capture_output=True, text=True,
+                                 cwd=REPO_ROOT, timeout=120, env=env)
+        assert refused.returncode == 1, refused.stderr
+        assert "--token" in refused.stderr and "Traceback" not in refused.stderr
+        for name, extra, extra_env in (
+                ("b1", ["--token", "admin-key"], {}),
+                ("b2", ["--token-file", str(tmp_path / "key")], {}),
+                ("b3", [], {"ENTREPOT_TOKEN": "admin-key"})):
+            done = subprocess.run([sys.executable, "-m", "gateway", "backup", data,
+                                   str(tmp_path / name), *extra], capture_output=True,
+                                  text=True, cwd=REPO_ROOT, timeout=120,
+                                  env={**env, **extra_env})
+            assert done.returncode == 0, (name, done.stderr)
+            assert (tmp_path / name / "MANIFEST.json").exists()
+    finally:
+        gateway.stop()
