@@ -204,6 +204,9 @@ async def _mapping_ctx(app: web.Application) -> AsyncIterator[None]:
                                 loader.rejected_total)
 
     await reload()
+    if not Path(settings.mapping.dir).is_dir():  # a mistyped --mapping-dir: said, not silent
+        server_log.warning("mapping directory %s does not exist: no mapping rules are loaded "
+                           "(mapping.dir, --mapping-dir)", Path(settings.mapping.dir).resolve())
     watcher = asyncio.create_task(watch(), name="mapping-watch")
     yield
     watcher.cancel()

@@ -161,3 +161,15 @@ def test_defaults_are_used_without_flags(tmp_path: Path) -> None:
     proc.wait_ready()
     assert proc.stop() == 0
     assert (tmp_path / "unused" / "storage").is_dir()
+
+
+def test_a_mapping_directory_that_does_not_exist_is_warned_about(tmp_path: Path) -> None:
+    """A mistyped --mapping-dir leaves the gateway without its mapping rules: it serves, and
+    says so at start."""
+    proc = GatewayProcess(tmp_path / "data",
+                          extra_args=["--mapping-dir", str(tmp_path / "no-such-dir")])
+    proc.wait_ready()
+    assert proc.stop() == 0
+    warned = [line for line in proc.log().splitlines() if "WARNING" in line
+              and "no-such-dir" in line and "does not exist" in line]
+    assert warned, proc.log()
