@@ -23,6 +23,10 @@ from gateway.cli.output import Progress, print_json, print_table
 __all__ = ["add_commands"]
 
 DEAD_LETTER = "system$;deadletter"
+# Where dlq looks without --queue: both dead-letter queues (transactional messages die in the
+# second).
+DEAD_LETTERS = (DEAD_LETTER, "system$;deadxact")
+_BOTH = f"default: both dead-letter queues ({', '.join(DEAD_LETTERS)})"
 _QUEUE_COLUMNS = [("path", "QUEUE"), ("messages", "MESSAGES"), ("bytes", "BYTES"),
                   ("transactional", "TX"), ("quota", "QUOTA")]
 _MESSAGE_COLUMNS = [("seq", "SEQ"), ("id", "ID"), ("label", "LABEL"), ("class", "CLASS"),
@@ -76,17 +80,17 @@ def add_commands(commands: Any, default_config: Path) -> None:
 
     dlq = _group(commands, "dlq", "dead-letter queues: list, show, requeue, delete")
     listing = _cmd(dlq, "list", common, _dlq_list, "dead letters with their class")
-    listing.add_argument("--queue", default=DEAD_LETTER, help=f"default {DEAD_LETTER}")
-    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--queue", help=_BOTH)
+    listing.add_argument("--limit", type=int, default=100, help="per queue")
     for name, handler in (("show", _dlq_show), ("delete", _dlq_delete)):
         sub = _cmd(dlq, name, common, handler, f"{name} one dead letter by id")
         sub.add_argument("id")
-        sub.add_argument("--queue", default=DEAD_LETTER)
+        sub.add_argument("--queue", help=_BOTH)
     requeue = _cmd(dlq, "requeue", common, _dlq_requeue,
                    "send dead letters back (one by id, or --all matching the filters)")
     requeue.add_argument("id", nargs="?")
     requeue.add_argument("--all", action="store_true")
-    requeue.add_argument("--queue", default=DEAD_LETTER)
+    requeue.add_argument("--queue", help=_BOTH)
     requeue.add_argument("--to", help="target queue (default: where each came from)")
     requeue.add_argument("--class", dest="message_class", help="only this MQMSG_CLASS_*")
     requeue.add_argument("--source-queue", help="only those that died in this queue")
@@ -277,23 +281,47 @@ def _dead_rows(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for row in _rows(messages)]
 
 
+def _dead_letter_queues(args: argparse.Namespace) -> tuple[str, ...]:
+    return (args.queue,) if args.queue else DEAD_LETTERS
+
+
 def _dlq_list(client: AdminClient, args: argparse.Namespace) -> int:
-    answer = client.call("GET", _q(args.queue) + "/messages", query={"limit": args.limit})
+    messages = [m for queue in _dead_letter_queues(args) for m in client.call(
+        "GET", _q(queue) + "/messages", query={"limit": args.limit})["messages"]]
     if args.json:
-        print_json(answer["messages"])
+        print_json(messages)
     else:
-        print_table(_dead_rows(answer["messages"]),
-                    [("id", "ID"), ("class", "CLASS"), ("source", "FROM"), ("label", "LABEL"),
-                     ("arrived_at", "DEAD SINCE"), ("size", "BYTES")], empty="(no dead letters)")
+        print_table(_dead_rows(messages),
+                    [("id", "ID"), ("queue", "QUEUE"), ("class", "CLASS"), ("source", "FROM"),
+                     ("label", "LABEL"), ("arrived_at", "DEAD SINCE"), ("size", "BYTES")],
+                    empty="(no dead letters)")
     return 0
 
 
-def _message_path(args: argparse.Namespace) -> str:
-    return _q(args.queue) + "/messages/" + urllib.parse.quote(str(args.id), safe="")
+def _message_path(queue: str, message_id: str) -> str:
+    return _q(queue) + "/messages/" + urllib.parse.quote(message_id, safe="")
+
+
+def _on_dead_letter(client: AdminClient, args: argparse.Namespace, method: str,
+                    suffix: str = "", doc: dict[str, Any] | None = None) -> Any:
+    """``method`` on the dead letter ``args.id``, in --queue or else in whichever of the
+    dead-letter queues holds it.
+
+    Raises:
+        AdminError: 4 when none holds it.
+    """
+    queues = _dead_letter_queues(args)
+    for queue in queues:
+        try:
+            return client.call(method, _message_path(queue, str(args.id)) + suffix, doc=doc)
+        except AdminError as exc:
+            if exc.code != 4 or queue == queues[-1]:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _dlq_show(client: AdminClient, args: argparse.Namespace) -> int:
-    message = client.call("GET", _message_path(args))
+    message = _on_dead_letter(client, args, "GET")
     if args.json:
         print_json(message)
         return 0
@@ -307,7 +335,7 @@ def _dlq_show(client: AdminClient, args: argparse.Namespace) -> int:
 
 
 def _dlq_delete(client: AdminClient, args: argparse.Namespace) -> int:
-    client.call("DELETE", _message_path(args))
+    _on_dead_letter(client, args, "DELETE")
     print_json({"deleted": args.id}) if args.json else print(f"deleted {args.id}")
     return 0
 
@@ -317,21 +345,22 @@ def _dlq_requeue(client: AdminClient, args: argparse.Namespace) -> int:
         raise AdminError("dlq requeue: give a message id or --all (with filters)", 2)
     if args.id:
         doc = {"queue": args.to} if args.to else {}
-        moved = client.call("POST", _message_path(args) + "/requeue", doc=doc)
+        moved = _on_dead_letter(client, args, "POST", "/requeue", doc)
         print_json(moved) if args.json else print(f"requeued {args.id} to {moved['queue']}")
         return 0
-    total = client.call("GET", _q(args.queue))["messages"]
-    progress = Progress(total, "requeued")
+    queues = _dead_letter_queues(args)
+    progress = Progress(sum(client.call("GET", _q(q))["messages"] for q in queues), "requeued")
     flt: dict[str, Any] = {"limit": 1000}
     for key, value in (("queue", args.to), ("class", args.message_class),
                        ("source_queue", args.source_queue)):
         if value:
             flt[key] = value
-    while True:  # bounded batches, so one command can move a large queue with progress
-        moved = int(client.call("POST", _q(args.queue) + "/requeue", doc=flt)["requeued"])
-        progress.advance(moved)
-        if moved < flt["limit"]:
-            break
+    for queue in queues:
+        while True:  # bounded batches, so one command can move a large queue with progress
+            moved = int(client.call("POST", _q(queue) + "/requeue", doc=flt)["requeued"])
+            progress.advance(moved)
+            if moved < flt["limit"]:
+                break
     progress.finish()
     print_json({"requeued": progress.done}) if args.json else print(
         f"requeued {progress.done} messages")

@@ -147,3 +147,30 @@ def test_links_and_transactions(capsys: Any, gw: GatewayProcess) -> None:
     assert json.loads(run(capsys, gw, "queue", "show", "txq", "--json")[1])["messages"] == 2
     code, _, _ = run(capsys, gw, "tx", "abort", tx)
     assert code == 4, "a finished transaction is gone"
+
+
+def test_dead_letters_of_transactional_messages_are_found_too(capsys: Any,
+                                                              gw: GatewayProcess) -> None:
+    """They die in system$;deadxact: dlq lists and finds them without --queue."""
+    import urllib.request
+    run(capsys, gw, "queue", "create", "txdead", "--transactional")
+    for i in range(2):
+        urllib.request.urlopen(urllib.request.Request(
+            f"{gw.url}/v1/queues/txdead/messages", data=f"t{i}".encode(), method="POST",
+            headers={"Authorization": f"Bearer {KEY}", "Mq-Transaction": "single",
+                     "Mq-Time-To-Be-Received": "0.01", "Mq-Journal": "deadletter"})).read()
+    deadline = time.monotonic() + 30  # an upper bound only
+    dead: list[dict[str, Any]] = []
+    while len(dead) < 2 and time.monotonic() < deadline:
+        dead = json.loads(run(capsys, gw, "dlq", "list", "--json")[1])
+        time.sleep(0.05)
+    assert {d["queue"] for d in dead} == {"system$;deadxact"} and len(dead) == 2, dead
+    code, out, _ = run(capsys, gw, "dlq", "list")
+    assert code == 0 and "system$;deadxact" in out and "(no dead letters)" not in out
+    code, out, _ = run(capsys, gw, "dlq", "show", dead[0]["id"])
+    assert code == 0 and "2 bytes" in out
+    assert run(capsys, gw, "dlq", "delete", dead[0]["id"])[0] == 0
+    assert run(capsys, gw, "dlq", "delete", dead[0]["id"])[0] == 4, "gone from both"
+    code, out, _ = run(capsys, gw, "dlq", "requeue", "--all", "--to", "txdead")
+    assert code == 0 and "requeued 1" in out
+    assert json.loads(run(capsys, gw, "dlq", "list", "--json")[1]) == []
