@@ -119,6 +119,7 @@ class Engine:
         self.reserve: Reserve | None = None
         self.pairs: list[PingPong] = [mqtrans]
         self.short: str | None = None
+        self.segments_short = False  # a new data segment could not be made (a full disk)
 
     # ---- batches -------------------------------------------------------------------------
 
@@ -215,10 +216,18 @@ class Engine:
                 made = self.make_segment(kind, self.next_segment)
             except OSError as exc:
                 if is_full(exc):
-                    raise DiskFull(f"no space for a new {self.options.segment_size}-byte "
-                                   f"segment in {self.data_dir.storage}") from exc
+                    full = DiskFull(f"no space for a new {self.options.segment_size}-byte "
+                                    f"segment in {self.data_dir.storage}")
+                    if not self.segments_short:  # the operator is told once, not per send
+                        self.segments_short = True
+                        commit_log.warning("disk full: %s; writes that need one are refused "
+                                           "(507), reads and removals go on", full)
+                    raise full from exc
                 raise
             self.next_segment += 1
+        if self.segments_short:
+            self.segments_short = False
+            commit_log.warning("space for new segments is back: new data is taken again")
         segment, lfile = made
         if preparer is not None:
             preparer.ensure(kind, self._reserve_segment)

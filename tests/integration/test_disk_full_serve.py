@@ -168,6 +168,11 @@ def test_a_full_disk_refuses_new_data_keeps_serving_and_restarts_read_only(small
         assert_refused(request(f"{gateway.url}/v1/queues/private$/new_q", "PUT", b"{}"))
         acked += send_until_refused(gateway.url, len(acked))
         n = len(acked) + 1
+        # The operator is told, in the log and on the status page, not only the clients.
+        assert [line for line in gateway.log().splitlines()
+                if "WARNING" in line and "no space for a new" in line], gateway.log()
+        errors = json.loads(http_get(f"{gateway.url}/ui/status.json")[2])["errors"]
+        assert any("no space for a new" in e["message"] for e in errors), errors
         assert browse(gateway.url) == acked
         assert receive(gateway.url) == acked.pop(0)
         wait_for_checkpoints(data / "storage", 3)
