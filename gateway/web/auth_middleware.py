@@ -93,8 +93,10 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator,
                 raise ProblemError(401, "a credential is required (Authorization: Bearer "
                                    f"<API key> or {SCHEME}, or a client certificate)",
                                    type_slug="unauthorized", headers=_CHALLENGE)
-            if principal is not None and shares is not None:
-                shares.take(request, principal)  # before its body: a slow one counts too
+            if shares is not None and (principal is not None or srmp):
+                # Before its body: a slow one counts too (an SRMP sender nobody vouches
+                # for, whose body says where it goes, among them).
+                shares.take(request, principal or NOBODY)
         body = await read_body(request, body_timeout)
         if signed:
             principal = _check(authenticate, Credentials(

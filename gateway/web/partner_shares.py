@@ -7,8 +7,10 @@ A request takes its place once its partner is known (the auth gate: before the b
 but for a signed request) and gives it back when it is answered (the middleware). With front
 processes the count is each front's own and the quarter is shared out between them (at least
 one each): connections spread over the fronts, and a front admits its part of the quarter.
-The admin, the callers of a gateway without credentials and SRMP senders nobody vouches for
-have no share, only the overall cap.
+SRMP senders nobody vouches for (no partner certificate) share one quarter between them: they
+are admitted before their body says where it goes, so strangers' slow bodies cannot take the
+places partners need. The admin and the REST callers of a gateway without credentials have
+no share, only the overall cap.
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ class PartnerShares:
 
     def take(self, request: web.Request, principal: Principal) -> None:
         """Raises: ProblemError 503 when the partner's share is taken."""
-        if principal.admin or principal.open or principal is NOBODY or may_wait(request):
+        if principal.admin or principal.open or may_wait(request):
             return
         name = principal.name
         held = self._held.get(name, 0)
         if held >= self.share:
-            raise ProblemError(503, f"partner {name!r} already has {held} requests in flight, "
-                               "its share of server.concurrent_requests_max "
+            who = ("SRMP senders nobody vouches for have" if principal is NOBODY
+                   else f"partner {name!r} has")
+            raise ProblemError(503, f"{who} already {held} requests in flight, a "
+                               "quarter of server.concurrent_requests_max "
                                f"({self.limit})", type_slug="overloaded",
                                headers={"Retry-After": "1"})
         self._held[name] = held + 1

@@ -24,25 +24,29 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    root = tmp_path_factory.mktemp("shares")
-    (root / "entrepot.toml").write_text(f"""[server]
-concurrent_requests_max = {CAP}
-body_timeout = "1h"
-[auth]
+# The admin, partner b and its queue, in both tests' configurations.
+_B = f"""[auth]
 admin_key_sha256 = "{_sha('admin-key')}"
-[[partners]]
-name = "a"
-api_key_sha256 = "{_sha('key-a')}"
-send = ["in_*"]
 [[partners]]
 name = "b"
 api_key_sha256 = "{_sha('key-b')}"
 send = ["in_*"]
 [[queues]]
 path = "in_b"
-""")
+"""
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    root = tmp_path_factory.mktemp("shares")
+    (root / "entrepot.toml").write_text(f"""[server]
+concurrent_requests_max = {CAP}
+body_timeout = "1h"
+[[partners]]
+name = "a"
+api_key_sha256 = "{_sha('key-a')}"
+send = ["in_*"]
+{_B}""")
     gateway = GatewayProcess(root / "data", env={"ENTREPOT_CONFIG": str(root / "entrepot.toml")})
     try:
         gateway.wait_ready()
@@ -92,3 +96,43 @@ def test_a_partner_holding_its_share_leaves_places_for_the_others(
         assert status == 503, status
         time.sleep(0.05)
     raise AssertionError("partner a's places did not come back")
+
+
+def test_strangers_slow_srmp_bodies_leave_places_for_the_partners(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """SRMP senders nobody vouches for (here: loopback is outside srmp.allow_networks, no
+    certificate) are admitted before their body says where it goes: together they hold at
+    most a quarter of the places, as one partner does, and partners stay served."""
+    root = tmp_path_factory.mktemp("strangers")
+    (root / "entrepot.toml").write_text(f"""[server]
+concurrent_requests_max = {CAP}
+body_timeout = "1h"
+shutdown_grace = "1s"
+[srmp]
+allow_networks = ["10.9.9.0/24"]
+{_B}""")
+    gateway = GatewayProcess(root / "data", env={"ENTREPOT_CONFIG": str(root / "entrepot.toml")})
+    slow: list[socket.socket] = []
+    try:
+        gateway.wait_ready()
+        for _ in range(CAP):
+            sock = socket.create_connection(("127.0.0.1", gateway.port))
+            sock.sendall(b"POST /msmq/nosuchqueue HTTP/1.1\r\nHost: localhost\r\n"
+                         b"Content-Type: multipart/related; boundary=b\r\n"
+                         b"Content-Length: 100000\r\n\r\n--b")
+            slow.append(sock)
+        refused = 0
+        waiting = list(slow)
+        while refused < CAP - CAP // 4:
+            ready, _, _ = select.select(waiting, [], [], 60)  # a bound only
+            assert ready, f"only {refused} of the strangers' requests were refused"
+            for sock in ready:
+                assert sock.recv(65536).startswith(b"HTTP/1.1 503")
+                waiting.remove(sock)
+                refused += 1
+        assert http_request(gateway.url + "/v1/queues/in_b/messages", body=b"b",
+                            headers={"Authorization": "Bearer key-b"}) == 201
+    finally:
+        for sock in slow:
+            sock.close()
+        gateway.stop()
