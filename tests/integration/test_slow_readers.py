@@ -6,6 +6,7 @@ held among ``server.concurrent_requests_max`` is free for others."""
 from __future__ import annotations
 
 import re
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -41,7 +42,10 @@ def _ask_and_never_read(gateway: GatewayProcess, target: str) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", gateway.port))
-    sock.sendall(f"GET {target} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+    sock.sendall(f"GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+                 .encode())
+    # Its answer has begun (nothing read): from here on it holds the one place in flight.
+    assert select.select([sock], [], [], 60)[0], "the answer never began"  # a bound only
     return sock
 
 
