@@ -21,6 +21,7 @@ from store.errors import (
     QueueJournalQuotaExceeded,
     QueueQuotaExceeded,
     QueueQuotaTooSmall,
+    QuotaExceeded,
 )
 from store.framing import RecordFlags
 from store.records import Placed
@@ -89,6 +90,14 @@ class QuotaBook:
                 error = QueueJournalQuotaExceeded if is_journal else QueueQuotaExceeded
                 raise error(f"queue {name} quota of {limit} bytes is full "
                             f"({self.queue_used[queue_id]} used, {size} more asked)")
+
+    def fits(self, charges: Iterable[Charge]) -> bool:
+        """Whether ``check`` would pass now."""
+        try:
+            self.check(charges)
+        except QuotaExceeded:
+            return False
+        return True
 
     def take(self, one: Charge) -> None:
         """``check`` then ``charge`` of one message: what every single send does."""

@@ -16,8 +16,9 @@ __all__ = ["OTHER", "QUEUE_EVENTS", "Tally", "QueueEvents"]
 
 OTHER = "_other"
 # What a queue's messages do: arrive (a committed send, a copy, a redrive), leave by a
-# delivered receive, expire, get a dead-letter copy, get purged.
-QUEUE_EVENTS = ("sent", "received", "expired", "dead_lettered", "purged")
+# delivered receive, expire, get a dead-letter copy, get purged, are received without the
+# journal copy their queue keeps (no room in the journal).
+QUEUE_EVENTS = ("sent", "received", "expired", "dead_lettered", "purged", "not_journaled")
 NAMES_MAX = 100  # the default of metrics.queues_max
 
 

@@ -28,6 +28,7 @@ from gateway.queues.errors import BadRequest, Conflict, Forbidden, NotFound, Sto
 from gateway.queues.events import QueueEvents
 from gateway.queues.expiry import Expiry
 from gateway.queues.internal import DEDUP_QUEUE, INTERNAL_QUEUES, WIRE_IDS_QUEUE, is_internal
+from gateway.queues.journaling import JournalCopies, sync_journal
 from gateway.queues.local_names import LocalNames
 from gateway.queues.model import Queue, ReceivedMessage
 from gateway.queues.purge import purge_queue
@@ -82,6 +83,7 @@ class QueueManager:
         self.expiry = Expiry(self)
         # What happened to each queue's messages since start (the metrics read it).
         self.events = QueueEvents()
+        self.journal_copies = JournalCopies(store.quotas, self.events)
         self.dedup: DedupWindow | None = None
         # Unreadable records of the internal queues, set aside once the gateway is open.
         self.quarantine = Quarantine(store)
@@ -200,28 +202,22 @@ class QueueManager:
                             "keeps for its own queues", type_slug="MQ_ERROR_ACCESS_DENIED")
         existing = self._queues.get(path.canonical)
         if existing is not None:
-            if existing.settings.transactional != settings.transactional and self.store.count(
-                    existing.queue_id):
-                raise Conflict("a queue holding messages cannot change whether it is "
-                               "transactional", type_slug="queue-not-empty")
+            if existing.settings.transactional != settings.transactional:
+                if self.store.count(existing.queue_id):
+                    raise Conflict("a queue holding messages cannot change whether it is "
+                                   "transactional", type_slug="queue-not-empty")
+                if self.sent_to_in_transactions(existing.queue_id):
+                    raise Conflict(f"{path.display!r} is where an open or prepared "
+                                   "transaction sends: commit or abort it before changing "
+                                   "whether it is transactional", type_slug="queue-busy")
             info = await store_call(self.store.update_queue(existing.queue_id,
                                                             settings.as_properties()))
             existing.info, existing.settings = info, settings
-            await self._sync_journal(existing)
+            await sync_journal(self, existing)
             return existing, False
         queue = await self.register(path, settings)
-        await self._sync_journal(queue)
+        await sync_journal(self, queue)
         return queue, True
-
-    async def _sync_journal(self, queue: Queue) -> None:
-        journal_path = journal_of(queue.path)
-        journal = self._queues.get(journal_path.canonical)
-        if journal is None and queue.settings.journal:
-            await self.register(journal_path, QueueSettings(
-                journal_quota=queue.settings.journal_quota), journal_class=True)
-        elif journal is not None:
-            await store_call(self.store.update_queue(
-                journal.queue_id, {"quota": str(queue.settings.journal_quota)}))
 
     async def delete_queue(self, name: str) -> None:
         queue = self.queue(name)
@@ -531,11 +527,10 @@ class QueueManager:
         journal_queue = self.journal_queue(queue) if journal else None
         extra: list[sending.Send] = []
         dead_lettered = 0
+        if journal_queue is not None:
+            extra.extend(self.journal_copies.copies(queue, journal_queue, messages))
         for message in messages:
             props = message.properties
-            if journal_queue is not None:
-                copy = replace(props, message_id=message.message_id)
-                extra.append(sending.copy(journal_queue, copy, message.body))
             if dead_letter is not None and props.journal == JournalLevel.DEADLETTER.value:
                 extra.append(dead_letter_spec(self, queue, message, dead_letter, now_ms))
                 dead_lettered += 1

@@ -49,6 +49,7 @@ from gateway.queues.manager import Park, Queue, QueueManager, ReceivedMessage
 from gateway.queues.store_errors import store_call
 from gateway.queues.tx_names import Named, PreparedNames
 from store.framing import max_payload
+from store.quota import Charge
 from store.records import StoredRecord
 
 __all__ = ["Transactions", "Transaction", "TxState", "owner_key"]
@@ -368,12 +369,12 @@ class Transactions:
             # In commit order (priority 0) and durable, as a transactional message is.
             specs.append(sending.message(queue, self._stamp(props, now_ms), body, priority=0,
                                          express=False))
+        charges: list[Charge] = []
         for queue, record in tx.receives:  # queue journals keep what was received
             journal = self.qm.journal_queue(queue)
             if journal is not None:
-                message = self.qm.decode(queue, record)
-                copy = replace(message.properties, message_id=message.message_id)
-                specs.append(sending.copy(journal, copy, message.body))
+                specs += self.qm.journal_copies.copies(
+                    queue, journal, [self.qm.decode(queue, record)], charges)
         return specs
 
     async def prepare(self, tx_id: str, principal: Principal) -> Transaction:

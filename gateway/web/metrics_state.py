@@ -140,7 +140,8 @@ def _queues(doc: dict[str, Any], label: Callable[[str], str], heads: dict[str, i
 def _queue_events(state: GatewayState) -> Metric:
     family = CounterMetricFamily(
         "entrepot_queue_messages", "Messages of a queue since start, by event: sent (arrived "
-        "in it), received (delivered), expired, dead_lettered, purged. Queues beyond "
+        "in it), received (delivered), expired, dead_lettered, purged, not_journaled "
+        "(received without its journal copy: no room in the journal). Queues beyond "
         "metrics.queues_max are summed under queue=\"_other\".", labels=["queue", "event"])
     counts = state.services.queue_manager.events.counts if state.services is not None else {}
     for queue in sorted(counts):

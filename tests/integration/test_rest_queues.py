@@ -232,6 +232,29 @@ async def test_queue_journal_keeps_received_messages(client: Any) -> None:
     assert [base64.b64decode(m["body_base64"]) for m in journal["messages"]] == [b"keep me"]
 
 
+async def test_a_full_journal_does_not_block_receives(
+        client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """As in MSMQ, a copy the journal has no room for is not made: the message is received
+    without it (a message larger than the whole journal quota once blocked its queue, every
+    receive answering 507), counted, and a WARNING names the queue."""
+    await client.put("/v1/queues/jq", json={"journal": True, "journal_quota": 4096})
+    for body in (b"small", bytes(8000), b"after"):
+        assert (await client.post("/v1/queues/jq/messages", data=body)).status == 201
+    got = []
+    for _ in range(3):
+        response = await client.post("/v1/queues/jq/receive")
+        assert response.status == 200, await response.text()
+        got += [base64.b64decode(m["body_base64"]) for m in (await response.json())["messages"]]
+    assert got == [b"small", bytes(8000), b"after"]
+    journal = await (await client.get("/v1/queues/jq;journal/messages")).json()
+    assert [base64.b64decode(m["body_base64"]) for m in journal["messages"]] == [
+        b"small", b"after"]
+    metrics = await (await client.get("/metrics")).text()
+    assert 'entrepot_queue_messages_total{event="not_journaled",queue="jq"} 1.0' in metrics
+    warned = [r.getMessage() for r in caplog.records if r.name == "entrepot.queues.journal"]
+    assert len(warned) == 1 and "jq" in warned[0]
+
+
 async def test_source_journaling_copies_to_the_machine_journal(client: Any) -> None:
     await client.put("/v1/queues/s", json={})
     sent = await (await client.post("/v1/queues/s/messages", data=b"x",

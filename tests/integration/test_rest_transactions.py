@@ -223,7 +223,30 @@ async def test_a_queue_a_transaction_sends_to_is_not_deleted_under_it(
     refused = await client.delete("/v1/queues/private$/gone")
     assert (refused.status, (await refused.json())["type"].rsplit("/", 1)[-1]) == (
         409, "queue-busy")
+    # nor made non-transactional: the commit would put a transactional message in it
+    changed = await client.put("/v1/queues/private$/gone", json={"transactional": False})
+    assert (changed.status, (await changed.json())["type"].rsplit("/", 1)[-1]) == (
+        409, "queue-busy")
+    assert (await (await client.get("/v1/queues/private$/gone")).json())["transactional"]
     committed = await client.post(f"/v1/transactions/{tx}/commit")
     assert committed.status == 200, await committed.text()
     assert await _bodies(client, "private$/gone") == [b"held"]
     assert (await client.delete("/v1/queues/private$/gone")).status == 204
+
+
+async def test_a_commit_is_not_refused_for_a_journal_copy_with_no_room(client: Any) -> None:
+    """The journal copies of a transaction's receives follow MSMQ's rule too: one its
+    journal has no room for is left out, and the commit goes through (it answered 507 for
+    as long as the journal stayed full)."""
+    await client.put("/v1/queues/private$/tj", json={"transactional": True, "journal": True,
+                                                     "journal_quota": 4096})
+    for body in (bytes(8000), b"fits"):
+        assert (await client.post("/v1/queues/private$/tj/messages", data=body)).status == 201
+    tx = await _begin(client)
+    got = await client.post("/v1/queues/private$/tj/receive?max=2",
+                            headers={"Mq-Transaction": tx})
+    assert len((await got.json())["messages"]) == 2
+    committed = await client.post(f"/v1/transactions/{tx}/commit")
+    assert committed.status == 200, await committed.text()
+    assert await _bodies(client, "private$/tj") == []
+    assert await _bodies(client, "private$/tj;journal") == [b"fits"]
