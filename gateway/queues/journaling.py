@@ -13,19 +13,29 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gateway.queues import sending
 from gateway.queues.events import QueueEvents
 from gateway.queues.model import Queue, ReceivedMessage
 from gateway.queues.settings import QueueSettings
 from gateway.queues.store_errors import store_call
-from mapping.names import journal_of
+from mapping.names import QueuePath, journal_of
 from store.framing import record_size
+from store.message_store import MessageStore
 from store.quota import Charge, QuotaBook
 
-if TYPE_CHECKING:
-    from gateway.queues.manager import QueueManager
+
+class _Queues(Protocol):
+    """What ``sync_journal`` needs of the queue manager."""
+
+    store: MessageStore
+
+    def lookup(self, canonical: str) -> Queue | None: ...
+
+    async def register(self, path: QueuePath, settings: QueueSettings, *,
+                       journal_class: bool = False, extra: dict[str, str] | None = None
+                       ) -> Queue: ...
 
 __all__ = ["JournalCopies", "sync_journal"]
 
@@ -35,7 +45,7 @@ _WARN_EVERY_S = 60.0
 _WARNED_MAX = 4096
 
 
-async def sync_journal(qm: QueueManager, queue: Queue) -> None:
+async def sync_journal(qm: _Queues, queue: Queue) -> None:
     """The queue's journal made when it is first asked for, and its quota kept as set."""
     journal_path = journal_of(queue.path)
     journal = qm.lookup(journal_path.canonical)

@@ -172,12 +172,20 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
     return [observe]
 
 
-def _refuse_bytes_not_utf8(request: web.Request) -> None:
-    """Raises: ProblemError 400 naming the first header whose value is not UTF-8 text.
+# Headers that carry one value: given twice, which one counts would be a guess (and a check
+# and a use reading different ones a way round it), so the request is refused. ``Mq-*``
+# headers are all single-valued too.
+_SINGLE_VALUED = frozenset({"authorization", "content-type", "idempotency-key"})
 
-    aiohttp keeps such bytes as lone surrogates, which no store, log line, answer or
-    forwarded request (gateway.fronts) can carry; refused before anything else, on every
-    route, so that one process and several answer alike."""
+
+def _check_headers(request: web.Request) -> None:
+    """Raises: ProblemError 400 naming the first header whose value is not UTF-8 text, or
+    a single-valued header given more than once.
+
+    aiohttp keeps bytes that are not UTF-8 as lone surrogates, which no store, log line,
+    answer or forwarded request (gateway.fronts) can carry. Checked before anything else,
+    on every route, so that one process and several answer alike."""
+    seen: set[str] | None = None
     for name, value in request.headers.items():
         if not value.isascii():
             try:
@@ -185,6 +193,15 @@ def _refuse_bytes_not_utf8(request: web.Request) -> None:
             except UnicodeEncodeError:
                 raise ProblemError(400, f"{name}: not UTF-8 text",
                                    type_slug="bad-header") from None
+        lower = name.lower()
+        if lower in _SINGLE_VALUED or lower.startswith("mq-"):
+            if seen is None:
+                seen = {lower}
+            elif lower in seen:
+                raise ProblemError(400, f"{name}: given more than once; it takes one value",
+                                   type_slug="bad-header")
+            else:
+                seen.add(lower)
 
 
 async def _answer(request: web.Request, handler: Handler,
@@ -193,7 +210,7 @@ async def _answer(request: web.Request, handler: Handler,
     # (RFC 9110 4.2.3); aiohttp leaves it empty.
     instance = request.path or "/"
     try:
-        _refuse_bytes_not_utf8(request)
+        _check_headers(request)
         if gate is not None:
             await gate(request)
         try:

@@ -157,6 +157,22 @@ def test_any_header_that_is_not_utf8_is_refused_naming_it(gateway: GatewayProces
         assert answer[0] == 400 and _problem(answer, "X-Trace"), (path, answer)
 
 
+@pytest.mark.parametrize("header", [*SEND_HEADERS, "Mq-Destination", "Authorization"])
+def test_a_single_valued_header_given_twice_is_refused_naming_it(
+        gateway: GatewayProcess, unchanged: None, header: str) -> None:
+    # Which of two values counts would be a guess: a permission check and the send could
+    # read different ones.
+    values = {"Mq-Destination": (b"DIRECT=OS:.\\private$\\hostile", b"nowhere"),
+              "Authorization": (b"Bearer a", b"Bearer b")}.get(header, (b"1", b"2"))
+    for path, extra in ((f"{Q}/messages", []), ("/v1/messages", [TO_HOSTILE])):
+        if header == "Mq-Destination" and extra:
+            extra = []
+        answer = _request(gateway, "POST", path, body=b"body",
+                          headers=[*extra, *((header.encode(), v) for v in values)])
+        # (aiohttp's parser refuses a second Content-Type itself, naming it)
+        assert answer[0] == 400 and _problem(answer, header), (path, answer)
+
+
 # ---- lone surrogates in JSON strings ---------------------------------------------------------
 
 BAD = "x\ud800y"
