@@ -19,6 +19,7 @@ from aiohttp import web
 from gateway import jsonio
 from gateway.auth.principal import Principal
 from gateway.errors import ProblemError
+from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties
 from gateway.queues.manager import Park, QueueManager, QueueSettings, ReceivedMessage
 from gateway.queues.redrive import Redrive, RedriveFilter
@@ -356,6 +357,9 @@ def _target(body: dict[str, object]) -> str | None:
     return target
 
 
+_CLASS_NAMES = frozenset(c.msmq_name for c in MessageClass)
+
+
 async def _requeue_bulk(request: web.Request, qm: QueueManager, name: str) -> web.Response:
     """Body: optional ``queue`` (target), ``class``, ``source_queue``, ``after`` and ``before``
     (ISO 8601 times of dead-lettering), ``limit`` (<= 10000)."""
@@ -372,6 +376,9 @@ async def _requeue_bulk(request: web.Request, qm: QueueManager, name: str) -> we
             source, str):
         raise ProblemError(400, "class and source_queue must be strings",
                            type_slug="bad-request")
+    if cls is not None and cls not in _CLASS_NAMES:
+        raise ProblemError(400, f"class: {cls!r} is not an MSMQ message class (such as "
+                           "MQMSG_CLASS_NACK_RECEIVE_TIMEOUT)", type_slug="bad-request")
     flt = RedriveFilter(message_class=cls, source_queue=source, limit=limit,
                         after_ms=_time_ms(body, "after"), before_ms=_time_ms(body, "before"))
     moved = await _redrive(request).bulk(name, flt, _target(body))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,6 +102,8 @@ def test_dead_letters_list_show_requeue_delete(capsys: Any, gw: GatewayProcess) 
     assert run(capsys, gw, "dlq", "delete", dead[0]["id"])[0] == 0
     code, out, _ = run(capsys, gw, "dlq", "requeue", dead[1]["id"], "--to", "work")
     assert code == 0 and "to work" in out
+    code, _, err = run(capsys, gw, "dlq", "requeue", "--all", "--class", "BOGUS")
+    assert code != 0 and "'BOGUS'" in err and "class" in err
     code, out, _ = run(capsys, gw, "dlq", "requeue", "--all", "--source-queue", "work",
                        "--to", "work")
     assert code == 0 and "requeued 3" in out
@@ -174,3 +178,16 @@ def test_dead_letters_of_transactional_messages_are_found_too(capsys: Any,
     code, out, _ = run(capsys, gw, "dlq", "requeue", "--all", "--to", "txdead")
     assert code == 0 and "requeued 1" in out
     assert json.loads(run(capsys, gw, "dlq", "list", "--json")[1]) == []
+
+
+def test_output_into_a_closed_pipe_ends_quietly(gw: GatewayProcess) -> None:
+    """``entrepot queue list | head -0``: the reader is gone before the first line."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "queue", "list", "--url", gw.url, "--token", KEY],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # long before the child, still starting, writes
+    with child.stderr:
+        err = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 1
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
