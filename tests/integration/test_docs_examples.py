@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -79,3 +82,46 @@ def test_the_srmp_example_is_stored_once_however_often_it_is_posted(tmp_path: Pa
         assert _messages(gateway)["orders"] == 0
     finally:
         gateway.stop()
+
+
+def test_the_signed_request_example_is_accepted_and_a_tampered_one_is_not(
+        tmp_path: Path) -> None:
+    """docs/security.md's EP-HMAC-SHA256 client, run as written (its gateway address
+    replaced) against a gateway where acme has an HMAC secret: the send is stored. The same
+    script with the label changed after signing is refused (401), so the example proves
+    the signature covers what the section says."""
+    [example] = _blocks(REPO_ROOT / "docs" / "security.md", "## Signed requests",
+                        "## Addresses")[1:]
+    (tmp_path / "acme.secret").write_text("a shared secret of acme, 42 bytes long...\n")
+    (tmp_path / "local.toml").write_text(
+        '[[queues]]\npath = "private$/orders_in"\n'
+        '[auth]\nadmin_key_sha256 = "'
+        + hashlib.sha256(b"admin-key-of-the-docs-test").hexdigest() + '"\n'
+        '[[partners]]\nname = "acme"\nhmac_secret_file = "'
+        + str(tmp_path / "acme.secret") + '"\nsend = ["private$/orders_in"]\n')
+    gateway = GatewayProcess(tmp_path / "data",
+                             env={"ENTREPOT_CONFIG": str(tmp_path / "local.toml")})
+    try:
+        gateway.wait_ready()
+        script = example.replace("https://gateway.example:8443", gateway.url)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        assert json.loads(done.stdout)["queue"] == "private$/orders_in"
+        tampered = script.replace(
+            "    return urllib.request.Request(",
+            '    headers["Mq-Label"] = "order 43"\n    return urllib.request.Request(')
+        assert tampered != script
+        refused = subprocess.run([sys.executable, "-c", tampered], capture_output=True,
+                                 text=True, timeout=120, cwd=tmp_path)
+        assert refused.returncode != 0 and "401" in refused.stderr, refused.stderr
+        request = urllib.request.Request(
+            gateway.url + "/v1/queues/private$/orders_in/messages",
+            headers={"Authorization": "Bearer admin-key-of-the-docs-test"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            stored = json.loads(answer.read())["messages"]
+        assert [(m["label"], m["content_type"]) for m in stored] == [
+            ("order 42", "application/json")]
+    finally:
+        gateway.stop()
+
