@@ -17,9 +17,10 @@ The string to sign is these lines joined by "\\n" (no final "\\n"), encoded as U
 The covered headers are every ``Mq-*`` header, ``Idempotency-Key`` and ``Content-Type``:
 each of them the request carries, so one added, removed or changed after signing makes the
 signature wrong. Canonical form: the name in lower case; the value with its leading and
-trailing spaces and tabs removed, inner whitespace kept byte for byte; the header lines sorted by
-name (a covered header sent twice never gets here: the web edge refuses it, 400). A header sent with an empty value is a line ``name:``. Other headers
-(Host, Accept, User-Agent, ...) are not covered. A client sends the path and query without
+trailing spaces and tabs removed, inner whitespace kept byte for byte; the header lines
+sorted by name (a covered header sent twice never gets here: the web edge refuses it, 400).
+A header sent with an empty value is a line ``name:``. Other headers (Host, Accept,
+User-Agent, ...) are not covered. A client sends the path and query without
 needless percent-escapes, and every covered header it means to send (HTTP libraries add a
 Content-Type to a body of their own accord: set it, and sign it).
 
