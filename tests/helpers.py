@@ -12,9 +12,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway.fronts.cpus import usable_cpus
 
@@ -136,6 +136,19 @@ class GatewayProcess:
         if not self._log.closed:
             self._log.flush()
         return self.log_path.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def serving(root: Path, config: str) -> Iterator[GatewayProcess]:
+    """A real gateway on ``config`` (TOML, written to root/entrepot.toml) and a data
+    directory under ``root``, ready; stopped when the block ends."""
+    (root / "entrepot.toml").write_text(config)
+    gateway = GatewayProcess(root / "data", env={"ENTREPOT_CONFIG": str(root / "entrepot.toml")})
+    try:
+        gateway.wait_ready()
+        yield gateway
+    finally:
+        gateway.stop()
 
 
 async def ready_client(aiohttp_client: Any, settings: Any) -> Any:

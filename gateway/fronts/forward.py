@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 
 import aiohttp
-from aiohttp import web
+from aiohttp import hdrs, web
 from multidict import CIMultiDict
 from yarl import URL
 
@@ -20,14 +20,15 @@ from gateway.errors import ProblemError
 from gateway.fronts.channel import AnswerLost
 from gateway.settings import Settings
 from gateway.web import forwarded
-from gateway.web.auth_middleware import read_body, refuse_declared_length
+from gateway.web.auth_middleware import PRINCIPAL, Gate, read_body, refuse_declared_length
 from gateway.web.slow_readers import write_within
 
 __all__ = ["Forwarder"]
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the HTTP layer sets for the body it sends.
+# Expect too: the front has answered it (gateway.web.expect) and sends the body whole.
 _HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer",
-                  "transfer-encoding", "upgrade", "content-length"})
+                  "transfer-encoding", "upgrade", "content-length", "expect"})
 
 
 # Answers up to this size are read whole and answered with a length; larger ones and those
@@ -45,6 +46,9 @@ class Forwarder:
         self._limit = (settings.server.concurrent_requests_max
                        + settings.server.long_polls_max)
         self._session: aiohttp.ClientSession | None = None
+        # The front's gate: a request that waits for "100 Continue" passes it here first,
+        # so that a stranger is refused before it sends its body (gateway.web.expect).
+        self.gate: Gate | None = None
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -66,6 +70,9 @@ class Forwarder:
         """
         assert self._session is not None
         refuse_declared_length(request, self._body_max)
+        if self.gate is not None and hdrs.EXPECT in request.headers and (
+                PRINCIPAL not in request):
+            await self.gate(request)  # the owner's gate checks it again: a rare request
         # Read here, or already by the front's gate (then aiohttp has kept it).
         body = await read_body(request, self._body_timeout) or await request.read()
         headers: CIMultiDict[str] = CIMultiDict()

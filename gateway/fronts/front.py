@@ -52,6 +52,7 @@ from gateway.web.auth_middleware import (
     require_admin,
     scoped_key,
 )
+from gateway.web.expect import defer_continue
 from gateway.web.http_server import app_runner, freeze_startup_objects
 from gateway.web.listener import bind, tls_context
 from gateway.web.long_polls import LongPolls
@@ -81,6 +82,7 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     server = settings.server
     shares = PartnerShares(server.concurrent_requests_max, processes=server.workers)
     gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False), shares)
+    forwarder.gate = gate
     # Receives that may wait: the owner parks them (and caps them); here they are kept out of
     # the in-flight cap as they are there.
     polls = LongPolls(server.long_polls_max)
@@ -148,7 +150,9 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
         for route in table:
             assert isinstance(route, web.RouteDef)
             handler = own.get(route.handler, forwarder.forward)
-            web.RouteDef(route.method, route.path, handler, route.kwargs).register(app.router)
+            web.RouteDef(route.method, route.path, handler,
+                         {**route.kwargs, "expect_handler": defer_continue}
+                         ).register(app.router)
     async def srmp(request: web.Request) -> web.StreamResponse:
         return await _srmp(request, gate, channel, limited)
 

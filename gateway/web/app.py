@@ -45,6 +45,7 @@ from gateway.web.appkeys import (
     STATE_KEY,
 )
 from gateway.web.auth_middleware import make_auth_gate
+from gateway.web.expect import defer_continue
 from gateway.web.forwarded import from_front
 from gateway.web.long_polls import LONG_POLLS_KEY, LongPolls
 from gateway.web.metrics_state import StateCollector
@@ -126,7 +127,11 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
     app[PARSE_POOL_KEY] = (ParsePool(workers, metrics.srmp_parse_workers_started.inc)
                            if workers else None)
     for table in ROUTE_TABLES:
-        app.add_routes(table)
+        for route in table:  # each with the expect handler that waits for the gate
+            assert isinstance(route, web.RouteDef)
+            web.RouteDef(route.method, route.path, route.handler,
+                         {**route.kwargs, "expect_handler": defer_continue}
+                         ).register(app.router)
     add_srmp_routes(app, settings.srmp.virtual_dirs)
     app[ui.UI_DEAD] = DeadLetterClasses()
     app[ui.UI_ERRORS] = RecentErrors()

@@ -31,6 +31,7 @@ from gateway.auth.tls import PeerSubjects
 from gateway.errors import ProblemError
 from gateway.settings import Settings
 from gateway.web.appkeys import STATE_KEY
+from gateway.web.expect import send_continue
 from gateway.web.partner_shares import PartnerShares
 from mapping.names import QueueNameError, parse_queue_path
 
@@ -153,6 +154,7 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
     try:
         if request.content.is_eof():
             return await request.read()  # all there already: no timer on this hot path
+        await send_continue(request)  # the checks that need no body are passed
         async with asyncio.timeout(timeout_s):  # no task per request, unlike wait_for
             return await request.read()
     except TimeoutError:

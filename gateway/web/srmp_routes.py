@@ -52,6 +52,7 @@ from gateway.web.appkeys import (
     STATE_KEY,
 )
 from gateway.web.auth_middleware import principal_of
+from gateway.web.expect import defer_continue
 from gateway.web.problem import as_problem
 from gateway.web.reply_addresses import check_reply_addresses
 from mapping.engine import route_inbound
@@ -73,7 +74,7 @@ def add_srmp_routes(app: web.Application, virtual_dirs: tuple[str, ...],
         pattern = "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c)
                           for c in vdir)
         app.router.add_post(f"/{{vdir:{pattern}}}{{tail:(/.*)?}}", handler or srmp_post,
-                            name=f"srmp-{vdir}")
+                            name=f"srmp-{vdir}", expect_handler=defer_continue)
 
 
 async def srmp_post(request: web.Request) -> web.Response:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers import GatewayProcess, http_request
+from tests.helpers import GatewayProcess, http_request, serving
 
 pytestmark = pytest.mark.workers
 
@@ -38,21 +38,15 @@ path = "in_b"
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    root = tmp_path_factory.mktemp("shares")
-    (root / "entrepot.toml").write_text(f"""[server]
+    with serving(tmp_path_factory.mktemp("shares"), f"""[server]
 concurrent_requests_max = {CAP}
 body_timeout = "1h"
 [[partners]]
 name = "a"
 api_key_sha256 = "{_sha('key-a')}"
 send = ["in_*"]
-{_B}""")
-    gateway = GatewayProcess(root / "data", env={"ENTREPOT_CONFIG": str(root / "entrepot.toml")})
-    try:
-        gateway.wait_ready()
+{_B}""") as gateway:
         yield gateway
-    finally:
-        gateway.stop()
 
 
 def _slow_send(gateway: GatewayProcess) -> socket.socket:

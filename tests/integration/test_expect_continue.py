@@ -1,0 +1,88 @@
+"""``Expect: 100-continue`` from outside (both modes: make test runs it again with one
+process): the gateway says "100 Continue" only to a request it will take the body of. One
+without a credential, or declaring a body over the limit, gets its final answer at once and
+sends no body; one that passes the checks gets the 100, sends its body, and is stored."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers import GatewayProcess, serving
+
+pytestmark = pytest.mark.workers
+
+KEY = "expect-key"
+BODY_MAX = 4096
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    with serving(tmp_path_factory.mktemp("expect"), f"""[server]
+request_body_max = "{BODY_MAX}B"
+[auth]
+admin_key_sha256 = "{hashlib.sha256(KEY.encode()).hexdigest()}"
+[[queues]]
+path = "private$/expect"
+""") as gateway:
+        yield gateway
+
+
+def _head(gateway: GatewayProcess, method: str, path: str, length: int,
+          headers: str) -> tuple[socket.socket, bytes]:
+    """Send a request's headers only, and read the first answer's head."""
+    sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=60)
+    sock.sendall((f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n"
+                  f"{headers}\r\n").encode())
+    return sock, _read_head(sock)
+
+
+def _read_head(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(1)
+        assert chunk, data
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("method,path", [("POST", "/v1/queues/private$/expect/messages"),
+                                         ("POST", "/v1/messages"),
+                                         ("PUT", "/v1/queues/private$/made")])
+def test_no_continue_for_a_request_without_a_credential(gateway: GatewayProcess, method: str,
+                                                        path: str) -> None:
+    sock, head = _head(gateway, method, path, 100, "Expect: 100-continue\r\n")
+    with sock:
+        assert head.startswith(b"HTTP/1.1 401 "), head
+
+
+def test_no_continue_for_a_body_over_the_limit(gateway: GatewayProcess) -> None:
+    sock, head = _head(gateway, "POST", "/v1/queues/private$/expect/messages", BODY_MAX + 1,
+                       f"Expect: 100-continue\r\nAuthorization: Bearer {KEY}\r\n")
+    with sock:
+        assert head.startswith(b"HTTP/1.1 413 "), head
+
+
+@pytest.mark.parametrize("method,path,body,status", [
+    ("POST", "/v1/queues/private$/expect/messages", b"after the 100", b"201"),
+    ("PUT", "/v1/queues/private$/made", b"{}", b"201")])
+def test_continue_then_the_body_for_an_admitted_request(
+        gateway: GatewayProcess, method: str, path: str, body: bytes, status: bytes) -> None:
+    sock, head = _head(gateway, method, path, len(body),
+                       f"Expect: 100-continue\r\nAuthorization: Bearer {KEY}\r\n"
+                       "Content-Type: application/json\r\n")
+    with sock:
+        assert head == b"HTTP/1.1 100 Continue\r\n\r\n", head
+        sock.sendall(body)
+        answer = _read_head(sock)
+        assert answer.startswith(b"HTTP/1.1 " + status), answer
+
+
+def test_an_unknown_expectation_is_417(gateway: GatewayProcess) -> None:
+    sock, head = _head(gateway, "POST", "/v1/queues/private$/expect/messages", 1,
+                       f"Expect: 200-ok\r\nAuthorization: Bearer {KEY}\r\n")
+    with sock:
+        assert head.startswith(b"HTTP/1.1 417 "), head
