@@ -58,6 +58,7 @@ from gateway.web.listener import bind, tls_context
 from gateway.web.long_polls import LongPolls
 from gateway.web.middlewares import make_middlewares
 from gateway.web.partner_shares import PartnerShares, may_wait
+from gateway.web.rest_body import no_fields
 from gateway.web.rest_codec import HeaderError, parse_send_headers
 from gateway.web.rest_queues import browse_query, receive_query, sent_response, split_tail
 from gateway.web.slow_readers import write_within
@@ -296,6 +297,8 @@ async def _transaction(request: web.Request, gate: Gate, channel: Channel,
     """Begin (``POST /v1/transactions``), show, prepare, commit or abort a transaction: run
     by the owner for the principal (``TX``)."""
     principal = await _authenticate(request, gate, channel, limited)
+    if request.method == "POST":
+        no_fields(await request.read())
     action = request.match_info.get("action") or (
         "begin" if request.method == "POST" else "show")
     status, answer = await _ask(channel, wire.Kind.TX, wire.TxCommand(

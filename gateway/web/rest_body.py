@@ -71,6 +71,15 @@ def json_object(raw: bytes, *, allow_empty: bool) -> dict[str, object]:
     return body
 
 
+def no_fields(raw: bytes) -> None:
+    """The body of a request that takes no parameters: empty or ``{}``. Raises:
+    ProblemError 400 naming the fields given, so that a client's option is not ignored."""
+    given = json_object(raw, allow_empty=True)
+    if given:
+        raise ProblemError(400, f"unknown fields: {', '.join(sorted(given))} (this request "
+                           "takes no body, or {})", type_slug="bad-request")
+
+
 def _check_depth(raw: bytes) -> None:
     if raw.count(b"[") + raw.count(b"{") <= JSON_DEPTH_MAX:
         return  # fewer openers than the limit: no need to look

@@ -19,7 +19,7 @@ from gateway.queues.transactions import Transactions
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.auth_middleware import principal_of, require, require_admin, scoped_key
 from gateway.web.reply_addresses import check_request_replies
-from gateway.web.rest_body import parse_json
+from gateway.web.rest_body import no_fields, parse_json
 from gateway.web.rest_codec import (
     REPLAYED,
     HeaderError,
@@ -75,6 +75,8 @@ async def act(request: web.Request) -> web.Response:
 
 async def _tx_response(request: web.Request, action: str, tx_id: str) -> web.Response:
     _, transactions = _ready(request)
+    if request.method == "POST":
+        no_fields(await request.read())
     status, answer = await transaction_action(transactions, principal_of(request), action,
                                               tx_id)
     return jsonio.json_response(answer, status=status)

@@ -173,6 +173,16 @@ def test_a_single_valued_header_given_twice_is_refused_naming_it(
         assert answer[0] == 400 and _problem(answer, header), (path, answer)
 
 
+@pytest.mark.parametrize("body,named", [(b'{"timeout": "30s"}', "timeout"),
+                                        (b'{"isolation": 1, "ttl": 2}', "isolation, ttl"),
+                                        (b"not json", "JSON"), (b"[]", "JSON object")])
+def test_a_transaction_begin_with_options_is_refused_naming_them(
+        gateway: GatewayProcess, unchanged: None, body: bytes, named: str) -> None:
+    # POST /v1/transactions takes no options: one a client believes it set is not ignored.
+    answer = _json(gateway, "POST", "/v1/transactions", body)
+    assert answer[0] == 400 and _problem(answer, named), answer
+
+
 # ---- lone surrogates in JSON strings ---------------------------------------------------------
 
 BAD = "x\ud800y"

@@ -117,6 +117,9 @@ async def test_unknown_transaction_and_action(client: Any) -> None:
     assert response.status == 404
     tx = await _begin(client)
     assert (await client.post(f"/v1/transactions/{tx}/explode")).status == 404
+    refused = await client.post(f"/v1/transactions/{tx}/commit", json={"force": True})
+    assert refused.status == 400 and "force" in (await refused.json())["detail"]
+    assert (await client.post(f"/v1/transactions/{tx}/commit", json={})).status == 200
 
 
 async def test_prepared_transaction_survives_a_restart(aiohttp_client: Any,
