@@ -11,9 +11,11 @@ part. Express (``r``) segments, ``archive/`` and ``quarantine/`` are not copied.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -95,21 +97,37 @@ def copy_storage(storage: Path, dest: Path, progress: Progress | None = None) ->
     """
     started = time.monotonic()
     empty_target(dest, "backup destination")
+    existed = dest.exists()
     files = _order(storage)
     total = sum(p.stat().st_size for p in files)
     report = BackupReport()
-    (dest / "storage" / "lqs").mkdir(parents=True, exist_ok=True)
-    for path in files:
-        relative = path.relative_to(storage.parent)
-        digest, size = copy_file(path, dest / relative, report, total, progress)
-        report.manifest[str(relative)] = {"size": size, "sha256": digest}
-        report.files += 1
-    manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "files": report.manifest}
-    (dest / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    fsync_tree(dest)
+    try:
+        (dest / "storage" / "lqs").mkdir(parents=True, exist_ok=True)
+        for path in files:
+            relative = path.relative_to(storage.parent)
+            digest, size = copy_file(path, dest / relative, report, total, progress)
+            report.manifest[str(relative)] = {"size": size, "sha256": digest}
+            report.files += 1
+        manifest = {"format": FORMAT,
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "files": report.manifest}
+        (dest / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        fsync_tree(dest)
+    except BaseException:
+        # A full disk, an I/O error, an interrupt: no half backup is left to be taken for a
+        # whole one (nor to make the next attempt find DEST not empty).
+        _remove_partial(dest, existed)
+        raise
     report.seconds = time.monotonic() - started
     return report
+
+
+def _remove_partial(dest: Path, existed: bool) -> None:
+    shutil.rmtree(dest / "storage", ignore_errors=True)
+    with contextlib.suppress(OSError):
+        (dest / MANIFEST).unlink(missing_ok=True)
+        if not existed:
+            dest.rmdir()
 
 
 def backup_offline(root: Path, dest: Path, progress: Progress | None = None) -> BackupReport:

@@ -50,7 +50,8 @@ class _Refused(Exception):
 def run_backup(data_dir: Path, dest: Path, *, token: str = "") -> int:
     """Back up ``data_dir`` into ``dest``: directly when no gateway holds it, else through the
     gateway that does (named in ``<data dir>/gateway.json``, asked with the admin ``token``).
-    Returns 1 when that gateway refuses, 3 when it cannot be reached (the reason on stderr).
+    Returns 1 when that gateway refuses or the copy fails (DEST is left as it was), 3 when
+    it cannot be reached (the reason on stderr).
 
     Raises:
         StartupError: not a data directory, or the target not empty.
@@ -69,6 +70,10 @@ def run_backup(data_dir: Path, dest: Path, *, token: str = "") -> int:
             return exc.code
     except StoreError as exc:
         raise StartupError(str(exc)) from exc
+    except OSError as exc:  # DEST is left as it was (store.backup removes what it wrote)
+        print(f"entrepot: backup of {data_dir} to {dest} failed: {exc}; nothing was kept "
+              f"in {dest}", file=sys.stderr)
+        return 1
     print(f"backup of {data_dir} written to {dest}: {files} files, {size} bytes, "
           f"{seconds:.1f}s (manifest: {dest / 'MANIFEST.json'})")
     return 0

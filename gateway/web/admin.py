@@ -7,6 +7,7 @@ clients only (``require_admin``).
 from __future__ import annotations
 
 import asyncio
+import errno
 from pathlib import Path
 
 from aiohttp import web
@@ -44,7 +45,9 @@ async def backup(request: web.Request) -> web.Response:
         report = await loop.run_in_executor(None, store.backup, Path(dest))
     except BackupError as exc:
         raise ProblemError(409, str(exc), type_slug="backup-target-not-empty") from exc
-    except OSError as exc:
-        raise ProblemError(500, f"backup failed: {exc}", type_slug="backup-failed") from exc
+    except OSError as exc:  # nothing is left in dest (store.backup removes what it wrote)
+        status = 507 if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else 500
+        raise ProblemError(status, f"backup failed, nothing kept in {dest}: {exc}",
+                           type_slug="backup-failed") from exc
     return web.json_response({"dest": dest, "files": report.files, "bytes": report.bytes,
                               "seconds": round(report.seconds, 3)})

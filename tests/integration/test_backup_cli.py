@@ -4,8 +4,11 @@ gateway (which takes the backup itself)."""
 from __future__ import annotations
 
 import json
+import resource
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,9 +16,10 @@ import pytest
 from tests.helpers import REPO_ROOT, GatewayProcess, http_get
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, preexec: Callable[[], None] | None = None
+         ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True,
-                          text=True, cwd=REPO_ROOT, timeout=120)
+                          text=True, cwd=REPO_ROOT, timeout=120, preexec_fn=preexec)
 
 
 def test_backup_through_a_running_gateway_then_restore(gateway: GatewayProcess,
@@ -46,6 +50,21 @@ def test_offline_backup_and_restore_commands(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert "not empty" in bad.stderr
     assert _cli("restore", str(tmp_path / "nope"), str(tmp_path / "r")).returncode == 2
+    # A copy that fails midway (here a file-size limit, as a full disk would) leaves DEST as
+    # it was, new or empty, and says so: no half backup to be taken for a whole one.
+    for dest in (tmp_path / "new", tmp_path / "empty"):
+        if dest.name == "empty":
+            dest.mkdir()
+        failed = _cli("backup", str(tmp_path / "data"), str(dest), preexec=_file_size_limit)
+        assert failed.returncode == 1, failed.stderr
+        assert "failed" in failed.stderr and "nothing was kept" in failed.stderr
+        assert (sorted(dest.iterdir()) == []) if dest.name == "empty" else not dest.exists()
+
+
+def _file_size_limit() -> None:
+    """In the child: files cannot grow past 64 KiB (EFBIG, not SIGXFSZ)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, resource.RLIM_INFINITY))
 
 
 @pytest.mark.parametrize("body", [b"[1]", b'{"dest": "relative/dir"}', b'{"dest": ""}'])
