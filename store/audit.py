@@ -238,6 +238,14 @@ class Auditor:
         except (OSError, ValueError, KeyError, TypeError):
             return []  # first start (or no usable state): nothing to compare with
         listing = self._list()
+        if state.get("storage", self._identity()) != self._identity():
+            # storage/ is another directory than the one audited last: the data directory
+            # was copied (cp -a, rsync, a restore of a file-level backup). Every file has a
+            # new inode, so they are compared by size and modification time only.
+            audit_log.info("storage/ was copied or moved since the last run: its files are "
+                           "compared by size and modification time")
+            previous = {k: (0, size, mtime) for k, (_, size, mtime) in previous.items()}
+            listing = {k: (0, size, mtime) for k, (_, size, mtime) in listing.items()}
         events = _diff(previous, listing, lambda _: False)
         if not clean:
             ours = self._ours.load()
@@ -279,7 +287,8 @@ class Auditor:
         target = self._data_dir.root / "audit.state"
         building = target.with_name("audit.state.tmp")
         try:
-            building.write_text(json.dumps({"clean": clean, "files": self._listing}))
+            building.write_text(json.dumps({"clean": clean, "storage": self._identity(),
+                                            "files": self._listing}))
         except OSError as exc:  # a full disk: the store's data comes first, the audit after
             building.unlink(missing_ok=True)
             if not is_full(exc):
@@ -288,6 +297,11 @@ class Auditor:
             return
         os.replace(building, target)
         self._ours.keep_after(self._listing)
+
+    def _identity(self) -> list[int]:
+        """Which directory storage/ is (device, inode): a copy is another one."""
+        st = os.stat(self._data_dir.storage)
+        return [st.st_dev, st.st_ino]
 
     def _list(self) -> Listing:
         listing: Listing = {}

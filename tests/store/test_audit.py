@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -97,3 +98,26 @@ async def test_after_a_crash_the_stores_own_replacements_are_not_reported(
     await close_store(store)
     assert {(e["file"], e["change"]) for e in _events(tmp_path)} == {
         (f"lqs/{theirs.name}", "replaced")}
+
+
+async def test_a_copied_data_directory_is_compared_by_size_and_time(tmp_path: Path) -> None:
+    """``cp -a`` of a stopped data directory gives every file a new inode: not reported as
+    replaced files. A change made to the copy is still reported."""
+    original = tmp_path / "original"
+    store = await open_store(original, FAST_AUDIT)
+    await store.append(SendSpec(1, bytes(3000)))
+    await store.create_queue("q", {})
+    await close_store(store)
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(original), str(copy)], check=True)
+    (copy / "audit.log").unlink(missing_ok=True)
+    store = await open_store(copy, FAST_AUDIT)
+    await close_store(store)
+    assert _events(copy) == []
+    (copy / "storage" / "intruder.txt").write_text("hello")
+    subprocess.run(["cp", "-a", str(copy), str(tmp_path / "copy2")], check=True)
+    (tmp_path / "copy2" / "audit.log").unlink(missing_ok=True)
+    store = await open_store(tmp_path / "copy2", FAST_AUDIT)
+    await close_store(store)
+    assert [(e["file"], e["change"]) for e in _events(tmp_path / "copy2")] == [
+        ("intruder.txt", "added")]
