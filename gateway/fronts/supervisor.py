@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel, ChannelLost, Overloaded
 from gateway.fronts.commands import Commands
+from gateway.fronts.front_stats import FrontStats
 from gateway.fronts.shared_counts import SharedCounts
 from gateway.http_stats import Snapshot, since
 from gateway.metrics import Metrics
@@ -71,6 +72,7 @@ class Fronts:
         self._counted: dict[int, Snapshot] = {}
         self._in_flight: dict[int, int] = {}
         metrics.http_in_flight.set_function(lambda: sum(self._in_flight.values()))
+        metrics.registry.register(FrontStats(lambda: dict(self._serving)))
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._keep(index), name=f"front-{index}")

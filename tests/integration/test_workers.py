@@ -11,6 +11,7 @@ import math
 import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,6 +155,21 @@ def test_metrics_count_every_front_once(gateway: tuple[GatewayProcess, Path]) ->
                    - _requests_total(before, route, method, status))
         assert counted == 10, (route, method, status, counted)
     assert "entrepot_http_requests_in_flight " in after
+    # Each front's own CPU time and memory, as ps reads them (process_* is the owner's).
+    pids = front_pids(proc.proc.pid)
+    ps = subprocess.run(["ps", "-o", "rss=", "-p", ",".join(map(str, pids))],
+                        capture_output=True, text=True, check=True)
+    rss = sum(_sample(after, f'entrepot_front_resident_memory_bytes{{front="{index}"}}')
+              for index in range(len(pids)))
+    assert 0.5 < rss / (sum(map(int, ps.stdout.split())) * 1024) < 2, (rss, ps.stdout)
+    assert all(_sample(after, f'entrepot_front_cpu_seconds_total{{front="{index}"}}') > 0
+               for index in range(len(pids)))
+
+
+def _sample(text: str, series: str) -> float:
+    [value] = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(series + " ")]
+    return value
 
 
 def _raw(gateway: GatewayProcess, request: bytes) -> tuple[int, bytes]:
