@@ -132,13 +132,13 @@ def test_links_and_transactions(capsys: Any, gw: GatewayProcess) -> None:
     assert code == 0 and "active" in out
     run(capsys, gw, "queue", "create", "txq", "--transactional")
     import urllib.request
-    def post(path: str, headers: dict[str, str] | None = None) -> Any:
-        request = urllib.request.Request(f"{gw.url}{path}", data=b"m", method="POST",
+    def post(path: str, headers: dict[str, str] | None = None, body: bytes = b"") -> Any:
+        request = urllib.request.Request(f"{gw.url}{path}", data=body, method="POST",
                                          headers={"Authorization": f"Bearer {KEY}",
                                                   **(headers or {})})
         return json.loads(urllib.request.urlopen(request).read())
     tx = post("/v1/transactions")["id"]
-    post("/v1/queues/txq/messages", {"Mq-Transaction": tx})
+    post("/v1/queues/txq/messages", {"Mq-Transaction": tx}, b"m")
     # The CLI's send in a transaction is held (202), not stored: it says so.
     code, out, err = run(capsys, gw, "message", "send", "txq", "--body", "m2",
                          "--transaction", tx)

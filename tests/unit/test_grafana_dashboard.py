@@ -7,9 +7,11 @@ family and nothing else."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 
+from gateway.fronts.front_stats import FrontStats
 from gateway.web.appkeys import METRICS_KEY
 from tests.helpers import REPO_ROOT, ready_client
 
@@ -25,6 +27,9 @@ async def _exported(aiohttp_client: Any, settings_factory: Any) -> dict[str, str
     read from its state at scrape time included (the store's histograms need an open store)."""
     client = await ready_client(aiohttp_client, settings_factory())
     families = list(client.app[METRICS_KEY].registry.collect())
+    # With fronts (server.workers > 1) the owner also reads each front's process figures:
+    # here, of this process as front 0.
+    families += FrontStats(lambda: {0: os.getpid()}).collect()
     exported = {f.name + suffix: f.type for f in families for suffix in _SUFFIXES[f.type]}
     assert "entrepot_store_sync_seconds_bucket" in exported  # the state's families are there
     assert "entrepot_queue_messages_total" in exported  # and the queue manager's counts
