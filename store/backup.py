@@ -27,7 +27,7 @@ from store.errors import StoreError
 from store.segment import parse_segment_name
 
 __all__ = ["BackupReport", "backup_offline", "copy_storage", "Progress", "MANIFEST", "FORMAT",
-           "BackupError", "copy_file", "empty_target", "fsync_tree", "Counts"]
+           "BackupError", "BackupInside", "copy_file", "empty_target", "fsync_tree", "Counts", "undo_copy"]
 
 MANIFEST = "MANIFEST.json"
 FORMAT = 1
@@ -44,6 +44,11 @@ class Counts(Protocol):
 
 class BackupError(StoreError):
     """A backup or restore cannot go on: the target is not empty, or a file fails its check."""
+
+
+class BackupInside(BackupError):
+    """The backup's destination is inside the data directory it copies (it would be lost
+    with it, and its files would be copied into themselves or audited as strangers)."""
 
 
 @dataclass(slots=True)
@@ -96,6 +101,10 @@ def copy_storage(storage: Path, dest: Path, progress: Progress | None = None) ->
         OSError: a read or write failed.
     """
     started = time.monotonic()
+    root = storage.parent.resolve()
+    if dest.resolve().is_relative_to(root):
+        raise BackupInside(f"backup destination {dest} is inside the data directory {root}: "
+                           "a backup must live elsewhere (it would be lost with it)")
     empty_target(dest, "backup destination")
     existed = dest.exists()
     files = _order(storage)
@@ -116,18 +125,24 @@ def copy_storage(storage: Path, dest: Path, progress: Progress | None = None) ->
     except BaseException:
         # A full disk, an I/O error, an interrupt: no half backup is left to be taken for a
         # whole one (nor to make the next attempt find DEST not empty).
-        _remove_partial(dest, existed)
+        undo_copy(dest, existed)
         raise
     report.seconds = time.monotonic() - started
     return report
 
 
-def _remove_partial(dest: Path, existed: bool) -> None:
-    shutil.rmtree(dest / "storage", ignore_errors=True)
+def undo_copy(target: Path, existed: bool) -> None:
+    """Remove what a backup or restore wrote into ``target``, which was empty (or absent:
+    then ``target`` too) when it began."""
+    if not existed:
+        shutil.rmtree(target, ignore_errors=True)
+        return
     with contextlib.suppress(OSError):
-        (dest / MANIFEST).unlink(missing_ok=True)
-        if not existed:
-            dest.rmdir()
+        for entry in target.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
 
 
 def backup_offline(root: Path, dest: Path, progress: Progress | None = None) -> BackupReport:

@@ -21,6 +21,7 @@ from store.backup import (
     copy_file,
     empty_target,
     fsync_tree,
+    undo_copy,
 )
 from store.datadir import DataDir
 from store.message_store import MessageStore
@@ -59,19 +60,26 @@ def restore(src: Path, root: Path, options: StoreOptions,
         digest, size = _hash(source)
         if digest != meta["sha256"] or size != meta["size"]:
             raise BackupError(f"backup file {relative} fails its checksum (damaged backup)")
-    DataDir(root).lqs.mkdir(parents=True, exist_ok=True)
-    for relative in sorted(files):
-        target = root / relative
-        copy_file(src / relative, target, report, total, progress)
-        report.files += 1
-    fsync_tree(root)
-    # The restored store must open and recover: that verifies the records.
-    store = MessageStore.open(root, options)
+    existed = root.exists()
     try:
-        report.live_records = sum(store.count(q) for q in store.queue_ids())
-        report.damaged = len(store.recovery.damaged)
-    finally:
-        store.close()
+        DataDir(root).lqs.mkdir(parents=True, exist_ok=True)
+        for relative in sorted(files):
+            target = root / relative
+            copy_file(src / relative, target, report, total, progress)
+            report.files += 1
+        fsync_tree(root)
+        # The restored store must open and recover: that verifies the records.
+        store = MessageStore.open(root, options)
+        try:
+            report.live_records = sum(store.count(q) for q in store.queue_ids())
+            report.damaged = len(store.recovery.damaged)
+        finally:
+            store.close()
+    except BaseException:
+        # A full disk, an I/O error, a store that will not open: no half-restored data
+        # directory is left, to be started (or checked) as if it were whole.
+        undo_copy(root, existed)
+        raise
     report.seconds = time.monotonic() - started
     return report
 

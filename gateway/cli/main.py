@@ -79,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     backup.add_argument("--token", help="the admin key, for a running gateway with "
                         "credentials (default $ENTREPOT_TOKEN, else $ENTREPOT_ADMIN_KEY)")
     backup.add_argument("--token-file", type=Path, help="file holding the admin key")
-    backup.epilog = ("exit codes: 0 done, 1 the running gateway refused (its reason on stderr), "
-                     "2 not a data directory or DEST not empty, 3 the gateway cannot be reached")
+    backup.epilog = ("exit codes: 0 done, 1 the running gateway refused or the copy failed "
+                     "(DEST left as it was; the reason on stderr), 2 not a data directory, "
+                     "DEST not empty or inside DATA_DIR, 3 the gateway cannot be reached")
     backup.set_defaults(handler=_cmd_backup)
 
     restore = commands.add_parser(
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     restore.add_argument("src", type=Path, metavar="SRC")
     restore.add_argument("data_dir", type=Path, metavar="DATA_DIR")
+    restore.epilog = ("exit codes: 0 done, 1 the copy failed (DATA_DIR left as it was) or "
+                      "records are damaged, 2 a backup that is not one or fails its "
+                      "checksums, or DATA_DIR not empty")
     restore.set_defaults(handler=_cmd_restore)
 
     from gateway.cli import admin as admin_cli

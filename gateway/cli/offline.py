@@ -114,7 +114,8 @@ def _backup_online(data_dir: Path, dest: Path, token: str) -> tuple[int, int, fl
 
 
 def run_restore(src: Path, data_dir: Path) -> int:
-    """Restore ``src`` into the empty ``data_dir`` and verify it.
+    """Restore ``src`` into the empty ``data_dir`` and verify it. Returns 1 when the copy
+    fails (``data_dir`` is left as it was) or records are damaged.
 
     Raises:
         StartupError: a bad or damaged backup, or a target that is not empty.
@@ -124,6 +125,10 @@ def run_restore(src: Path, data_dir: Path) -> int:
                          lambda d, t, n: _bar("restoring", d, t, n))
     except StoreError as exc:
         raise StartupError(str(exc)) from exc
+    except OSError as exc:  # DATA_DIR is left as it was (store.restore removes what it wrote)
+        print(f"entrepot: restore of {src} into {data_dir} failed: {exc}; nothing was kept "
+              f"in {data_dir}", file=sys.stderr)
+        return 1
     print(f"restored {report.files} files ({report.bytes} bytes) into {data_dir}; "
           f"{report.live_records} messages recovered, {report.damaged} damaged, "
           f"{report.seconds:.1f}s")

@@ -16,7 +16,7 @@ from gateway.errors import ProblemError
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.auth_middleware import require_admin
 from gateway.web.rest_body import parse_json
-from store.backup import BackupError
+from store.backup import BackupError, BackupInside
 
 __all__ = ["routes"]
 
@@ -43,6 +43,8 @@ async def backup(request: web.Request) -> web.Response:
     loop = asyncio.get_running_loop()
     try:
         report = await loop.run_in_executor(None, store.backup, Path(dest))
+    except BackupInside as exc:
+        raise ProblemError(409, str(exc), type_slug="backup-target-inside-data-dir") from exc
     except BackupError as exc:
         raise ProblemError(409, str(exc), type_slug="backup-target-not-empty") from exc
     except OSError as exc:  # nothing is left in dest (store.backup removes what it wrote)

@@ -34,6 +34,12 @@ def test_backup_through_a_running_gateway_then_restore(gateway: GatewayProcess,
     again = _cli("backup", str(gateway.data_dir), str(tmp_path / "bk"))
     assert again.returncode == 2
     assert "not empty" in again.stderr
+    # A backup inside the data directory it copies would be lost with it (and its files
+    # audited as strangers'): refused, nothing written.
+    for inside in (gateway.data_dir / "bk", gateway.data_dir / "storage" / "bk"):
+        refused = _cli("backup", str(gateway.data_dir), str(inside))
+        assert refused.returncode == 2 and "inside the data directory" in refused.stderr
+        assert not inside.exists()
     restored = _cli("restore", str(tmp_path / "bk"), str(tmp_path / "restored"))
     assert restored.returncode == 0, restored.stderr
     assert "restored" in restored.stdout
@@ -46,6 +52,9 @@ def test_offline_backup_and_restore_commands(tmp_path: Path) -> None:
     assert proc.stop() == 0
     assert not (tmp_path / "data" / "gateway.json").exists(), "removed at a clean stop"
     assert _cli("backup", str(tmp_path / "data"), str(tmp_path / "bk")).returncode == 0
+    refused = _cli("backup", str(tmp_path / "data"), str(tmp_path / "data" / "storage" / "x"))
+    assert refused.returncode == 2 and "inside the data directory" in refused.stderr
+    assert not (tmp_path / "data" / "storage" / "x").exists()
     bad = _cli("restore", str(tmp_path / "bk"), str(tmp_path / "data"))
     assert bad.returncode == 2
     assert "not empty" in bad.stderr
@@ -59,6 +68,16 @@ def test_offline_backup_and_restore_commands(tmp_path: Path) -> None:
         assert failed.returncode == 1, failed.stderr
         assert "failed" in failed.stderr and "nothing was kept" in failed.stderr
         assert (sorted(dest.iterdir()) == []) if dest.name == "empty" else not dest.exists()
+    # So does a restore: no half-restored data directory to be started or checked as whole.
+    for target in (tmp_path / "new-data", tmp_path / "empty-data"):
+        if target.name == "empty-data":
+            target.mkdir()
+        failed = _cli("restore", str(tmp_path / "bk"), str(target), preexec=_file_size_limit)
+        assert failed.returncode == 1, failed.stderr
+        assert "failed" in failed.stderr and "nothing was kept" in failed.stderr
+        assert "Traceback" not in failed.stderr
+        assert (sorted(target.iterdir()) == []) if target.name == "empty-data" else (
+            not target.exists())
 
 
 def _file_size_limit() -> None:
