@@ -59,26 +59,20 @@ def test_offline_backup_and_restore_commands(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert "not empty" in bad.stderr
     assert _cli("restore", str(tmp_path / "nope"), str(tmp_path / "r")).returncode == 2
-    # A copy that fails midway (here a file-size limit, as a full disk would) leaves DEST as
-    # it was, new or empty, and says so: no half backup to be taken for a whole one.
-    for dest in (tmp_path / "new", tmp_path / "empty"):
-        if dest.name == "empty":
-            dest.mkdir()
-        failed = _cli("backup", str(tmp_path / "data"), str(dest), preexec=_file_size_limit)
-        assert failed.returncode == 1, failed.stderr
-        assert "failed" in failed.stderr and "nothing was kept" in failed.stderr
-        assert (sorted(dest.iterdir()) == []) if dest.name == "empty" else not dest.exists()
-    # So does a restore: no half-restored data directory to be started or checked as whole.
-    for target in (tmp_path / "new-data", tmp_path / "empty-data"):
-        if target.name == "empty-data":
-            target.mkdir()
-        failed = _cli("restore", str(tmp_path / "bk"), str(target), preexec=_file_size_limit)
-        assert failed.returncode == 1, failed.stderr
-        assert "failed" in failed.stderr and "nothing was kept" in failed.stderr
-        assert "Traceback" not in failed.stderr
-        assert (sorted(target.iterdir()) == []) if target.name == "empty-data" else (
-            not target.exists())
-
+    # A copy that fails midway (here a file-size limit, as a full disk would) leaves its
+    # target as it was, new or empty, and says so: no half backup to be taken for a whole
+    # one, no half-restored data directory to be started or checked as whole.
+    for command, source in (("backup", "data"), ("restore", "bk")):
+        for made in (False, True):
+            target = tmp_path / f"{command}-{made}"
+            if made:
+                target.mkdir()
+            failed = _cli(command, str(tmp_path / source), str(target),
+                          preexec=_file_size_limit)
+            assert failed.returncode == 1, failed.stderr
+            assert "failed" in failed.stderr and "nothing was kept" in failed.stderr
+            assert "Traceback" not in failed.stderr
+            assert (sorted(target.iterdir()) == []) if made else not target.exists()
 
 def _file_size_limit() -> None:
     """In the child: files cannot grow past 64 KiB (EFBIG, not SIGXFSZ)."""
