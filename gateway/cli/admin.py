@@ -19,6 +19,7 @@ from typing import Any
 from gateway.cli.admin_client import AdminClient, AdminError
 from gateway.cli.config import config_path
 from gateway.cli.output import Progress, print_json, print_table
+from mapping.names import DEADLETTER, DEADXACT, QueueNameError, parse_queue_path
 
 __all__ = ["add_commands"]
 
@@ -282,7 +283,18 @@ def _dead_rows(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _dead_letter_queues(args: argparse.Namespace) -> tuple[str, ...]:
-    return (args.queue,) if args.queue else DEAD_LETTERS
+    """--queue, which must name a dead-letter queue (``dlq delete`` of an ordinary queue's
+    message would delete it), else both."""
+    if args.queue is None:
+        return DEAD_LETTERS
+    try:
+        canonical = parse_queue_path(args.queue).canonical
+    except QueueNameError:
+        canonical = ""
+    if canonical not in (DEADLETTER, DEADXACT):
+        raise AdminError(f"--queue {args.queue!r}: not a dead-letter queue (use "
+                         f"{' or '.join(DEAD_LETTERS)})", 2)
+    return (args.queue,)
 
 
 def _dlq_list(client: AdminClient, args: argparse.Namespace) -> int:
@@ -353,7 +365,7 @@ def _dlq_requeue(client: AdminClient, args: argparse.Namespace) -> int:
     flt: dict[str, Any] = {"limit": 1000}
     for key, value in (("queue", args.to), ("class", args.message_class),
                        ("source_queue", args.source_queue)):
-        if value:
+        if value is not None:  # "" too: the gateway refuses it, rather than no filter
             flt[key] = value
     for queue in queues:
         while True:  # bounded batches, so one command can move a large queue with progress

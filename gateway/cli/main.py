@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -124,9 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # The reader went away (``entrepot dlq show ID | head``): nothing more to print, and
-        # no traceback. Python's own flush at exit would raise again on the closed pipe.
+        # no traceback. Python's own flush at exit would raise again on the closed pipe. The
+        # status is a shell's for a process SIGPIPE stopped (128 + 13), as for other tools.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return 128 + signal.SIGPIPE
     return code
 
 

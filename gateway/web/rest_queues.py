@@ -379,6 +379,12 @@ async def _requeue_bulk(request: web.Request, qm: QueueManager, name: str) -> we
     if cls is not None and cls not in _CLASS_NAMES:
         raise ProblemError(400, f"class: {cls!r} is not an MSMQ message class (such as "
                            "MQMSG_CLASS_NACK_RECEIVE_TIMEOUT)", type_slug="bad-request")
+    if source is not None:
+        try:
+            parse_queue_path(source)
+        except QueueNameError as exc:
+            raise ProblemError(400, f"source_queue: {source!r} is not a queue path ({exc})",
+                               type_slug="bad-request") from exc
     flt = RedriveFilter(message_class=cls, source_queue=source, limit=limit,
                         after_ms=_time_ms(body, "after"), before_ms=_time_ms(body, "before"))
     moved = await _redrive(request).bulk(name, flt, _target(body))
