@@ -49,7 +49,8 @@ def parse_size(text: str | int) -> int:
         raise ValueError(f"expected a size such as '4MiB', got {text!r}")
     number, unit = match.group(1), match.group(2).lower()
     if unit not in _SIZE_UNITS:
-        raise ValueError(f"unknown size unit {match.group(2)!r} in {text!r} (use B, KiB, MiB, GiB)")
+        raise ValueError(f"unknown size unit {match.group(2)!r} in {text!r} (use B, KiB, MiB, "
+                         "GiB, TiB, or KB, MB, GB, TB)")
     value = float(number) * _SIZE_UNITS[unit]
     if value != int(value):
         raise ValueError(f"size {text!r} is not a whole number of bytes")

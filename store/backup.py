@@ -27,7 +27,8 @@ from store.errors import StoreError
 from store.segment import parse_segment_name
 
 __all__ = ["BackupReport", "backup_offline", "copy_storage", "Progress", "MANIFEST", "FORMAT",
-           "BackupError", "BackupInside", "copy_file", "empty_target", "fsync_tree", "Counts", "undo_copy"]
+           "BackupError", "BackupInside", "copy_file", "empty_target", "fsync_tree", "Counts",
+           "undo_copy"]
 
 MANIFEST = "MANIFEST.json"
 FORMAT = 1

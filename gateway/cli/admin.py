@@ -327,9 +327,9 @@ def _on_dead_letter(client: AdminClient, args: argparse.Namespace, method: str,
         try:
             return client.call(method, _message_path(queue, str(args.id)) + suffix, doc=doc)
         except AdminError as exc:
-            if exc.code != 4 or queue == queues[-1]:
+            if exc.code != 4:
                 raise
-    raise AssertionError("unreachable")
+    raise AdminError(f"no dead letter '{args.id}' in {' or '.join(queues)}", 4)
 
 
 def _dlq_show(client: AdminClient, args: argparse.Namespace) -> int:

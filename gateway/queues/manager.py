@@ -570,7 +570,7 @@ class QueueManager:
         record = await locate(self.store, self.seen_ids, self.qm_guid, queue.queue_id,
                               message_id, holds_copies=holds_copies)
         if record is None:
-            raise NotFound(f"no message {message_id!r} in {queue.path.display!r}",
+            raise NotFound(f"no message '{message_id}' in {queue.path.display!r}",
                            type_slug="MQ_ERROR_MESSAGE_NOT_FOUND")
         return record
 

@@ -138,7 +138,8 @@ def refuse_declared_length(request: web.Request, body_max: int) -> None:
     length = request.content_length
     if length is not None and length > body_max:
         raise ProblemError(413, f"request body of {length} bytes is over the limit of "
-                           f"{body_max} bytes", type_slug="body-too-large")
+                           f"{body_max} bytes (server.request_body_max)",
+                           type_slug="body-too-large")
 
 
 def throttle(authenticator: Authenticator, partner: str) -> None:

@@ -57,6 +57,8 @@ def _detail(status: int, exc: BaseException | None) -> str:
     # aiohttp's message: a reason line ("Invalid header token:"), then the bytes it refused.
     lines = str(exc.message).strip().splitlines() if isinstance(exc, HttpProcessingError) else []
     reason = lines[0].rstrip(":")[:_DETAIL_CHARS_MAX] if lines else "refused by the parser"
+    if "too many headers" in reason.lower():
+        reason += " (the limit is server.header_count_max)"
     return f"malformed HTTP request: {reason}"
 
 

@@ -467,8 +467,9 @@ def _query_number(request: web.Request, key: str, default: float, low: float, hi
             raise ValueError(raw)
         value = parse(raw)
     except ValueError:
-        raise ProblemError(400, f"query {key}={raw[:64]!r} is not {what}",
-                           type_slug="bad-request") from None
+        shown = f"{int(low)}..{int(high)}" if parse is _int else f"{low:g} to {high:g}"
+        raise ProblemError(400, f"query {key}={raw[:64]!r} is not {what} in {shown} (digits "
+                           "only, no sign)", type_slug="bad-request") from None
     if not low <= value <= high:
         raise ProblemError(400, f"query {key}={value} is out of range {low}..{high}",
                            type_slug="bad-request")

@@ -231,7 +231,8 @@ def _destination(app: web.Application, to: str) -> Queue | tuple[str, bool]:
         if not (readdressed or app[SETTINGS_KEY].srmp.forward):
             raise ProblemError(400, f"<to> {to!r} names another host: this gateway forwards "
                                "only what its inbound redirections send on (or with "
-                               "srmp.forward)", type_slug="no-route")
+                               "srmp.forward); if that host is this gateway, add the name to "
+                               "server.names", type_slug="no-route")
         return urls[0] + (f"?{query}" if query else ""), readdressed
     return state.serving().queue_manager.queue(paths[0])
 

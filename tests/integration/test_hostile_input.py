@@ -287,9 +287,11 @@ def test_lengths_over_their_limits(gateway: GatewayProcess, unchanged: None) -> 
     batch = {"messages": [{"queue": HOSTILE_Q, "properties": {
         "label": "L" * (LABEL_CHARS_MAX + 1)}}]}
     _problem(_json(gateway, "POST", "/v1/batch", json.dumps(batch).encode()), "Mq-Label")
-    status, headers, _ = _raw(gateway, f"POST {send} HTTP/1.1\r\nHost: x\r\nConnection: "
-                              "close\r\nContent-Length: 999999999\r\n\r\n".encode())
-    assert status == 413 and headers["content-type"] == "application/problem+json"
+    # A limit's refusal names the setting that raises it.
+    _problem(_raw(gateway, f"POST {send} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  "Content-Length: 999999999\r\n\r\n".encode()), "server.request_body_max")
+    _problem(_raw(gateway, MALFORMED["too many headers"]), "server.header_count_max")
+    _problem(_raw(gateway, MALFORMED["header too long"]), "server.header_bytes_max")
 
 
 def test_lengths_at_their_limits_are_taken(gateway: GatewayProcess) -> None:
