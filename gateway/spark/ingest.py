@@ -180,6 +180,10 @@ def set_aside_orphans(spark: Any, job: IngestJob) -> int:
         (root / "_orphans").mkdir(exist_ok=True)
         for path in orphans:
             os.replace(path, root / "_orphans" / path.name)
+            # Hadoop's checksum of the file, beside it as ".<name>.crc": it goes with it.
+            sidecar = root / f".{path.name}.crc"
+            if sidecar.exists():
+                os.replace(sidecar, root / "_orphans" / sidecar.name)
         log.warning("%s: set %d part-files of killed batches aside in _orphans/ (not in "
                     "_spark_metadata)", job.output, len(orphans))
     return len(orphans)

@@ -532,6 +532,10 @@ class EntrepotBatchReader(DataSourceReader):
             if start[queue] < first:
                 raise RangeGone(f"option startingOffsets: {queue}={start[queue]} is gone; "
                                 f"the oldest readable is {first}", 410)
+            if start[queue] > head_next:
+                raise SourceOptionError(
+                    f"option startingOffsets: {queue}={start[queue]} is outside what the "
+                    f"gateway can read, [{first}, {head_next}]")
             if end[queue] > head_next:
                 raise SourceOptionError(f"option endingOffsets: {queue}={end[queue]} is "
                                         f"beyond the queue's head {head_next}")

@@ -62,6 +62,19 @@ def test_offsets_as_json_maps(spark: Any, spark_gateway: GatewayProcess,
     assert sorted(r.seq for r in table.select("seq").collect()) == [16, 17, 18, 19, 20]
 
 
+def test_a_batch_start_past_the_head_names_the_readable_range(
+        spark: Any, spark_gateway: GatewayProcess) -> None:
+    queue = "offsets_past"
+    create_queue(spark_gateway.url, queue)
+    produce(spark_gateway.url, queue, 0, 5, size=16)
+    df = _source(spark, spark_gateway, queue, startingOffsets=json.dumps({queue: 999})).load()
+    with pytest.raises(PySparkException) as refused:
+        df.collect()
+    message = str(refused.value)
+    assert f"option startingOffsets: {queue}=999 is outside what the gateway can read, " \
+        "[1, 6]" in message, message
+
+
 @pytest.mark.parametrize("options, fragment", [
     ({"startingOffsets": '{"offsets_a": 3}'}, "no offset for offsets_b"),
     ({"startingOffsets": '{"offsets_a": 3, "offsets_b": 1, "other": 1}'},

@@ -99,11 +99,14 @@ def test_a_killed_batchs_part_file_is_set_aside(spark: Any, spark_gateway: Gatew
     run_ingest(job)
     killed = tmp_path / "table" / "part-00000-0f0e0d0c-killed-c000.snappy.parquet"
     killed.write_bytes(b"")  # what a batch killed while writing leaves
+    sidecar = killed.with_name(f".{killed.name}.crc")  # with Hadoop's checksum file
+    sidecar.write_bytes(b"crc")
     produce(spark_gateway.url, "orphanfeed", 30, 30, size=48)
     summary = run_ingest(job)
     table = pq.read_table(tmp_path / "table")  # a reader that lists the directory itself
     assert sorted(table.column("seq").to_pylist()) == list(range(1, 61))
     assert not killed.exists() and (tmp_path / "table" / "_orphans" / killed.name).exists()
+    assert not sidecar.exists() and (tmp_path / "table" / "_orphans" / sidecar.name).exists()
     assert (summary["rows"], summary["orphans_set_aside"]) == (30, 1)
 
 
