@@ -17,8 +17,10 @@ __all__ = ["OTHER", "QUEUE_EVENTS", "Tally", "QueueEvents"]
 OTHER = "_other"
 # What a queue's messages do: arrive (a committed send, a copy, a redrive), leave by a
 # delivered receive, expire, get a dead-letter copy, get purged, are received without the
-# journal copy their queue keeps (no room in the journal).
-QUEUE_EVENTS = ("sent", "received", "expired", "dead_lettered", "purged", "not_journaled")
+# journal copy their queue keeps (no room in the journal), leave a log once every range
+# consumer has read past them (retention).
+QUEUE_EVENTS = ("sent", "received", "expired", "dead_lettered", "purged", "not_journaled",
+                "consumed")
 NAMES_MAX = 100  # the default of metrics.queues_max
 
 

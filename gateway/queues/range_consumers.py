@@ -297,6 +297,12 @@ class RangeConsumers:
         positions = self._consumers.get(queue.queue_id)
         queue.pin = min(e.value for e in positions.values()) if positions else None
 
+    async def _remove_consumed(self, queue: Queue, records: list[StoredRecord]) -> None:
+        """Messages every consumer has read past leave the queue: counted as its outflow
+        (``consumed``), as a receive's are (``received``)."""
+        await store_call(self.store.remove(records))
+        self.qm.events.count(queue.path.display, "consumed", len(records))
+
     async def _trim(self, queue: Queue, below: int, start: int | None = None) -> None:
         """Remove the queue's messages below ``below``, looking from ``start`` (the previous
         floor; everything under it is gone already) or, at start-up, from the lowest live
@@ -311,12 +317,12 @@ class RangeConsumers:
                     chunk.append(record)
                 if len(chunk) >= _TRIM_CHUNK or (seq - start) % _TRIM_CHUNK == _TRIM_CHUNK - 1:
                     if chunk:
-                        await store_call(self.store.remove(chunk))
+                        await self._remove_consumed(queue, chunk)
                         chunk = []
                     else:
                         await asyncio.sleep(0)  # a long run of gaps: let the loop breathe
             if chunk:
-                await store_call(self.store.remove(chunk))
+                await self._remove_consumed(queue, chunk)
             for lane in queue.order:
                 while lane and lane[0] < below:
                     lane.popleft()

@@ -141,7 +141,8 @@ def _queue_events(state: GatewayState) -> Metric:
     family = CounterMetricFamily(
         "entrepot_queue_messages", "Messages of a queue since start, by event: sent (arrived "
         "in it), received (delivered), expired, dead_lettered, purged, not_journaled "
-        "(received without its journal copy: no room in the journal). Queues beyond "
+        "(received without its journal copy: no room in the journal), consumed (read by "
+        "every range consumer and removed by retention). Queues beyond "
         "metrics.queues_max are summed under queue=\"_other\".", labels=["queue", "event"])
     counts = state.services.queue_manager.events.counts if state.services is not None else {}
     for queue in sorted(counts):

@@ -96,7 +96,8 @@ class MessageRates:
               ) -> dict[str, tuple[float, float]] | None:
         """queue -> (sent, received) per second since the oldest sample of the window (the
         start, until the window has slid past it); None only when no time has passed."""
-        current = {name: (per.get("sent", 0), per.get("received", 0))
+        # What leaves: received, or read by every range consumer (a log's outflow).
+        current = {name: (per.get("sent", 0), per.get("received", 0) + per.get("consumed", 0))
                    for name, per in counts.items()}
         if not self._samples or now - self._samples[-1][0] >= _RATE_SPACING_S:
             self._samples.append((now, current))

@@ -104,6 +104,10 @@ async def test_consumers_hold_retention_and_trimmed_ranges_are_gone(client: Any)
     assert await _count(client, 7) == 7
     await client.post(f"{Q}/consumers/audit/commit", json={"position": 6})
     assert await _count(client, 5) == 5, "retention follows the slowest consumer"
+    # What retention removed is the log's outflow.
+    metrics = await (await client.get("/metrics")).text()
+    assert 'entrepot_queue_messages_total{event="consumed",queue="private$/feed"} 5.0' \
+        in metrics
     problem = await _problem(await client.get(f"{Q}/range?from=2&to=9"), 410)
     assert "[2, 6)" in problem["detail"] and problem["first"] == 6
     body, _ = await _range(client, 6, 11)
