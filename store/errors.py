@@ -6,6 +6,7 @@
     ├── StoreClosed          the store was closed, or stopped after a fatal I/O error
     ├── StoreFailed          a sync or write failed: the store is fail-stopped (never retried)
     ├── MessageTooLarge      a record cannot fit in one segment
+    ├── BadRecord            a record's field is outside what the format holds
     ├── QuotaExceeded        (abstract) admission refused before any byte was written
     │   ├── MachineQuotaExceeded
     │   ├── MachineJournalQuotaExceeded
@@ -29,6 +30,7 @@ __all__ = [
     "StoreClosed",
     "StoreFailed",
     "MessageTooLarge",
+    "BadRecord",
     "QuotaExceeded",
     "MachineQuotaExceeded",
     "MachineJournalQuotaExceeded",
@@ -68,6 +70,19 @@ class MessageTooLarge(StoreError):
     def of(cls, size: int, largest: int) -> MessageTooLarge:
         return cls(f"message of {size} bytes exceeds the largest a segment holds "
                    f"({largest} bytes)")
+
+
+class BadRecord(StoreError):
+    """A record's priority or expiry time is outside what the record format holds; refused
+    before anything is written (it would otherwise fail in the writer, which is fatal)."""
+
+    @staticmethod
+    def check(priority: int, expires_ms: int) -> None:
+        """Raises: BadRecord unless the priority is 0..7 and the expiry fits the header's u64
+        (the limits of store.framing's record header)."""
+        if not (0 <= expires_ms < 1 << 64 and 0 <= priority <= 7):
+            raise BadRecord(f"a record with priority {priority} and expiry {expires_ms} ms: "
+                            "the store holds priorities 0..7 and expiry times 0 .. 2**64-1 ms")
 
 
 class QuotaExceeded(StoreError):

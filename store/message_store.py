@@ -30,7 +30,7 @@ from store.audit import AuditingFileOps, Auditor
 from store.backup import BackupReport, Progress, copy_storage
 from store.datadir import DataDir, DataDirLock, lock_data_dir
 from store.engine import Engine
-from store.errors import MessageTooLarge, StoreClosed, StoreError, UnknownRecord
+from store.errors import BadRecord, MessageTooLarge, StoreClosed, StoreError, UnknownRecord
 from store.fileops import FileOps, RealFileOps
 from store.framing import RECORD_HEADER_SIZE, RecordFlags, RecordHeader, max_payload, record_size
 from store.index import QueueIndex, packed_flags, packed_size
@@ -310,6 +310,7 @@ class MessageStore(IndexReads):
         try:
             if len(payload) > self._payload_max:
                 raise MessageTooLarge.of(len(payload), self._payload_max)
+            BadRecord.check(send.priority, send.expires_ms)
             journal = send.journal
             if not journal:
                 info = self.registry.get(queue_id)
@@ -436,6 +437,7 @@ class MessageStore(IndexReads):
         for send in sends:
             if len(send.payload) > self._payload_max:
                 raise MessageTooLarge.of(len(send.payload), self._payload_max)
+            BadRecord.check(send.priority, send.expires_ms)
             info = self.registry.get(send.queue_id)
             journal = send.journal or (info is not None and info.journal_class)
             express = send.express and not transactional

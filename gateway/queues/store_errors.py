@@ -6,6 +6,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from gateway.queues.errors import (
+    BadRequest,
     Conflict,
     QueueError,
     QueueFull,
@@ -14,6 +15,7 @@ from gateway.queues.errors import (
     Unavailable,
 )
 from store.errors import (
+    BadRecord,
     DiskFull,
     MachineJournalQuotaExceeded,
     MachineQuotaExceeded,
@@ -59,6 +61,8 @@ def queue_error(exc: StoreError) -> QueueError | None:
     if isinstance(exc, DiskFull):
         return StorageFull(str(exc), type_slug="MQ_ERROR_MESSAGE_STORAGE_FAILED",
                            retry_after_s=10)
+    if isinstance(exc, BadRecord):
+        return BadRequest(str(exc), type_slug="bad-request")
     if isinstance(exc, MessageTooLarge):
         return TooLarge(str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES")
     if isinstance(exc, (StoreFailed, StoreClosed)):

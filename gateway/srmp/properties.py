@@ -92,9 +92,9 @@ def message_properties(message: SrmpMessage, raw: bytes, *, now_ms: int,
         priority=msmq.priority if msmq is not None else 3,
         recoverable=env.durable or env.stream is not None,
         message_class=msmq.message_class if msmq is not None else 0,
-        reach_queue_by_ms=(parse_srmp_time(msmq.ttrq) * 1000
+        reach_queue_by_ms=(_deadline_ms(parse_srmp_time(msmq.ttrq))
                            if msmq is not None and msmq.ttrq else 0),
-        receive_by_ms=0 if expires >= INFINITE_TIME else expires * 1000,
+        receive_by_ms=0 if expires >= INFINITE_TIME else _deadline_ms(expires),
         correlation_id=correlation,
         response_queue=format_name_of_url(env.path.rev_via) if env.path.rev_via else "",
         admin_queue=admin,
@@ -160,3 +160,9 @@ def compound_message(properties: MessageProperties, body: bytes) -> bytes | None
     if head is None or tail is None:
         return None
     return base64.b64decode(head) + body + base64.b64decode(tail)
+
+
+def _deadline_ms(seconds: int) -> int:
+    """A deadline in ms since 1970; one before 1970 (the SRMP form reaches back to year 1) is
+    as past as 1970's first millisecond: the message has already expired (0 is "none")."""
+    return max(1, seconds * 1000)

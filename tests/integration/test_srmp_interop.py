@@ -151,6 +151,27 @@ async def test_one_id_sent_to_each_queue_of_a_destination_list_is_stored_in_each
 
 # ---- item 5: expired on arrival -----------------------------------------------------------------
 
+@pytest.mark.parametrize("when", ["19691231T235959", "00010101T000000"])
+async def test_a_deadline_before_1970_is_past_and_the_store_goes_on(
+        make_client: Any, when: str) -> None:
+    """expiresAt (and TTRQ) reach back to year 1. Such a message has already expired: it is
+    stored and dead-lettered as any expired one. (Its deadline, negative in ms since 1970,
+    once reached the store's record header and stopped every write until a restart.)"""
+    client = await make_client()
+    request = _message("http://machine2/msmq/private$/a", b"from the past", ordinal=61,
+                       expires_at=when, dead_letter=True)
+    request = replace(request, body=request.body.replace(
+        b"<TTrq>" + format_srmp_time(1_900_000_000 + 4 * 86400).encode() + b"</TTrq>",
+        b"<TTrq>" + when.encode() + b"</TTrq>"))
+    assert b"<TTrq>" + when.encode() in request.body
+    response = await post(client, request)
+    assert response.status == 200, await response.text()
+    [letter] = await _until(lambda: _messages(client, "system$;deadletter"))
+    assert letter["id"] == "{%s}\\61" % SENDER_QM
+    assert (await client.get("/readyz")).status == 200
+    assert (await client.post("/v1/queues/private$/a/messages", data=b"after")).status == 201
+
+
 async def test_a_message_expired_on_arrival_is_stored_then_dead_lettered_and_counted(
         make_client: Any, caplog: pytest.LogCaptureFixture) -> None:
     """Expiry is not checked on receipt ([MC-MQSRM] §3.1.5.1.4): stored, then it expires in the

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from store import placing
-from store.errors import MessageTooLarge, StoreClosed, StoreError, UnknownRecord
+from store.errors import BadRecord, MessageTooLarge, StoreClosed, StoreError, UnknownRecord
 from store.framing import RECORD_HEADER_SIZE, RecordFlags, max_payload
 from store.message_store import MessageStore
 from store.options import StoreOptions
@@ -152,6 +152,26 @@ async def test_too_large_message_is_refused_before_writing(tmp_path: Path) -> No
     assert largest.payload_len == limit
     assert largest.offset + largest.size <= SMALL.segment_size
     assert store.count(1) == 1
+    await close_store(store)
+
+
+@pytest.mark.parametrize("field", [{"expires_ms": -1}, {"expires_ms": 1 << 64},
+                                   {"priority": 8}, {"priority": -1}])
+async def test_a_field_the_header_cannot_hold_is_refused_and_the_store_goes_on(
+        tmp_path: Path, field: dict[str, int]) -> None:
+    """Refused on every write path before anything is written: in the writer the header's
+    packing fails, which stops the store (every later write refused until a restart)."""
+    store = await open_store(tmp_path)
+    bad = SendSpec(1, b"bad")._replace(**field)
+    for write in (lambda: store.append(bad), lambda: store.append_many([bad]),
+                  lambda: store.commit([bad]),
+                  lambda: store.append(bad._replace(express=True))):
+        with pytest.raises(BadRecord):
+            result = await write()
+            if isinstance(result, list) and result and isinstance(result[0], BaseException):
+                raise result[0]  # append_many answers each send's own fate
+    assert store.failed is None
+    assert (await store.append(SendSpec(1, b"fine"))).seq >= 1
     await close_store(store)
 
 
