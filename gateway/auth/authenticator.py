@@ -91,6 +91,9 @@ class Authenticator:
             self._keys[auth.admin_key_sha256] = ADMIN
         self._secrets: dict[str, tuple[Principal, bytes]] = {}
         self.nonces: dict[str, NonceCache] = {}  # per partner: none can fill another's
+        # Signatures made before this time are refused: set at start when the nonces used
+        # before it were not saved (gateway.auth.nonce_file).
+        self.signed_after = 0.0
         self._subjects: dict[SubjectKey, Principal] = {}
         self._buckets: dict[str, TokenBucket] = {}
         for p in settings.partners:
@@ -180,6 +183,9 @@ class Authenticator:
                    body=creds.body, headers=creds.headers, now=now, window_s=self.window_s)
         except SignatureError as exc:
             raise AuthError(str(exc)) from exc
+        if signed.ts < self.signed_after:
+            raise AuthError("signed before this gateway started, which kept no record of the "
+                            "nonces used before it: sign the request again")
         nonces = self.nonces[signed.partner]
         fresh = nonces.check(signed.nonce, now)
         if fresh is None:

@@ -8,7 +8,7 @@ A partner signs a request with its shared secret::
 The string to sign is these lines joined by "\\n" (no final "\\n"), encoded as UTF-8::
 
     METHOD (upper case)
-    PATH?QUERY (as aiohttp's ``request.path_qs`` reads it: escapes such as %24 decoded)
+    PATH?QUERY (aiohttp's ``request.path_qs``: as on the request line, escapes kept)
     ts
     nonce
     hex SHA-256 of the body (lower case)
@@ -168,3 +168,7 @@ class NonceCache:
     def add(self, nonce: str, now: float) -> None:
         """Records a nonce ``check`` found unused (with no await in between)."""
         self._seen[nonce] = now
+
+    def entries(self) -> list[tuple[str, float]]:
+        """(nonce, when it was used), oldest first: what a restart must still refuse."""
+        return list(self._seen.items())

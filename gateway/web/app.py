@@ -12,6 +12,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway.auth.authenticator import Authenticator, read_secret
+from gateway.auth.nonce_file import load_nonces, save_nonces
 from gateway.auth.outbound import OutboundPolicy
 from gateway.errors import ConfigError, GatewayError
 from gateway.inbound.parse_pool import ParsePool
@@ -138,6 +139,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
     app[ui.UI_RATES] = MessageRates()
     metrics.registry.register(StateCollector(app[STATE_KEY], app[ui.UI_DEAD]))
     app.cleanup_ctx.append(_errors_ctx)
+    app.cleanup_ctx.append(_nonces_ctx)
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_mapping_ctx)
     app.cleanup_ctx.append(_parse_pool_ctx)
@@ -158,6 +160,14 @@ async def _errors_ctx(app: web.Application) -> AsyncIterator[None]:
     logging.getLogger().addHandler(handler)
     yield
     logging.getLogger().removeHandler(handler)
+
+
+async def _nonces_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Signature nonces across a restart (gateway.auth.nonce_file)."""
+    data_dir = Path(app[SETTINGS_KEY].store.data_dir)
+    load_nonces(app[AUTHENTICATOR_KEY], data_dir)
+    yield
+    save_nonces(app[AUTHENTICATOR_KEY], data_dir)
 
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:

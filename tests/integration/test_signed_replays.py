@@ -1,0 +1,96 @@
+"""A signed request captured before a restart cannot be sent again after it (both modes:
+make test runs it again with one process). A clean stop keeps the nonces used within the
+replay window; after a crash, which keeps nothing, a signature made before the start is
+refused. A request signed after the restart is taken."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway.auth.hmac_sig import sign
+from tests.helpers import GatewayProcess, front_pids
+
+pytestmark = pytest.mark.workers
+
+SECRET = b"the shared secret of partner s, 40 bytes"
+PATH = "/v1/queues/private$/signed_in/messages"
+
+
+def _start(root: Path, port: int = 0) -> GatewayProcess:
+    (root / "s.secret").write_bytes(SECRET)
+    (root / "entrepot.toml").write_text(f"""[auth]
+admin_key_sha256 = "{hashlib.sha256(b'admin').hexdigest()}"
+[[partners]]
+name = "s"
+hmac_secret_file = "{root / 's.secret'}"
+send = ["private$/signed_*"]
+[[queues]]
+path = "private$/signed_in"
+""")
+    gateway = GatewayProcess(root / "data", port=port,
+                             env={"ENTREPOT_CONFIG": str(root / "entrepot.toml")})
+    gateway.wait_ready()
+    return gateway
+
+
+def _signed_send(body: bytes) -> bytes:
+    """The request's bytes, as a partner sends them (and an attacker may capture them)."""
+    ts, nonce = int(time.time()), f"nonce-{time.monotonic_ns()}"
+    headers = [("Content-Type", "application/octet-stream")]
+    auth = sign(SECRET, "POST", PATH, ts, nonce, body, "s", headers=headers)
+    return (f"POST {PATH} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: {auth}\r\n"
+            f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _next_second() -> None:
+    time.sleep(1.05 - time.time() % 1)
+
+
+def _send(gateway: GatewayProcess, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=60) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["clean", "crash"])
+def test_a_request_signed_before_a_restart_is_not_taken_again(tmp_path: Path,
+                                                              stop: int) -> None:
+    gateway = _start(tmp_path)
+    _next_second()  # a signature's ts is whole seconds: one of the start's second is refused
+    captured = _signed_send(b"once")
+    try:
+        assert _send(gateway, captured).startswith(b"HTTP/1.1 201 ")
+        assert _send(gateway, captured).startswith(b"HTTP/1.1 401 ")  # a replay, as ever
+        fronts = front_pids(gateway.proc.pid)
+    finally:
+        gateway.stop(stop)
+    while any(_alive(pid) for pid in fronts):  # a killed owner's fronts follow it
+        time.sleep(0.05)
+    gateway = _start(tmp_path, gateway.port)
+    try:
+        replayed = _send(gateway, captured)
+        assert replayed.startswith(b"HTTP/1.1 401 "), replayed
+        assert (b"already used" if stop == signal.SIGTERM else b"signed before") in replayed
+        _next_second()
+        assert _send(gateway, _signed_send(b"fresh")).startswith(b"HTTP/1.1 201 ")
+    finally:
+        gateway.stop()
