@@ -15,6 +15,7 @@
     │   └── QueueJournalQuotaExceeded
     ├── DiskFull             no room for new data (a segment, a queue's file); reads go on
     ├── UnknownRecord        a reference to a record that is not (or no longer) in the store
+    ├── QueueDeleted         a write into a queue being (or that was) deleted
     └── CheckpointError      neither copy of a ping-pong checkpoint is valid
 
 Damaged bytes on disk are not exceptions: scans return them as values and recovery quarantines
@@ -39,6 +40,7 @@ __all__ = [
     "QueueJournalQuotaExceeded",
     "DiskFull",
     "UnknownRecord",
+    "QueueDeleted",
     "CheckpointError",
 ]
 
@@ -116,6 +118,11 @@ class DiskFull(StoreError):
 
 class UnknownRecord(StoreError):
     """No live record has that id."""
+
+
+class QueueDeleted(StoreError):
+    """A write into a queue ``delete_queue`` is deleting or deleted: refused, as its record
+    would outlive the queue (and come back at the next start in a recovered queue)."""
 
 
 class CheckpointError(StoreError):

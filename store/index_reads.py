@@ -7,6 +7,7 @@ from collections.abc import Iterator, KeysView
 
 from store.framing import RecordFlags
 from store.index import QueueIndex
+from store.inflight import InFlight
 from store.records import StoredRecord
 
 __all__ = ["IndexReads"]
@@ -18,6 +19,12 @@ class IndexReads:
     """The index's answers; the subclass holds the index."""
 
     _index: QueueIndex
+    _inflight: InFlight
+
+    def holds_or_awaits(self, queue_id: int) -> bool:
+        """The queue has live records, or writes into it numbered and not yet visible (a
+        send admitted and waiting for its sync): what a change of the queue must wait for."""
+        return bool(self._index.count(queue_id)) or self._inflight.lowest(queue_id) is not None
 
     def records(self, queue_id: int) -> Iterator[StoredRecord]:
         """Live records of a queue in sequence order."""

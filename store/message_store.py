@@ -26,11 +26,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from store.admission import Admission
 from store.audit import AuditingFileOps, Auditor
 from store.backup import BackupReport, Progress, copy_storage
 from store.datadir import DataDir, DataDirLock, lock_data_dir
 from store.engine import Engine
-from store.errors import BadRecord, MessageTooLarge, StoreClosed, StoreError, UnknownRecord
+from store.errors import StoreClosed, StoreError, UnknownRecord
 from store.fileops import FileOps, RealFileOps
 from store.framing import RECORD_HEADER_SIZE, RecordFlags, RecordHeader, max_payload, record_size
 from store.index import QueueIndex, packed_flags, packed_size
@@ -92,7 +93,7 @@ class MessageStore(IndexReads):
             self.quotas.set_limit(info.queue_id, info.quota)
         self.quotas.charge(charges_by_queue(live))
         self.quotas.charge(charges_by_queue([r for p in prepared.values() for r in p.records]))
-        self._payload_max = max_payload(engine.options.segment_size)
+        self._admission = Admission(max_payload(engine.options.segment_size))
         self._numbering = Numbering(engine.next_seq, engine.next_tx)
         engine.seq_floor = self._numbering.snapshot
         self._inflight = self._numbering.in_flight
@@ -299,18 +300,13 @@ class MessageStore(IndexReads):
         return record
 
     def _admit(self, send: SendSpec, *, express: bool) -> tuple[SendSpec, Charge]:
-        """One message checked (size, quotas), charged and numbered: ``_submit_sends``'s
-        steps for a single send in one pass, without the lists (the common case, on the
-        event loop). A reserved number is released on refusal.
-
-        Raises:
-            MessageTooLarge, QuotaExceeded: nothing charged, nothing numbered.
-        """
+        """One message checked (``Admission``, quotas), charged and numbered:
+        ``_submit_sends``'s steps for a single send in one pass, without the lists (the
+        common case, on the event loop). A reserved number is released on refusal. Raises:
+        as ``Admission.check``, QuotaExceeded: nothing charged, nothing numbered."""
         queue_id, payload, seq = send.queue_id, send.payload, send.seq
         try:
-            if len(payload) > self._payload_max:
-                raise MessageTooLarge.of(len(payload), self._payload_max)
-            BadRecord.check(send.priority, send.expires_ms)
+            self._admission.check(send)
             journal = send.journal
             if not journal:
                 info = self.registry.get(queue_id)
@@ -435,9 +431,7 @@ class MessageStore(IndexReads):
         """Refuse what cannot fit; mark journal-class queues; transactional means recoverable."""
         prepared = []
         for send in sends:
-            if len(send.payload) > self._payload_max:
-                raise MessageTooLarge.of(len(send.payload), self._payload_max)
-            BadRecord.check(send.priority, send.expires_ms)
+            self._admission.check(send)
             info = self.registry.get(send.queue_id)
             journal = send.journal or (info is not None and info.journal_class)
             express = send.express and not transactional
@@ -568,6 +562,7 @@ class MessageStore(IndexReads):
             StoreError: the queue exists. DiskFull: no room for its file.
         """
         info = await self._blocking(self.registry.create, path, properties)
+        self._admission.reopen(info.queue_id)  # an id taken again
         self.quotas.set_limit(info.queue_id, info.quota)
         return info
 
@@ -584,7 +579,12 @@ class MessageStore(IndexReads):
         """
         if self.count(queue_id):
             raise StoreError(f"queue {queue_id} still holds {self.count(queue_id)} messages")
-        await self._blocking(self.registry.delete, queue_id)
+        self._admission.deleting(queue_id)  # from now: no write lands while the file goes
+        try:
+            await self._blocking(self.registry.delete, queue_id)
+        except BaseException:
+            self._admission.reopen(queue_id)
+            raise
         self.quotas.set_limit(queue_id, 0)
 
     async def _blocking(self, func: Callable[..., T], *args: object) -> T:

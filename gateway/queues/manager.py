@@ -24,6 +24,7 @@ from gateway.queues import sending
 from gateway.queues.acks import wants_ack
 from gateway.queues.copies import ack_specs, dead_letter_spec
 from gateway.queues.dedup import DedupWindow, srmp_keyed_entry
+from gateway.queues.deletion import delete_queue
 from gateway.queues.errors import BadRequest, Conflict, Forbidden, NotFound, StorageFull
 from gateway.queues.events import QueueEvents
 from gateway.queues.expiry import Expiry
@@ -203,16 +204,23 @@ class QueueManager:
         existing = self._queues.get(path.canonical)
         if existing is not None:
             if existing.settings.transactional != settings.transactional:
-                if self.store.count(existing.queue_id):
-                    raise Conflict("a queue holding messages cannot change whether it is "
-                                   "transactional", type_slug="queue-not-empty")
                 if self.sent_to_in_transactions(existing.queue_id):
                     raise Conflict(f"{path.display!r} is where an open or prepared "
                                    "transaction sends: commit or abort it before changing "
                                    "whether it is transactional", type_slug="queue-busy")
-            info = await store_call(self.store.update_queue(existing.queue_id,
-                                                            settings.as_properties()))
-            existing.info, existing.settings = info, settings
+                if self.store.holds_or_awaits(existing.queue_id):
+                    raise Conflict("a queue holding messages (or with sends on their way) "
+                                   "cannot change whether it is transactional",
+                                   type_slug="queue-not-empty")
+            # Before the wait: a send checked meanwhile sees the new settings (one checked
+            # against the old ones would be stored after the checks above).
+            previous, existing.settings = existing.settings, settings
+            try:
+                existing.info = await store_call(self.store.update_queue(
+                    existing.queue_id, settings.as_properties()))
+            except BaseException:
+                existing.settings = previous
+                raise
             await sync_journal(self, existing)
             return existing, False
         queue = await self.register(path, settings)
@@ -220,26 +228,14 @@ class QueueManager:
         return queue, True
 
     async def delete_queue(self, name: str) -> None:
-        queue = self.queue(name)
-        if queue.path.system or queue.path.canonical in SYSTEM_QUEUES:
-            raise Forbidden(f"{queue.path.display!r} is a system queue and cannot be "
-                            "deleted", type_slug="MQ_ERROR_ACCESS_DENIED")
-        if self.sent_to_in_transactions(queue.queue_id):
-            raise Conflict(f"{queue.path.display!r} is where an open or prepared transaction "
-                           "sends: commit or abort it first", type_slug="queue-busy")
-        await self.purge(name, reason=MessageClass.NACK_Q_DELETED)
-        if queue.reserved or self.store.count(queue.queue_id):
-            raise Conflict(f"{queue.path.display!r} holds messages being received "
-                           "(in a transaction): end it first", type_slug="queue-busy")
-        await self.store.delete_queue(queue.queue_id)
+        """Raises: QueueError: a system queue (403); one a transaction sends to, or holding
+        messages being received (409 queue-busy)."""
+        await delete_queue(self, self.queue(name))
+
+    def forget(self, queue: Queue) -> None:
+        """The queue is no longer known by its name or id (``deletion``)."""
         del self._queues[queue.path.canonical]
         del self._by_id[queue.queue_id]
-        journal = (self._queues.get(journal_of(queue.path).canonical)
-                   if not queue.path.journal else None)
-        if journal is not None and not self.store.count(journal.queue_id):
-            await self.store.delete_queue(journal.queue_id)
-            del self._queues[journal.path.canonical]
-            del self._by_id[journal.queue_id]
 
     async def purge(self, name: str, *, reason: MessageClass = MessageClass.NACK_Q_PURGED
                     ) -> int:
@@ -281,6 +277,7 @@ class QueueManager:
             if prior:
                 return ReceivedMessage(str(prior["id"]), str(prior["queue"]), int(str(
                     prior["seq"])), properties, body)
+            check_send_to(queue, transactional)  # again: its settings may have changed
             self.dedup.begin(dedup_key)
         try:
             return await self._send(queue, body, properties, transactional, dedup_key, digest,

@@ -79,6 +79,15 @@ class QueueHost(Protocol):
     def arrived(self, queue: Queue, record: StoredRecord) -> None:
         """A committed record became visible in ``queue``."""
 
+    def sent_to_in_transactions(self, queue_id: int) -> bool:
+        """An open or prepared transaction sends to the queue."""
+
+    async def purge(self, name: str, *, reason: MessageClass) -> int:
+        """Remove every message not being received, with the acknowledgements they ask."""
+
+    def forget(self, queue: Queue) -> None:
+        """The queue is no longer known by its name or id."""
+
     async def finish(self, queue: Queue, records: Sequence[StoredRecord], *,
                      ack: MessageClass, journal: bool = False,
                      dead_letter: MessageClass | None = None) -> list[ReceivedMessage]:

@@ -8,6 +8,7 @@ from typing import TypeVar
 from gateway.queues.errors import (
     BadRequest,
     Conflict,
+    NotFound,
     QueueError,
     QueueFull,
     StorageFull,
@@ -20,6 +21,7 @@ from store.errors import (
     MachineJournalQuotaExceeded,
     MachineQuotaExceeded,
     MessageTooLarge,
+    QueueDeleted,
     QueueJournalQuotaExceeded,
     QueueQuotaExceeded,
     QueueQuotaTooSmall,
@@ -68,6 +70,8 @@ def queue_error(exc: StoreError) -> QueueError | None:
     if isinstance(exc, (StoreFailed, StoreClosed)):
         return Unavailable(f"the store takes no writes: {exc}",
                            type_slug="MQ_ERROR_SERVICE_NOT_AVAILABLE", retry_after_s=5)
+    if isinstance(exc, QueueDeleted):  # deleted while the send was on its way
+        return NotFound(f"the queue was deleted: {exc}", type_slug="MQ_ERROR_QUEUE_NOT_FOUND")
     if isinstance(exc, UnknownRecord):
         return Conflict(str(exc), type_slug="message-gone")
     return None
