@@ -97,7 +97,7 @@ def outbound_envelope(props: MessageProperties, *, to: str, ordinal: int, qm_gui
         msmq=MsmqHeader(message_class=props.message_class, priority=props.priority,
                         journal=props.journal == "journal",
                         dead_letter=props.journal == "deadletter", correlation=correlation,
-                        app=props.app_specific,
+                        app=props.app_specific & 0xFFFFFFFF,  # stored signed before: a ULONG
                         body_type=int(props.extra.get("body_type", "0") or 0),
                         hash_algorithm=int(props.extra.get("hash_algorithm", "")
                                            or _HASH_SHA1),

@@ -70,7 +70,9 @@ _MQ_HEADERS = [
         ("Mq-Acknowledge", "MQMSG_ACKNOWLEDGMENT_* name or number.", {}),
         ("Mq-Journal", "none, journal or deadletter.", {"pattern": (
             f"^ *(?:{_anycase('none')}|{_anycase('journal')}|{_anycase('deadletter')}) *$")}),
-        ("Mq-App-Specific", "32-bit integer.", {"pattern": "^ *-?[0-9]{1,9} *$"}),
+        ("Mq-App-Specific", "-2147483648..4294967295: MSMQ's AppSpecific, a ULONG that .NET "
+         "shows as an Int32 (either view; sent on as the unsigned one).",
+         {"pattern": "^ *-?[0-9]{1,10} *$"}),
         ("Mq-Sent-Time", "ISO 8601 time the producer sent it (default: arrival).", {}),
         ("Mq-Transaction", "A transaction id (`tx-...`, one this principal began), single, "
          "or none.", {"pattern": "\\S"}),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import functools
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,7 +26,10 @@ __all__ = ["HeaderError", "SendRequest", "header_text", "parse_send_headers", "m
 # answer, and nothing stored this time.
 REPLAYED = {"Idempotency-Replayed": "true"}
 
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+# MSMQ's AppSpecific is a ULONG (SRMP's <App>), which .NET shows as an Int32: either view.
+_U32_MAX = 2**32 - 1
+_PLAIN_INT = re.compile(r" *-?[0-9]+ *", re.ASCII)  # int() would take '٧', '1_000', '+1'
+
 _TEXT_CHARS_MAX = 1024
 
 
@@ -88,7 +92,7 @@ def parse_send_headers(headers: Mapping[str, str], *, now_ms: int) -> SendReques
         admin_queue=_text(headers, "Mq-Admin-Queue"),
         ack=ack,
         journal=journal,
-        app_specific=_int(headers, "Mq-App-Specific", 0, _INT32_MIN, _INT32_MAX),
+        app_specific=_int(headers, "Mq-App-Specific", 0, -(2**31), _U32_MAX),
         content_type=header_text(headers, "Content-Type", "application/octet-stream"),
         sent_at_ms=_sent_time(headers, now_ms),
     )
@@ -144,10 +148,9 @@ def _int(headers: Mapping[str, str], name: str, default: int, low: int, high: in
     raw = header_text(headers, name)
     if raw is None:
         return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise HeaderError(name, f"{raw!r} is not an integer") from None
+    if not _PLAIN_INT.fullmatch(raw):
+        raise HeaderError(name, f"{raw!r} is not a whole number {low}..{high} (ASCII digits)")
+    value = int(raw)
     if not low <= value <= high:
         raise HeaderError(name, f"{value} is out of range {low}..{high}")
     return value

@@ -149,6 +149,11 @@ async def test_transactional_queue_rules(client: Any) -> None:
     ({"Mq-Acknowledge": "SOMETIMES"}, "Mq-Acknowledge"),
     ({"Mq-Journal": "maybe"}, "Mq-Journal"),
     ({"Mq-App-Specific": "99999999999"}, "Mq-App-Specific"),
+    ({"Mq-App-Specific": "4294967296"}, "Mq-App-Specific"),
+    # Python's int() takes these; a number here is ASCII digits with an optional minus.
+    ({"Mq-Priority": "\u0667"}, "Mq-Priority"),
+    ({"Mq-App-Specific": "1_000"}, "Mq-App-Specific"),
+    ({"Mq-Priority": "+1"}, "Mq-Priority"),
 ])
 async def test_bad_headers_are_refused_and_store_nothing(client: Any, headers: dict[str, str],
                                                          fragment: str) -> None:

@@ -55,6 +55,18 @@ def test_a_user_message_writes_correlation_app_and_hash_algorithm_like_windows()
     assert "<HashAlgorithm>32772</HashAlgorithm>" in printed
 
 
+@pytest.mark.parametrize("given, on_the_wire", [(-1, 4294967295), (-7, 4294967289),
+                                                (4294967295, 4294967295), (42, 42)])
+def test_app_specific_goes_out_as_the_ulong_windows_reads(given: int, on_the_wire: int) -> None:
+    """A REST client may give it as .NET's Int32 shows it: a peer reads <App> as unsigned
+    (entrepot's own SRMP front door refused <App>-1</App>, and the link lost the message)."""
+    props = MessageProperties(sent_at_ms=1_900_000_000_000, app_specific=given)
+    printed = envelope_bytes(outbound_envelope(
+        props, to="http://machine2/msmq/private$/q", ordinal=1, qm_guid=QM, admin_url=None,
+        response_url=None, stream=None)).decode()
+    assert f"<App>{on_the_wire}</App>" in printed
+
+
 def test_format_names_become_urls_with_a_lower_case_scheme() -> None:
     assert url_of_format_name("DIRECT=HTTP://Machine1/MSMQ/private$/Q1") == (
         "http://Machine1/MSMQ/private$/Q1")
