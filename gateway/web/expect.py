@@ -32,7 +32,9 @@ async def defer_continue(request: web.Request) -> web.StreamResponse | None:
 
 async def send_continue(request: web.Request) -> None:
     """Write "100 Continue" if the client waits for it before sending its body (once)."""
+    # A path or method no route serves has aiohttp's own expect handler, which answered.
     if (request.version == HttpVersion11 and _CONTINUE_SENT not in request
+            and request.match_info.http_exception is None
             and request.headers.get(hdrs.EXPECT, "").lower() == "100-continue"):
         request[_CONTINUE_SENT] = True
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")

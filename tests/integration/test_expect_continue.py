@@ -86,3 +86,15 @@ def test_an_unknown_expectation_is_417(gateway: GatewayProcess) -> None:
                        f"Expect: 200-ok\r\nAuthorization: Bearer {KEY}\r\n")
     with sock:
         assert head.startswith(b"HTTP/1.1 417 "), head
+
+
+def test_a_path_no_route_serves_gets_one_continue(gateway: GatewayProcess) -> None:
+    """The router answers the expectation of a path or method it does not serve; the
+    body's reader must not answer it a second time (with fronts it did, twice)."""
+    sock, head = _head(gateway, "POST", "/healthz", 2,
+                       f"Expect: 100-continue\r\nAuthorization: Bearer {KEY}\r\n")
+    with sock:
+        assert head == b"HTTP/1.1 100 Continue\r\n\r\n", head
+        sock.sendall(b"{}")
+        answer = _read_head(sock)
+        assert answer.startswith(b"HTTP/1.1 405 "), answer
