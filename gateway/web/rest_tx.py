@@ -142,7 +142,14 @@ def batch_items(raw: bytes) -> list[tuple[str, bytes, MessageProperties]]:
 
 
 def batch_key(request: web.Request) -> str | None:
-    """The batch's Idempotency-Key in its principal's space (None without one)."""
+    """The batch's Idempotency-Key in its principal's space (None without one).
+
+    Raises: ProblemError 400 for an Mq-Transaction header: a batch is a transaction of its
+    own, and a client that named another one must not believe its messages are in it."""
+    if "Mq-Transaction" in request.headers:
+        raise ProblemError(400, "Mq-Transaction: a batch is a transaction of its own; to send "
+                           "in a transaction, send each message with the header",
+                           type_slug="bad-header")
     return scoped_key(request, _idempotency_key(request))
 
 

@@ -184,6 +184,12 @@ async def test_batch_is_one_atomic_transaction(client: Any) -> None:
         {"queue": "nowhere", "body_base64": ""},
     ]}
     assert (await client.post("/v1/batch", json=bad)).status == 404
+    # A batch is a transaction of its own: one naming another is refused, not put in it.
+    tx = await _begin(client)
+    named = await client.post("/v1/batch", json={"messages": [
+        {"queue": "plain", "body_base64": base64.b64encode(b"x").decode()}]},
+        headers={"Mq-Transaction": tx})
+    assert named.status == 400 and "Mq-Transaction" in (await named.json())["detail"]
     assert await _bodies(client, "private$/a") == [b"1"]
     for broken in ({"messages": []}, {"messages": [{"queue": "plain", "body_base64": "!!"}]},
                    {"messages": [{"queue": "plain", "properties": {"priority": 99}}]}, []):
