@@ -4,8 +4,8 @@ A nonce is accepted once per partner within twice the replay window, but the cac
 memory: a request captured before a restart could be sent again after it. So a clean stop
 saves them (``<data dir>/nonces.json``) and the next start takes them back. When there is
 nothing to take back after a crash, a signature made before this start is refused: its
-nonce cannot be checked against those used before. A new data directory has nothing to
-replay.
+nonce cannot be checked against those used before. A data directory whose store never
+opened has nothing to replay.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ def load_nonces(authenticator: Authenticator, data_dir: Path) -> None:
     """Take back the nonces a clean stop saved (then the file is removed: a crash after this
     start must not find them), or refuse signatures made before now."""
     path = data_dir / NONCES_FILE
-    # A signature's ts is whole seconds: one of this very second may be from before the
-    # start, so it is refused too (a client signing again gets a later second). A new data
-    # directory has had no traffic to replay.
-    authenticator.signed_after = time.time() if (data_dir / "storage").exists() else 0.0
+    # A data directory whose store never opened (no qm.json yet) has had no traffic to
+    # replay. A signature's ts is whole seconds: one of the start's own second is taken (a
+    # restart takes longer than the rest of the second it began in).
+    authenticator.signed_after = (float(int(time.time())) if (data_dir / "qm.json").exists()
+                                  else 0.0)
     try:
         saved = json.loads(path.read_text())
     except FileNotFoundError:
