@@ -115,7 +115,7 @@ _SRMP_QM = "6f1c2a44-1b8e-4c1e-9d7a-0a5b2c3d4e5f"
 
 def _srmp(stream: bool) -> Callable[[str], bytes]:
     """A 1 KiB SRMP message as Windows frames it: each request a new id (the duplicate
-    window is exercised; the run's number is in the id, so a later run on the same gateway
+    window is exercised; the run's number is in the id's GUID, so a later run on the same gateway
     — the next concurrency level — sends no duplicates, which are answered without a store
     commit and so faster); with ``stream`` one in-order stream per load-generator thread
     (wrk) or worker (bench/loadgen.py), whose stream receipts go back to this gateway's order
@@ -127,8 +127,10 @@ def _srmp(stream: bool) -> Callable[[str], bytes]:
 
         queue = "private$/bench_tx" if stream else "bench"
         envelope = Envelope(
+            # The counter is the sequence (an id's counter is 32 bits); the run's number
+            # is in the sender's GUID, whose last group takes its 9 digits as hex.
             path=Path(action="MSMQ:bench", to=f"http://127.0.0.1/msmq/{queue}",
-                      id=f"uuid:#RUN#####0#SEQ#####@{_SRMP_QM}"),
+                      id=f"uuid:#SEQ#####@{_SRMP_QM[:-9]}#RUN#####"),
             expires_at=INFINITE_TEXT, sent_at="20260101T000000",
             services=Services(durable=True),
             stream=Stream(f"uid:{_SRMP_QM}\\#RUN#####0#WRK#####", 1, None,

@@ -52,14 +52,17 @@ def format_srmp_time(seconds: int) -> str:
 
 
 def parse_message_id(text: str) -> tuple[int, str]:
-    """``uuid:N@GUID`` -> (N, guid lower-cased).
+    """``uuid:N@GUID`` -> (N, guid lower-cased). N is the message's OBJECTID uniquifier, a
+    32-bit counter Windows starts at 1: receipts and acknowledgements carry it back in an
+    OBJECTID, which holds no other.
 
     Raises:
-        ValueError: another form, or N over 64 bits.
+        ValueError: another form, or N outside 1..4294967295.
     """
     match = _MESSAGE_ID.match(text.strip())
-    if match is None or int(match.group(1)) >= 1 << 64:
-        raise ValueError(f"{text!r} is not a message id of the form uuid:N@GUID")
+    if match is None or not 0 < int(match.group(1)) < 1 << 32:
+        raise ValueError(f"{text!r} is not a message id of the form uuid:N@GUID with N "
+                         "1..4294967295")
     return int(match.group(1)), match.group(2).lower()
 
 

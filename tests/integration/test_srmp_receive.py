@@ -147,7 +147,13 @@ def _bad_requests() -> list[tuple[str, bytes, str, str]]:
     plain_to_tx = user_message("http://machine2/msmq/private$/orders", b"x", ordinal=4)
     to_deadletter = user_message("http://machine2/msmq/system$;deadletter", b"x", ordinal=5)
     multicast = user_message("MSMQ:MULTICAST=234.1.1.1:8001", b"x", ordinal=1).body
+    # An id's counter is an OBJECTID's 32-bit uniquifier, from 1: a receipt carries it back.
+    counter_0 = user_message(SIMPLEQ, b"x", ordinal=0)
+    counter_33_bits = user_message(SIMPLEQ, b"x", ordinal=1 << 32)
     return [
+        ("id counter 0", counter_0.body, ctype, "MQ_ERROR_BAD_XML_FORMAT"),
+        ("id counter over 32 bits", counter_33_bits.body,
+         dict(counter_33_bits.headers)["Content-Type"], "MQ_ERROR_BAD_XML_FORMAT"),
         ("malformed XML", good.body.replace(b"</se:Header>", b"</se:Headr>"), ctype,
          "MQ_ERROR_BAD_XML_FORMAT"),
         ("broken framing", good.body[:-40], ctype, "MQ_ERROR_BAD_XML_FORMAT"),
