@@ -138,6 +138,17 @@ class GatewayProcess:
         return self.log_path.read_text(errors="replace")
 
 
+def exchange(port: int, request: bytes) -> bytes:
+    """Send ``request`` to 127.0.0.1:``port`` as it is; the answer's bytes until the server
+    closes (the request asks for ``Connection: close``)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
 @contextlib.contextmanager
 def serving(root: Path, config: str) -> Iterator[GatewayProcess]:
     """A real gateway on ``config`` (TOML, written to root/entrepot.toml) and a data

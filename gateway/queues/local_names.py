@@ -4,6 +4,7 @@ address, the admin queue an acknowledgement goes to)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -43,10 +44,8 @@ def local_queue(value: str, local: LocalNames) -> str | None:
     """The canonical path of the local queue ``value`` names (a path, or a direct format
     name of this gateway); None for anything else (another host, several queues, a public
     or private format name, garbage)."""
-    try:
+    with contextlib.suppress(QueueNameError):  # not a path: perhaps a format name
         return parse_queue_path(value).canonical
-    except QueueNameError:
-        pass
     try:
         parsed = parse_format_name(value)
     except FormatNameError:

@@ -20,7 +20,7 @@ import pytest
 
 from gateway.msmq.message import LABEL_CHARS_MAX
 from gateway.web.rest_body import JSON_DEPTH_MAX
-from tests.helpers import GatewayProcess
+from tests.helpers import GatewayProcess, exchange
 
 # Run again in one process (server.workers = 1) by make test (ENTREPOT_TEST_WORKERS).
 pytestmark = pytest.mark.workers
@@ -52,12 +52,7 @@ Answer = tuple[int, dict[str, str], bytes]
 
 def _raw(gateway: GatewayProcess, request: bytes) -> Answer:
     """Send ``request`` as it is, read the answer until the server closes."""
-    with socket.create_connection(("127.0.0.1", gateway.port), timeout=60) as sock:
-        sock.sendall(request)
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
+    head, _, body = exchange(gateway.port, request).partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     headers = {}
     for line in lines[1:]:

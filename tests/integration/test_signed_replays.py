@@ -8,14 +8,13 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 
 import pytest
 
 from gateway.auth.hmac_sig import sign
-from tests.helpers import GatewayProcess, front_pids
+from tests.helpers import GatewayProcess, exchange, front_pids
 
 pytestmark = pytest.mark.workers
 
@@ -63,12 +62,7 @@ def _next_second() -> None:
 
 
 def _send(gateway: GatewayProcess, request: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", gateway.port), timeout=60) as sock:
-        sock.sendall(request)
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
-    return answer
+    return exchange(gateway.port, request)
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["clean", "crash"])
