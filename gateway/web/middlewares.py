@@ -9,9 +9,11 @@ cap (gateway.web.long_polls).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 from typing import Protocol
+from urllib.parse import unquote_to_bytes
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -175,17 +177,19 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
 # Headers that carry one value: given twice, which one counts would be a guess (and a check
 # and a use reading different ones a way round it), so the request is refused. ``Mq-*``
 # headers are all single-valued too.
+_PROBES = frozenset({"/healthz", "/readyz"})
 _SINGLE_VALUED = frozenset({"authorization", "content-type", "idempotency-key"})
 
 
 def _check_headers(request: web.Request) -> None:
     """Raises: ProblemError 400 naming the first header whose value is not UTF-8 text, or
-    a single-valued header given more than once.
+    a single-valued header given more than once (but on the probes, which read none).
 
     aiohttp keeps bytes that are not UTF-8 as lone surrogates, which no store, log line,
     answer or forwarded request (gateway.fronts) can carry. Checked before anything else,
     on every route, so that one process and several answer alike."""
     seen: set[str] | None = None
+    probe = request.path in _PROBES
     for name, value in request.headers.items():
         if not value.isascii():
             try:
@@ -194,7 +198,7 @@ def _check_headers(request: web.Request) -> None:
                 raise ProblemError(400, f"{name}: not UTF-8 text",
                                    type_slug="bad-header") from None
         lower = name.lower()
-        if lower in _SINGLE_VALUED or lower.startswith("mq-"):
+        if not probe and (lower in _SINGLE_VALUED or lower.startswith("mq-")):
             if seen is None:
                 seen = {lower}
             elif lower in seen:
@@ -204,6 +208,34 @@ def _check_headers(request: web.Request) -> None:
                 seen.add(lower)
 
 
+# Routes whose path names a queue: an escape there is a queue name's problem.
+_QUEUE_ROUTES = ("/v1/queues/", "/msmq/")
+
+
+def _check_path(request: web.Request) -> None:
+    """Raises: ProblemError 400 when the path has percent-escapes that do not decode to
+    UTF-8 (``%FF``).
+
+    aiohttp leaves such escapes as they came, so ``a_%FF`` and ``a_%25FF`` would both name
+    the queue ``a_%FF``: the client meant a byte no name may hold. A UTF-8 character is
+    one run of escapes, so each run is decoded alone."""
+    raw = request.raw_path.partition("?")[0]
+    if "%" not in raw:
+        return
+    for run in _ESCAPES.findall(raw):
+        try:
+            unquote_to_bytes(run).decode()
+        except UnicodeDecodeError:
+            slug = ("MQ_ERROR_ILLEGAL_QUEUE_PATHNAME" if raw.startswith(_QUEUE_ROUTES)
+                    else "bad-path")
+            raise ProblemError(400, f"the path's escapes {run} are not UTF-8: a path is "
+                               "UTF-8 text, percent-encoded byte by byte",
+                               type_slug=slug) from None
+
+
+_ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+
+
 async def _answer(request: web.Request, handler: Handler,
                   gate: Gate | None) -> web.StreamResponse:
     # An absolute-form target without a path ("GET http://host") has the path "/"
@@ -211,6 +243,7 @@ async def _answer(request: web.Request, handler: Handler,
     instance = request.path or "/"
     try:
         _check_headers(request)
+        _check_path(request)
         if gate is not None:
             await gate(request)
         try:

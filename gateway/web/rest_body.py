@@ -40,7 +40,8 @@ def parse_json(raw: bytes) -> object:
 
     Raises:
         ProblemError: 400 when it is not UTF-8 JSON, is nested deeper than
-            ``JSON_DEPTH_MAX``, or holds a lone surrogate (the detail names the field).
+            ``JSON_DEPTH_MAX``, holds a lone surrogate (the detail names the field), or
+            gives a key twice in one object (the detail names it).
     """
     try:
         text = raw.decode("utf-8")
@@ -49,7 +50,7 @@ def parse_json(raw: bytes) -> object:
                            type_slug="bad-request") from None
     _check_depth(raw)
     try:
-        value = json.loads(text, parse_float=json_number)
+        value = json.loads(text, parse_float=json_number, object_pairs_hook=_unique_keys)
     except ValueError as exc:
         raise ProblemError(400, f"body is not JSON: {exc}", type_slug="bad-request") from exc
     if "\\u" in text:  # only an escape can make a lone surrogate out of valid UTF-8
@@ -78,6 +79,21 @@ def no_fields(raw: bytes) -> None:
     if given:
         raise ProblemError(400, f"unknown fields: {', '.join(sorted(given))} (this request "
                            "takes no body, or {})", type_slug="bad-request")
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """An object whose keys are each given once (RFC 8259 4: with duplicates, "the
+    behavior of software that receives such an object is unpredictable"): which of two
+    values counts would be a guess the client cannot see."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ProblemError(400, f"{key[:200]!r}: given more than once in one object",
+                                   type_slug="bad-request")
+            seen.add(key)
+    return value
 
 
 def _check_depth(raw: bytes) -> None:

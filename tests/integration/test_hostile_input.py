@@ -233,6 +233,57 @@ def test_lone_surrogates_in_json_keys(gateway: GatewayProcess, unchanged: None, 
     _problem(_json(gateway, method, path, json.dumps({BAD: 1}).encode()))
 
 
+DUPLICATE_KEYS = [
+    ("PUT", NEW_Q, b'{"label": "a", "label": "b"}', "'label'"),
+    ("PUT", f"{Q}/consumers/c1", b'{"start": "earliest", "start": "latest"}', "'start'"),
+    ("POST", "/v1/batch", b'{"messages": [{"queue": "private$/hostile", "body_base64": "",'
+     b' "queue": "private$/made_by_hostile"}]}', "'queue'"),
+    ("POST", "/v1/batch", b'{"messages": [], "messages": [{"queue": "private$/hostile"}]}',
+     "'messages'"),
+    ("POST", "/v1/admin/backup", b'{"dest": "/tmp/a", "dest": "/tmp/b"}', "'dest'"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "named"), DUPLICATE_KEYS)
+def test_a_json_key_given_twice_is_refused_naming_it(gateway: GatewayProcess, unchanged: None,
+                                                     method: str, path: str, body: bytes,
+                                                     named: str) -> None:
+    # Which of the two values counts would be a guess the client cannot see.
+    answer = _json(gateway, method, path, body)
+    assert answer[0] == 400 and _problem(answer, named, "more than once"), answer
+
+
+# ---- paths ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("path", "escapes"), [
+    ("/v1/queues/private$/a_%FF", "%FF"), ("/v1/queues/a%C3", "%C3"),
+    ("/v1/queues/private$/hostile%ED%A0%80/messages", "%ED%A0%80"),
+    ("/v1/queues/private$/hostile/messages/%e9t%C3%A9", "%e9")])
+def test_an_escape_that_is_not_utf8_is_refused_naming_it(gateway: GatewayProcess,
+                                                         unchanged: None, path: str,
+                                                         escapes: str) -> None:
+    # aiohttp keeps such an escape as it came: a_%FF and a_%25FF would name one queue.
+    for method in ("PUT", "POST", "GET"):
+        answer = _json(gateway, method, path, b"{}")
+        problem = _problem(answer, "not UTF-8", f"escapes {escapes} ")
+        assert answer[0] == 400 and problem["type"].endswith("ILLEGAL_QUEUE_PATHNAME"), answer
+
+
+def test_an_escaped_percent_names_a_queue_with_a_percent(gateway: GatewayProcess) -> None:
+    answer = _json(gateway, "PUT", "/v1/queues/private$/made_%25FF", b"{}")
+    assert answer[0] in (200, 201) and json.loads(answer[2])["path"] == "private$/made_%FF"
+    assert _request(gateway, "DELETE", "/v1/queues/private$/made_%25FF")[0] in (200, 204)
+
+
+@pytest.mark.parametrize("probe", ["/healthz", "/readyz"])
+def test_probes_answer_whatever_headers_they_are_sent(gateway: GatewayProcess,
+                                                      probe: str) -> None:
+    # A probe reads no header: a load balancer's doubled Authorization is not its problem.
+    answer = _request(gateway, "GET", probe, headers=[(b"Authorization", b"Bearer a"),
+                                                      (b"Authorization", b"Bearer b")])
+    assert answer[0] == 200, answer
+
+
 # ---- nesting ----------------------------------------------------------------------------------
 
 def _nested(depth: int, inner: str = "1") -> str:
