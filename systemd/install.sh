@@ -46,6 +46,20 @@ elif [ ! -x "$VIRTUALENV/bin/entrepot" ]; then
     exit 1
 fi
 
+# The unit's ProtectHome=yes hides /home, /root and /run/user from the service: a virtualenv
+# there, or one made with an interpreter there (pyenv's, under ~/.pyenv), cannot be run, and
+# every start fails with status 203/EXEC.
+for path in "$VIRTUALENV" "$(readlink -m "$DESTDIR$VIRTUALENV/bin/python")"; do
+    case ${path#"$DESTDIR"} in
+        /home/*|/root/*|/run/user/*)
+            echo "install.sh: warning: $path is under /home, /root or /run/user, which the" \
+                "unit's ProtectHome=yes hides from the service: it will fail to start" \
+                "(status 203/EXEC). Make the virtualenv with an interpreter outside them," \
+                "e.g. PYTHON=/usr/bin/python3, and outside them itself." >&2
+            break ;;
+    esac
+done
+
 install -d -m 0755 "$DESTDIR$PREFIX/doc" "$DESTDIR$SYSCONFDIR" "$DESTDIR$SYSCONFDIR/mapping" \
     "$DESTDIR$UNITDIR"
 install -m 0644 "$SRC/README.md" "$SRC/docs/operations.md" "$DESTDIR$PREFIX/doc/"

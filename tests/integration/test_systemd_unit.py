@@ -82,6 +82,29 @@ def test_the_installed_unit_scores_at_most_2_5(installed: dict[str, Path]) -> No
     assert float(found.group(1)) <= EXPOSURE_MAX, done.stdout
 
 
+@pytest.mark.parametrize(("interpreter", "warned"), [
+    ("/root/.pyenv/versions/3.11.7/bin/python3", True), ("/home/ops/py/bin/python3", True),
+    ("/usr/bin/python3", False)])
+def test_install_warns_of_an_interpreter_protecthome_hides(tmp_path: Path, interpreter: str,
+                                                           warned: bool) -> None:
+    # Under a real systemd, a virtualenv made with pyenv's interpreter (under /root) failed
+    # every start with status 203/EXEC: the unit's ProtectHome=yes hides it.
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "entrepot").write_text("#!/bin/sh\n")
+    (venv / "bin" / "entrepot").chmod(0o755)
+    (venv / "bin" / "python").symlink_to(interpreter)
+    done = subprocess.run(["sh", str(REPO_ROOT / "systemd" / "install.sh")],
+                          env={**os.environ, "PREFIX": str(tmp_path / "opt"),
+                               "SYSCONFDIR": str(tmp_path / "etc"),
+                               "UNITDIR": str(tmp_path / "units"), "VIRTUALENV": str(venv)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (interpreter in done.stderr and "ProtectHome=yes" in done.stderr
+            and "203/EXEC" in done.stderr) == warned, done.stderr
+    assert (tmp_path / "units" / "entrepot.service").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_a_full_install_serves_as_the_unit_starts_it(tmp_path: Path) -> None:
