@@ -58,9 +58,10 @@ from gateway.web.listener import bind, tls_context
 from gateway.web.long_polls import LongPolls
 from gateway.web.middlewares import make_middlewares
 from gateway.web.partner_shares import PartnerShares, may_wait
+from gateway.web.queue_access import authorize_early, split_tail
 from gateway.web.rest_body import no_fields
 from gateway.web.rest_codec import HeaderError, parse_send_headers
-from gateway.web.rest_queues import browse_query, receive_query, sent_response, split_tail
+from gateway.web.rest_queues import browse_query, receive_query, sent_response
 from gateway.web.slow_readers import write_within
 from gateway.web.srmp_routes import PARSE_INLINE_BYTES_MAX, add_srmp_routes
 from gateway.web.state import GatewayState
@@ -82,7 +83,8 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     ``server.concurrent_requests_max`` caps together."""
     server = settings.server
     shares = PartnerShares(server.concurrent_requests_max, processes=server.workers)
-    gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False), shares)
+    gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False), shares,
+                          before_body=authorize_early)
     forwarder.gate = gate
     # Receives that may wait: the owner parks them (and caps them); here they are kept out of
     # the in-flight cap as they are there.

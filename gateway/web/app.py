@@ -52,6 +52,7 @@ from gateway.web.long_polls import LONG_POLLS_KEY, LongPolls
 from gateway.web.metrics_state import StateCollector
 from gateway.web.middlewares import make_middlewares
 from gateway.web.partner_shares import PartnerShares
+from gateway.web.queue_access import authorize_early
 from gateway.web.srmp_routes import add_srmp_routes
 from gateway.web.state import GatewayState, Services
 from gateway.web.status import DeadLetterClasses, MessageRates, RecentErrors
@@ -99,7 +100,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
     load_peers(settings)  # and a peer's TLS files that cannot be loaded
     authenticator = Authenticator(settings)
     shares = PartnerShares(settings.server.concurrent_requests_max)
-    gate = make_auth_gate(settings, authenticator, shares)
+    gate = make_auth_gate(settings, authenticator, shares, before_body=authorize_early)
     long_polls = LongPolls(settings.server.long_polls_max)
     metrics.http_long_polls.set_function(lambda: long_polls.parked)
     app = web.Application(

@@ -64,10 +64,13 @@ _CHALLENGE = {"WWW-Authenticate": f'Basic realm="entrepot", Bearer realm="entrep
 
 
 def make_auth_gate(settings: Settings, authenticator: Authenticator,
-                   shares: PartnerShares | None = None) -> Gate:
+                   shares: PartnerShares | None = None,
+                   before_body: Callable[[web.Request], None] | None = None) -> Gate:
     """The check every request passes before its handler; it raises ProblemError (413, 408,
-    401, 429, 503) or records the request's principal. ``shares``: the request takes a place
-    in its partner's share once the partner is known (the middleware gives it back)."""
+    401, 403, 429, 503) or records the request's principal. ``shares``: the request takes a
+    place in its partner's share once the partner is known (the middleware gives it back).
+    ``before_body``: the route's permission check, made on the headers' principal before the
+    body is read (a signed request's principal is known only with its body)."""
     body_max = settings.server.request_body_max
     body_timeout = settings.server.body_timeout
     subjects = PeerSubjects()
@@ -98,6 +101,9 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator,
                 # Before its body: a slow one counts too (an SRMP sender nobody vouches
                 # for, whose body says where it goes, among them).
                 shares.take(request, principal or NOBODY)
+            request[PRINCIPAL] = principal or (NOBODY if srmp else OPEN)
+            if before_body is not None:
+                before_body(request)
         body = await read_body(request, body_timeout)
         if signed:
             principal = _check(authenticate, Credentials(

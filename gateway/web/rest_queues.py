@@ -27,8 +27,9 @@ from gateway.queues.transactions import Transactions
 from gateway.units import parse_size
 from gateway.web import rest_range
 from gateway.web.appkeys import STATE_KEY
-from gateway.web.auth_middleware import principal_of, require, require_admin, scoped_key
+from gateway.web.auth_middleware import principal_of, scoped_key
 from gateway.web.long_polls import LONG_POLLS_KEY
+from gateway.web.queue_access import authorize, split_tail
 from gateway.web.reply_addresses import check_request_replies
 from gateway.web.rest_body import json_body
 from gateway.web.rest_codec import (
@@ -52,14 +53,6 @@ def _qm(request: web.Request) -> QueueManager:
 
 def _transactions(request: web.Request) -> Transactions:
     return request.app[STATE_KEY].serving().transactions
-
-
-def split_tail(tail: str) -> tuple[str, list[str]]:
-    """``private$/name/messages`` -> (``private$/name``, [``messages``])."""
-    segments = tail.split("/")
-    if segments[0].lower() == "private$" and len(segments) > 1:
-        return "/".join(segments[:2]), segments[2:]
-    return segments[0], segments[1:]
 
 
 def _queue_json(qm: QueueManager, name: str) -> dict[str, object]:
@@ -94,7 +87,7 @@ async def queue_tree(request: web.Request) -> web.StreamResponse:
     qm = _qm(request)
     name, rest = split_tail(request.match_info["tail"])
     method = request.method
-    _authorize(request, name, rest)
+    authorize(request, name, rest)
     if not rest:
         return await _dispatch(method, {"GET": _show, "PUT": _put, "DELETE": _delete},
                                request, qm, name)
@@ -124,32 +117,6 @@ async def queue_tree(request: web.Request) -> web.StreamResponse:
         raise web.HTTPMethodNotAllowed(method, ["DELETE", "GET", "HEAD"])
     raise ProblemError(404, f"no resource {'/'.join(rest)!r} under queue {name!r}",
                        type_slug="not-found")
-
-
-def _authorize(request: web.Request, name: str, rest: list[str]) -> None:
-    """Partners send and receive on the queues they are allowed; everything that manages a
-    queue (create, delete, purge, requeue) needs the admin."""
-    method = request.method
-    if rest == ["messages"] and method == "POST":
-        require(request, "send", name)
-    elif rest in (["messages"], ["receive"]) or (len(rest) == 2 and rest[0] == "messages"):
-        require(request, "receive", name)
-    elif rest and rest[0] in ("head", "range", "consumers"):
-        require(request, "receive", name)  # a range consumer is a receiver that keeps a log
-    elif not rest and method in ("GET", "HEAD"):
-        principal = principal_of(request)
-        if not (principal.may("send", _canonical(name))
-                or principal.may("receive", _canonical(name))):
-            require(request, "receive", name)
-    else:
-        require_admin(request)
-
-
-def _canonical(name: str) -> str:
-    try:
-        return parse_queue_path(name).canonical
-    except QueueNameError:
-        return name.lower()
 
 
 async def _dispatch(method: str, table: dict[str, object], request: web.Request,

@@ -16,6 +16,7 @@ from tests.helpers import GatewayProcess, serving
 pytestmark = pytest.mark.workers
 
 KEY = "expect-key"
+PARTNER_KEY = "expect-partner-key"
 BODY_MAX = 4096
 
 
@@ -25,8 +26,14 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
 request_body_max = "{BODY_MAX}B"
 [auth]
 admin_key_sha256 = "{hashlib.sha256(KEY.encode()).hexdigest()}"
+[[partners]]
+name = "acme"
+api_key_sha256 = "{hashlib.sha256(PARTNER_KEY.encode()).hexdigest()}"
+send = ["private$/expect"]
 [[queues]]
 path = "private$/expect"
+[[queues]]
+path = "private$/other"
 """) as gateway:
         yield gateway
 
@@ -66,19 +73,35 @@ def test_no_continue_for_a_body_over_the_limit(gateway: GatewayProcess) -> None:
         assert head.startswith(b"HTTP/1.1 413 "), head
 
 
-@pytest.mark.parametrize("method,path,body,status", [
-    ("POST", "/v1/queues/private$/expect/messages", b"after the 100", b"201"),
-    ("PUT", "/v1/queues/private$/made", b"{}", b"201")])
+@pytest.mark.parametrize("method,path,body,status,key", [
+    ("POST", "/v1/queues/private$/expect/messages", b"after the 100", b"201", KEY),
+    ("PUT", "/v1/queues/private$/made", b"{}", b"201", KEY),
+    ("POST", "/v1/queues/private$/expect/messages", b"acme", b"201", PARTNER_KEY)])
 def test_continue_then_the_body_for_an_admitted_request(
-        gateway: GatewayProcess, method: str, path: str, body: bytes, status: bytes) -> None:
+        gateway: GatewayProcess, method: str, path: str, body: bytes, status: bytes,
+        key: str) -> None:
     sock, head = _head(gateway, method, path, len(body),
-                       f"Expect: 100-continue\r\nAuthorization: Bearer {KEY}\r\n"
+                       f"Expect: 100-continue\r\nAuthorization: Bearer {key}\r\n"
                        "Content-Type: application/json\r\n")
     with sock:
         assert head == b"HTTP/1.1 100 Continue\r\n\r\n", head
         sock.sendall(body)
         answer = _read_head(sock)
         assert answer.startswith(b"HTTP/1.1 " + status), answer
+
+
+@pytest.mark.parametrize("method,path", [("POST", "/v1/queues/private$/other/messages"),
+                                         ("POST", "/v1/queues/private$/expect/receive"),
+                                         ("PUT", "/v1/queues/private$/made_by_acme"),
+                                         ("POST", "/v1/queues/private$/expect/purge")])
+def test_no_continue_for_a_partner_the_queue_refuses(gateway: GatewayProcess, method: str,
+                                                     path: str) -> None:
+    # The permission is known from the path and the credential: the body is not needed.
+    sock, head = _head(gateway, method, path, 2,
+                       f"Expect: 100-continue\r\nAuthorization: Bearer {PARTNER_KEY}\r\n"
+                       "Content-Type: application/json\r\n")
+    with sock:
+        assert head.startswith(b"HTTP/1.1 403 "), head
 
 
 def test_an_unknown_expectation_is_417(gateway: GatewayProcess) -> None:

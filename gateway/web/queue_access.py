@@ -1,0 +1,61 @@
+"""Who may do what under ``/v1/queues/{path}/...``: one decision, made before the body.
+
+Partners send and receive on the queues they are allowed; everything that manages a queue
+(create, delete, purge, requeue) needs the admin. The route checks it, and so does the
+authentication gate before it reads the body (``authorize_early``), so that a partner that
+may not send to a queue gets its 403 before it sends a body it waits to send
+(``Expect: 100-continue``).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.web.auth_middleware import principal_of, require, require_admin
+from mapping.names import QueueNameError, parse_queue_path
+
+__all__ = ["authorize", "authorize_early", "split_tail"]
+
+_TREE = "/v1/queues/"
+
+
+def split_tail(tail: str) -> tuple[str, list[str]]:
+    """``private$/name/messages`` -> (``private$/name``, [``messages``])."""
+    segments = tail.split("/")
+    if segments[0].lower() == "private$" and len(segments) > 1:
+        return "/".join(segments[:2]), segments[2:]
+    return segments[0], segments[1:]
+
+
+def authorize(request: web.Request, name: str, rest: list[str]) -> None:
+    """Raises: ProblemError 403 when the principal may not do what ``request`` asks of the
+    queue ``name`` (``rest``: the path under it)."""
+    method = request.method
+    if rest == ["messages"] and method == "POST":
+        require(request, "send", name)
+    elif rest in (["messages"], ["receive"]) or (len(rest) == 2 and rest[0] == "messages"):
+        require(request, "receive", name)
+    elif rest and rest[0] in ("head", "range", "consumers"):
+        require(request, "receive", name)  # a range consumer is a receiver that keeps a log
+    elif not rest and method in ("GET", "HEAD"):
+        principal = principal_of(request)
+        if not (principal.may("send", _canonical(name))
+                or principal.may("receive", _canonical(name))):
+            require(request, "receive", name)
+    else:
+        require_admin(request)
+
+
+def authorize_early(request: web.Request) -> None:
+    """``authorize`` for a request of the queue tree, from its path alone (the gate's
+    check before the body); other routes decide in their handlers."""
+    tail = request.match_info.get("tail")
+    if tail is not None and request.path.startswith(_TREE):
+        authorize(request, *split_tail(tail))
+
+
+def _canonical(name: str) -> str:
+    try:
+        return parse_queue_path(name).canonical
+    except QueueNameError:
+        return name.lower()
