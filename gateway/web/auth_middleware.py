@@ -38,6 +38,7 @@ from mapping.names import QueueNameError, parse_queue_path
 __all__ = [
     "PEER_CERT",
     "PRINCIPAL",
+    "PROBES",
     "Gate",
     "is_local_client",
     "is_loopback",
@@ -53,7 +54,9 @@ __all__ = [
 
 Gate = Callable[[web.Request], Awaitable[None]]
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/v1/openapi.json"})
+# The liveness and readiness probes: they read no header and no body.
+PROBES = frozenset({"/healthz", "/readyz"})
+PUBLIC_PATHS = PROBES | {"/metrics", "/v1/openapi.json"}
 PRINCIPAL = web.RequestKey("principal", Principal)
 # The client certificate (DER) a front process verified (gateway.fronts): the store owner
 # sees the front's Unix socket, not the client's TLS connection.

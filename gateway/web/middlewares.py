@@ -22,7 +22,7 @@ from gateway.errors import ProblemError
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.queues.errors import QueueError
-from gateway.web.auth_middleware import Gate
+from gateway.web.auth_middleware import PROBES, Gate
 from gateway.web.long_polls import LongPolls
 from gateway.web.partner_shares import PartnerShares
 from gateway.web.problem import as_problem, http_problem, problem_response
@@ -177,19 +177,20 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
 # Headers that carry one value: given twice, which one counts would be a guess (and a check
 # and a use reading different ones a way round it), so the request is refused. ``Mq-*``
 # headers are all single-valued too.
-_PROBES = frozenset({"/healthz", "/readyz"})
 _SINGLE_VALUED = frozenset({"authorization", "content-type", "idempotency-key"})
 
 
 def _check_headers(request: web.Request) -> None:
     """Raises: ProblemError 400 naming the first header whose value is not UTF-8 text, or
-    a single-valued header given more than once (but on the probes, which read none).
+    a single-valued header given more than once. The probes read no header: they answer
+    whatever headers they get.
 
     aiohttp keeps bytes that are not UTF-8 as lone surrogates, which no store, log line,
     answer or forwarded request (gateway.fronts) can carry. Checked before anything else,
     on every route, so that one process and several answer alike."""
+    if request.path in PROBES:
+        return
     seen: set[str] | None = None
-    probe = request.path in _PROBES
     for name, value in request.headers.items():
         if not value.isascii():
             try:
@@ -198,7 +199,7 @@ def _check_headers(request: web.Request) -> None:
                 raise ProblemError(400, f"{name}: not UTF-8 text",
                                    type_slug="bad-header") from None
         lower = name.lower()
-        if not probe and (lower in _SINGLE_VALUED or lower.startswith("mq-")):
+        if lower in _SINGLE_VALUED or lower.startswith("mq-"):
             if seen is None:
                 seen = {lower}
             elif lower in seen:
@@ -213,27 +214,40 @@ _QUEUE_ROUTES = ("/v1/queues/", "/msmq/")
 
 
 def _check_path(request: web.Request) -> None:
-    """Raises: ProblemError 400 when the path has percent-escapes that do not decode to
-    UTF-8 (``%FF``).
+    """Raises: ProblemError 400 when the path or query has a ``%`` that is not an escape
+    (``%``, ``%F``, ``%zz``) or escapes that do not decode to UTF-8 (``%FF``).
 
     aiohttp leaves such escapes as they came, so ``a_%FF`` and ``a_%25FF`` would both name
-    the queue ``a_%FF``: the client meant a byte no name may hold. A UTF-8 character is
-    one run of escapes, so each run is decoded alone."""
-    raw = request.raw_path.partition("?")[0]
+    the queue ``a_%FF`` (and a query's ``%FF`` would become U+FFFD): the client meant a byte
+    no name may hold. A UTF-8 character is one run of escapes, so each run is decoded
+    alone."""
+    raw = request.raw_path
     if "%" not in raw:
         return
-    for run in _ESCAPES.findall(raw):
-        try:
-            unquote_to_bytes(run).decode()
-        except UnicodeDecodeError:
-            slug = ("MQ_ERROR_ILLEGAL_QUEUE_PATHNAME" if raw.startswith(_QUEUE_ROUTES)
-                    else "bad-path")
-            raise ProblemError(400, f"the path's escapes {run} are not UTF-8: a path is "
-                               "UTF-8 text, percent-encoded byte by byte",
-                               type_slug=slug) from None
+    path, _, query = raw.partition("?")
+    queue = path.lower().startswith(_QUEUE_ROUTES)
+    for where, text in (("path", path), ("query", query)):
+        if "%" not in text:
+            continue
+        bad = _NOT_ESCAPE.search(text)
+        if bad is not None:
+            _refuse(where, f"has a % that is not an escape ({bad.group()!r}): write a "
+                    "percent sign as %25", queue and where == "path")
+        for run in _ESCAPES.findall(text):
+            try:
+                unquote_to_bytes(run).decode()
+            except UnicodeDecodeError:
+                _refuse(where, f"escapes {run} are not UTF-8: a {where} is UTF-8 text, "
+                        "percent-encoded byte by byte", queue and where == "path")
+
+
+def _refuse(where: str, detail: str, queue: bool) -> None:
+    slug = "MQ_ERROR_ILLEGAL_QUEUE_PATHNAME" if queue else "bad-request"
+    raise ProblemError(400, f"the {where}'s {detail}", type_slug=slug)
 
 
 _ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+_NOT_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2}).{0,2}")
 
 
 async def _answer(request: web.Request, handler: Handler,

@@ -11,20 +11,39 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 
 from aiohttp import web
 
 from gateway.errors import ProblemError
 
-__all__ = ["JSON_DEPTH_MAX", "json_body", "json_number", "json_object", "parse_json"]
+__all__ = ["JSON_DEPTH_MAX", "json_body", "json_number", "json_object", "names", "parse_json"]
 
 JSON_DEPTH_MAX = 32  # the deepest body any route takes is 4 levels (a batch's properties)
 
 _EXACT = 2**53  # beyond it a double no longer holds every integer
+_INT_DIGITS_MAX = 40  # the largest integer a field takes has 20 digits (a 64-bit position)
 # A JSON string (skipped whole) or one bracket: strings may hold brackets that are not nesting.
 _STRING_OR_BRACKET = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 _OPENERS = frozenset(b"[{")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _json_int(text: str) -> int:
+    """Raises: ProblemError 400 for an integer longer than any field takes (Python's own
+    refusal, past 4300 digits, would name its interpreter setting)."""
+    if len(text) > _INT_DIGITS_MAX:
+        raise ProblemError(400, f"a number of {len(text)} digits: integers here have at most "
+                           f"{_INT_DIGITS_MAX}", type_slug="bad-request")
+    return int(text)
+
+
+def names(keys: Iterable[str], shown: int = 10) -> str:
+    """``keys`` sorted for a problem's detail: the first ``shown`` (each cut to 64
+    characters), then how many more, so a body of many unknown keys gets a short answer."""
+    ordered = sorted(keys)
+    listed = ", ".join(key[:64] for key in ordered[:shown])
+    return listed + (f" and {len(ordered) - shown} more" if len(ordered) > shown else "")
 
 
 def json_number(text: str) -> int | float:
@@ -50,7 +69,8 @@ def parse_json(raw: bytes) -> object:
                            type_slug="bad-request") from None
     _check_depth(raw)
     try:
-        value = json.loads(text, parse_float=json_number, object_pairs_hook=_unique_keys)
+        value = json.loads(text, parse_float=json_number, parse_int=_json_int,
+                           object_pairs_hook=_unique_keys)
     except ValueError as exc:
         raise ProblemError(400, f"body is not JSON: {exc}", type_slug="bad-request") from exc
     if "\\u" in text:  # only an escape can make a lone surrogate out of valid UTF-8
@@ -77,7 +97,7 @@ def no_fields(raw: bytes) -> None:
     ProblemError 400 naming the fields given, so that a client's option is not ignored."""
     given = json_object(raw, allow_empty=True)
     if given:
-        raise ProblemError(400, f"unknown fields: {', '.join(sorted(given))} (this request "
+        raise ProblemError(400, f"unknown fields: {names(given)} (this request "
                            "takes no body, or {})", type_slug="bad-request")
 
 

@@ -9,6 +9,7 @@ from gateway.errors import ProblemError
 from gateway.outbound.links import Links
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.auth_middleware import require_admin
+from gateway.web.rest_body import no_fields
 
 __all__ = ["routes"]
 
@@ -31,6 +32,7 @@ async def list_links(request: web.Request) -> web.Response:
 @routes.post("/v1/links/{id}/{action}")
 async def act(request: web.Request) -> web.Response:
     require_admin(request)
+    no_fields(await request.read())
     links = _links(request)
     try:
         link = links.find(request.match_info["id"])

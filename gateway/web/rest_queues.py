@@ -31,7 +31,7 @@ from gateway.web.auth_middleware import principal_of, scoped_key
 from gateway.web.long_polls import LONG_POLLS_KEY
 from gateway.web.queue_access import authorize, split_tail
 from gateway.web.reply_addresses import check_request_replies
-from gateway.web.rest_body import json_body
+from gateway.web.rest_body import json_body, names
 from gateway.web.rest_codec import (
     REPLAYED,
     HeaderError,
@@ -140,7 +140,7 @@ async def _put(request: web.Request, qm: QueueManager, name: str) -> web.Respons
              "authenticate"}
     unknown = set(body) - known
     if unknown:
-        raise ProblemError(400, f"unknown queue properties: {', '.join(sorted(unknown))}",
+        raise ProblemError(400, f"unknown queue properties: {names(unknown)}",
                            type_slug="bad-request")
     if "\x7f" in name and qm.lookup(parse_queue_path(name).canonical) is None:
         # MS-MQMQ allows DEL in a queue name, but no HTTP header (Mq-Destination,

@@ -27,7 +27,7 @@ from gateway.queues.manager import Queue, QueueManager
 from gateway.queues.range_consumers import RangeConsumers
 from gateway.range_wire import CONTENT_TYPE, END_OF_RANGE, encode_record
 from gateway.web.appkeys import SETTINGS_KEY, STATE_KEY
-from gateway.web.rest_body import json_object
+from gateway.web.rest_body import json_object, names
 from gateway.web.rest_codec import message_json
 from gateway.web.slow_readers import write_within
 from store.records import StoredRecord
@@ -251,7 +251,7 @@ def _fields(body: bytes, known: str) -> dict[str, object]:
     fields = json_object(body, allow_empty=True)
     unknown = sorted(set(fields) - {known})
     if unknown:
-        raise ProblemError(400, f"unknown fields: {', '.join(unknown)} (only {known!r})",
+        raise ProblemError(400, f"unknown fields: {names(unknown)} (only {known!r})",
                            type_slug="bad-request")
     return fields
 

@@ -269,6 +269,23 @@ def test_an_escape_that_is_not_utf8_is_refused_naming_it(gateway: GatewayProcess
         assert answer[0] == 400 and problem["type"].endswith("ILLEGAL_QUEUE_PATHNAME"), answer
 
 
+@pytest.mark.parametrize(("target", "named", "queue"), [
+    ("/v1/queues/private$/q_%", "'%'", True), ("/v1/queues/private$/q_%F", "'%F'", True),
+    ("/v1/queues/private$/q_%zz/messages", "'%zz'", True),
+    ("/v1/queues/private$/hostile/messages?after=%FF", "escapes %FF", False),
+    ("/v1/queues/private$/hostile/messages?after=1%", "'%'", False),
+    ("/MSMQ/private$/hostile%FF", "escapes %FF", True)])
+def test_a_percent_that_is_no_escape_or_not_utf8_is_refused_naming_it(
+        gateway: GatewayProcess, unchanged: None, target: str, named: str,
+        queue: bool) -> None:
+    # q_% and q_%25 were one queue; a query's %FF became U+FFFD; /MSMQ/ is /msmq/.
+    for method in ("PUT", "POST", "GET"):
+        answer = _json(gateway, method, target, b"{}")
+        problem = _problem(answer, named)
+        slug = "ILLEGAL_QUEUE_PATHNAME" if queue else "bad-request"
+        assert answer[0] == 400 and problem["type"].endswith(slug), answer
+
+
 def test_an_escaped_percent_names_a_queue_with_a_percent(gateway: GatewayProcess) -> None:
     answer = _json(gateway, "PUT", "/v1/queues/private$/made_%25FF", b"{}")
     assert answer[0] in (200, 201) and json.loads(answer[2])["path"] == "private$/made_%FF"
@@ -276,12 +293,46 @@ def test_an_escaped_percent_names_a_queue_with_a_percent(gateway: GatewayProcess
 
 
 @pytest.mark.parametrize("probe", ["/healthz", "/readyz"])
-def test_probes_answer_whatever_headers_they_are_sent(gateway: GatewayProcess,
-                                                      probe: str) -> None:
-    # A probe reads no header: a load balancer's doubled Authorization is not its problem.
-    answer = _request(gateway, "GET", probe, headers=[(b"Authorization", b"Bearer a"),
-                                                      (b"Authorization", b"Bearer b")])
+@pytest.mark.parametrize("headers", [
+    [(b"Authorization", b"Bearer a"), (b"Authorization", b"Bearer b")],
+    [(b"X-Other", b"\xff")], [(b"Mq-Label", b"\xc3")]], ids=["twice", "other", "mq"])
+def test_probes_answer_whatever_headers_they_are_sent(gateway: GatewayProcess, probe: str,
+                                                      headers: list[tuple[bytes, bytes]]
+                                                      ) -> None:
+    # A probe reads no header: a load balancer's odd headers are not its problem.
+    answer = _request(gateway, "GET", probe, headers=headers)
     assert answer[0] == 200, answer
+
+
+@pytest.mark.parametrize("probe", ["/healthz", "/readyz"])
+def test_probes_do_not_wait_for_an_announced_body(gateway: GatewayProcess, probe: str) -> None:
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=60) as sock:
+        sock.sendall(f"GET {probe} HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n"
+                     .encode())
+        head = b""
+        while b"\r\n\r\n" not in head:  # with fronts it came only once the body was sent
+            chunk = sock.recv(4096)
+            assert chunk, head
+            head += chunk
+        assert head.startswith(b"HTTP/1.1 200 "), head
+
+
+def test_a_link_action_takes_no_fields(gateway: GatewayProcess, unchanged: None) -> None:
+    for body in (b'{"a": 1}', b"garbage", b'{"a": 1, "a": 2}'):
+        answer = _json(gateway, "POST", "/v1/links/nowhere/pause", body)
+        assert answer[0] == 400, answer
+    assert _json(gateway, "POST", "/v1/links/nowhere/pause", b"{}")[0] == 404
+
+
+def test_a_long_number_or_many_unknown_keys_get_a_short_answer(gateway: GatewayProcess,
+                                                               unchanged: None) -> None:
+    answer = _json(gateway, "PUT", NEW_Q, b'{"quota": 1' + b"0" * 5000 + b"}")
+    problem = _problem(answer, "5001 digits")
+    assert "sys." not in str(problem["detail"]), problem
+    many = json.dumps({f"k{i}": 1 for i in range(1000)}).encode()
+    answer = _json(gateway, "PUT", NEW_Q, many)
+    problem = _problem(answer, "k0", "and 990 more")
+    assert len(str(problem["detail"])) < 300, problem
 
 
 # ---- nesting ----------------------------------------------------------------------------------
