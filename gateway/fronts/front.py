@@ -73,6 +73,7 @@ log = logging.getLogger("gateway.fronts")
 _QUEUES = "/v1/queues/"
 _LOG_RESOURCES = frozenset({"head", "range", "consumers"})
 _PUSH_S = 1.0
+_THROTTLED = web.RequestKey("throttled", bool)
 
 
 def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
@@ -83,9 +84,19 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     ``server.concurrent_requests_max`` caps together."""
     server = settings.server
     shares = PartnerShares(server.concurrent_requests_max, processes=server.workers)
-    gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False), shares,
-                          before_body=authorize_early)
-    forwarder.gate = gate
+    # Partners with a rate limit: the owner holds their one bucket for every front.
+    limited = frozenset(p.name for p in settings.partners if p.rate)
+
+    async def before_body(request: web.Request) -> None:
+        # As in one process: the partner's token first, then the queue's permission.
+        await _throttle(request, channel, limited)
+        await authorize_early(request)
+
+    authenticator = Authenticator(settings, rate_limits=False)
+    gate = make_auth_gate(settings, authenticator, shares, before_body=before_body)
+    # A forwarded request's token is taken by the owner, which authenticates it again.
+    forwarder.gate = make_auth_gate(settings, authenticator, shares,
+                                    before_body=authorize_early)
     # Receives that may wait: the owner parks them (and caps them); here they are kept out of
     # the in-flight cap as they are there.
     polls = LongPolls(server.long_polls_max)
@@ -99,9 +110,6 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     app[METRICS_KEY] = metrics
     app[STATE_KEY] = GatewayState(local=local_host_names(server.names, server.host,
                                                          server.port))
-
-    # Partners with a rate limit: the owner holds their one bucket for every front.
-    limited = frozenset(p.name for p in settings.partners if p.rate)
 
     async def queue_tree(request: web.Request) -> web.StreamResponse:
         found = _queue_path(request)
@@ -313,10 +321,17 @@ async def _authenticate(request: web.Request, gate: Gate, channel: Channel,
     """The request's principal; a partner with a rate limit takes a token at the owner
     (before anything can refuse the request, as one process's gate does)."""
     await gate(request)
+    await _throttle(request, channel, limited)  # a signed request's, known after its body
+    return principal_of(request)
+
+
+async def _throttle(request: web.Request, channel: Channel, limited: frozenset[str]) -> None:
+    """A partner with a rate limit takes a token at the owner, once per request."""
     principal = principal_of(request)
-    if principal.name in limited and not (principal.admin or principal.open):
+    if (principal.name in limited and not (principal.admin or principal.open)
+            and _THROTTLED not in request):
+        request[_THROTTLED] = True
         await _ask(channel, wire.Kind.THROTTLE, principal.name)
-    return principal
 
 
 async def _srmp(request: web.Request, gate: Gate, channel: Channel,

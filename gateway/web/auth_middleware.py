@@ -68,7 +68,7 @@ _CHALLENGE = {"WWW-Authenticate": f'Basic realm="entrepot", Bearer realm="entrep
 
 def make_auth_gate(settings: Settings, authenticator: Authenticator,
                    shares: PartnerShares | None = None,
-                   before_body: Callable[[web.Request], None] | None = None) -> Gate:
+                   before_body: Gate | None = None) -> Gate:
     """The check every request passes before its handler; it raises ProblemError (413, 408,
     401, 403, 429, 503) or records the request's principal. ``shares``: the request takes a
     place in its partner's share once the partner is known (the middleware gives it back).
@@ -106,7 +106,7 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator,
                 shares.take(request, principal or NOBODY)
             request[PRINCIPAL] = principal or (NOBODY if srmp else OPEN)
             if before_body is not None:
-                before_body(request)
+                await before_body(request)
         body = await read_body(request, body_timeout)
         if signed:
             principal = _check(authenticate, Credentials(

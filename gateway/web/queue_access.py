@@ -46,7 +46,7 @@ def authorize(request: web.Request, name: str, rest: list[str]) -> None:
         require_admin(request)
 
 
-def authorize_early(request: web.Request) -> None:
+async def authorize_early(request: web.Request) -> None:
     """``authorize`` for a request of the queue tree, from its path alone (the gate's
     check before the body); other routes decide in their handlers."""
     tail = request.match_info.get("tail")
