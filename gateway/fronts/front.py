@@ -109,7 +109,8 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
     app[STATE_KEY] = GatewayState(local=local_host_names(server.names, server.host,
-                                                         server.port))
+                                                         server.port,
+                                                         settings.srmp.virtual_dirs))
 
     async def queue_tree(request: web.Request) -> web.StreamResponse:
         found = _queue_path(request)

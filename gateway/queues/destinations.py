@@ -99,6 +99,11 @@ def _split(text: str, local: LocalNames
     urls: list[str] = []
     remote_at: list[int] = []
     for position, element in enumerate(elements):
+        if isinstance(element, DirectFormatName):
+            try:
+                local.check_vdir(element)  # else it would go to this gateway by HTTP
+            except FormatNameError as exc:
+                raise BadRequest(str(exc), type_slug=exc.code) from exc
         if isinstance(element, DirectFormatName) and local.owns(element):
             paths.append(element.display_queue or element.queue)
         elif isinstance(element, DirectFormatName) and element.protocol in ("http", "https"):

@@ -20,24 +20,41 @@ __all__ = ["LocalNames", "local_host_names", "local_queue"]
 class LocalNames:
     """What makes a format name local: one of our host names, and no port or one of ours
     (the listen port, the HTTP(S) defaults and the documented 8080/8443, as a proxy in front
-    may use them). Another port on a local name is another gateway on this machine."""
+    may use them), and for an HTTP(S) name one of our virtual directories. Another port on a
+    local name is another gateway on this machine."""
 
     hosts: frozenset[str]
     ports: frozenset[int]
+    vdirs: frozenset[str] = frozenset({"msmq"})
 
     def owns(self, element: DirectFormatName) -> bool:
+        return self.names_host(element) and (element.protocol not in ("http", "https")
+                                              or element.vdir in self.vdirs)
+
+    def names_host(self, element: DirectFormatName) -> bool:
+        """``element`` names this gateway's host and port, whatever its virtual directory."""
         return element.host in self.hosts and (element.port is None
                                                 or element.port in self.ports)
 
+    def check_vdir(self, element: DirectFormatName) -> None:
+        """Raises: FormatNameError when ``element`` names this gateway under a virtual
+        directory it does not serve (it would otherwise be sent to this gateway itself)."""
+        if self.names_host(element) and not self.owns(element):
+            served = ", ".join(f"/{vdir}/" for vdir in sorted(self.vdirs))
+            raise FormatNameError(f"{element.url()}: this gateway serves queues under "
+                                  f"{served} (srmp.virtual_dirs), not /{element.vdir}/")
 
-def local_host_names(configured: Iterable[str], listen_host: str, listen_port: int
-                     ) -> LocalNames:
-    """Reads the machine's names (call once)."""
+
+def local_host_names(configured: Iterable[str], listen_host: str, listen_port: int,
+                     vdirs: Iterable[str] = ()) -> LocalNames:
+    """Reads the machine's names (call once). ``vdirs``: ``srmp.virtual_dirs``; ``msmq`` is
+    always one, as the gateway's own receipt and admin-queue URLs use it."""
     names = {"localhost", "127.0.0.1", "::1", "[::1]", ".", listen_host.lower(),
              socket.gethostname().lower(), socket.getfqdn().lower(),
              *(n.lower() for n in configured)}
     return LocalNames(frozenset(n for n in names if n),
-                      frozenset({80, 443, 8080, 8443, listen_port}))
+                      frozenset({80, 443, 8080, 8443, listen_port}),
+                      frozenset({"msmq", *(v.lower() for v in vdirs)}))
 
 
 def local_queue(value: str, local: LocalNames) -> str | None:

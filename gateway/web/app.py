@@ -116,7 +116,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
     app[METRICS_KEY] = metrics
     state = app[STATE_KEY] = GatewayState(
         local=local_host_names(settings.server.names, settings.server.host,
-                               settings.server.port))
+                               settings.server.port, settings.srmp.virtual_dirs))
     state.outbound = OutboundPolicy(
         [*settings.outbound.allow, *(p.url for p in settings.peers),
          *(w.url for w in settings.webhooks)],

@@ -68,6 +68,9 @@ def reply_targets(value: str, local: LocalNames) -> list[ReplyTarget] | None:
                 targets.append(ReplyTarget(queue=element.path.canonical))
             except QueueNameError:
                 return None
+        elif isinstance(element, DirectFormatName) and local.names_host(element):
+            # this gateway under a virtual directory it does not serve: nothing reaches it
+            targets.append(ReplyTarget(foreign=element.format_name()))
         elif isinstance(element, DirectFormatName) and element.protocol in ("http", "https"):
             targets.append(ReplyTarget(url=element.url()))
         else:

@@ -317,6 +317,27 @@ def test_probes_do_not_wait_for_an_announced_body(gateway: GatewayProcess, probe
         assert head.startswith(b"HTTP/1.1 200 "), head
 
 
+@pytest.mark.parametrize("header", ["Mq-Destination", "Mq-Admin-Queue"])
+def test_this_host_under_a_virtual_directory_it_does_not_serve_is_refused(
+        gateway: GatewayProcess, unchanged: None, header: str) -> None:
+    # It named no local queue, so it was sent by HTTP to this gateway itself, or taken as
+    # a local queue under any directory.
+    name = f"DIRECT=HTTP://127.0.0.1:{gateway.port}/zzz/private$/hostile".encode()
+    extra = [] if header == "Mq-Destination" else [TO_HOSTILE]
+    answer = _request(gateway, "POST", "/v1/messages", body=b"x",
+                      headers=[*extra, (header.encode(), name)])
+    assert answer[0] == 400 and _problem(answer, "/zzz/"), answer
+
+
+def test_this_host_under_its_virtual_directory_is_local(gateway: GatewayProcess) -> None:
+    name = f"DIRECT=HTTP://127.0.0.1:{gateway.port}/MSMQ/private$/hostile".encode()
+    answer = _request(gateway, "POST", "/v1/messages", body=b"x",
+                      headers=[(b"Mq-Destination", name)])
+    assert answer[0] == 201, answer
+    received = _json(gateway, "POST", f"{Q}/receive", b"")
+    assert received[0] == 200 and json.loads(received[2])["messages"], received
+
+
 def test_a_link_action_takes_no_fields(gateway: GatewayProcess, unchanged: None) -> None:
     for body in (b'{"a": 1}', b"garbage", b'{"a": 1, "a": 2}'):
         answer = _json(gateway, "POST", "/v1/links/nowhere/pause", body)

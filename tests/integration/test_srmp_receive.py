@@ -147,6 +147,8 @@ def _bad_requests() -> list[tuple[str, bytes, str, str]]:
     plain_to_tx = user_message("http://machine2/msmq/private$/orders", b"x", ordinal=4)
     to_deadletter = user_message("http://machine2/msmq/system$;deadletter", b"x", ordinal=5)
     multicast = user_message("MSMQ:MULTICAST=234.1.1.1:8001", b"x", ordinal=1).body
+    # This host under a virtual directory it does not serve: no queue of this gateway.
+    other_vdir = user_message("http://machine2/zzz/private$/simpleq", b"x", ordinal=6)
     # An id's counter is an OBJECTID's 32-bit uniquifier, from 1: a receipt carries it back.
     counter_0 = user_message(SIMPLEQ, b"x", ordinal=0)
     counter_33_bits = user_message(SIMPLEQ, b"x", ordinal=1 << 32)
@@ -168,6 +170,8 @@ def _bad_requests() -> list[tuple[str, bytes, str, str]]:
         ("a dead-letter queue", to_deadletter.body, dict(to_deadletter.headers)["Content-Type"],
          "MQ_ERROR_ACCESS_DENIED"),
         ("multicast", multicast, ctype, "MQ_ERROR_ILLEGAL_FORMATNAME"),
+        ("an unserved virtual directory", other_vdir.body,
+         dict(other_vdir.headers)["Content-Type"], "MQ_ERROR_ILLEGAL_FORMATNAME"),
     ]
 
 
@@ -191,6 +195,12 @@ async def test_only_configured_virtual_directories_serve_srmp(make_client: Any) 
     req = user_message(SIMPLEQ, b"x", ordinal=1)
     assert (await post(client, req, "/Partners/anything")).status == 200
     assert (await post(client, req, "/other/private$/simpleq")).status in (404, 405)
+    # <to> under any of them names a local queue; under another one, none.
+    to_partners = user_message("http://machine2/Partners/private$/simpleq", b"x", ordinal=2)
+    assert (await post(client, to_partners, "/msmq/private$/simpleq")).status == 200
+    to_other = user_message("http://machine2/other/private$/simpleq", b"x", ordinal=3)
+    refused = await post(client, to_other, "/msmq/private$/simpleq")
+    assert refused.status == 400 and "/other/" in (await refused.json())["detail"]
 
 
 async def test_queue_over_quota_drops_with_dead_letter_and_nack(make_client: Any) -> None:
