@@ -54,8 +54,8 @@ for path in "$VIRTUALENV" "$(readlink -m "$DESTDIR$VIRTUALENV/bin/python")"; do
         /home/*|/root/*|/run/user/*)
             echo "install.sh: warning: $path is under /home, /root or /run/user, which the" \
                 "unit's ProtectHome=yes hides from the service: it will fail to start" \
-                "(status 203/EXEC). Make the virtualenv with an interpreter outside them," \
-                "e.g. PYTHON=/usr/bin/python3, and outside them itself." >&2
+                "(status 203/EXEC). Use a virtualenv outside them made with an interpreter" \
+                "outside them: without VIRTUALENV=, PYTHON=/usr/bin/python3 makes one." >&2
             break ;;
     esac
 done

@@ -92,11 +92,11 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
         await _throttle(request, channel, limited)
         await authorize_early(request)
 
-    authenticator = Authenticator(settings, rate_limits=False)
-    gate = make_auth_gate(settings, authenticator, shares, before_body=before_body)
-    # A forwarded request's token is taken by the owner, which authenticates it again.
-    forwarder.gate = make_auth_gate(settings, authenticator, shares,
-                                    before_body=authorize_early)
+    gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False), shares,
+                          before_body=before_body)
+    # A forwarded request that waits for "100 Continue" passes the same checks here first,
+    # the partner's token included (the owner takes another: such a request costs two).
+    forwarder.gate = gate
     # Receives that may wait: the owner parks them (and caps them); here they are kept out of
     # the in-flight cap as they are there.
     polls = LongPolls(server.long_polls_max)

@@ -9,11 +9,9 @@ cap (gateway.web.long_polls).
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable
 from typing import Protocol
-from urllib.parse import unquote_to_bytes
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -23,6 +21,7 @@ from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.queues.errors import QueueError
 from gateway.web.auth_middleware import PROBES, Gate
+from gateway.web.escapes import check_path
 from gateway.web.long_polls import LongPolls
 from gateway.web.partner_shares import PartnerShares
 from gateway.web.problem import as_problem, http_problem, problem_response
@@ -209,47 +208,6 @@ def _check_headers(request: web.Request) -> None:
                 seen.add(lower)
 
 
-# Routes whose path names a queue: an escape there is a queue name's problem.
-_QUEUE_ROUTES = ("/v1/queues/", "/msmq/")
-
-
-def _check_path(request: web.Request) -> None:
-    """Raises: ProblemError 400 when the path or query has a ``%`` that is not an escape
-    (``%``, ``%F``, ``%zz``) or escapes that do not decode to UTF-8 (``%FF``).
-
-    aiohttp leaves such escapes as they came, so ``a_%FF`` and ``a_%25FF`` would both name
-    the queue ``a_%FF`` (and a query's ``%FF`` would become U+FFFD): the client meant a byte
-    no name may hold. A UTF-8 character is one run of escapes, so each run is decoded
-    alone."""
-    raw = request.raw_path
-    if "%" not in raw:
-        return
-    path, _, query = raw.partition("?")
-    queue = path.lower().startswith(_QUEUE_ROUTES)
-    for where, text in (("path", path), ("query", query)):
-        if "%" not in text:
-            continue
-        bad = _NOT_ESCAPE.search(text)
-        if bad is not None:
-            _refuse(where, f"has a % that is not an escape ({bad.group()!r}): write a "
-                    "percent sign as %25", queue and where == "path")
-        for run in _ESCAPES.findall(text):
-            try:
-                unquote_to_bytes(run).decode()
-            except UnicodeDecodeError:
-                _refuse(where, f"escapes {run} are not UTF-8: a {where} is UTF-8 text, "
-                        "percent-encoded byte by byte", queue and where == "path")
-
-
-def _refuse(where: str, detail: str, queue: bool) -> None:
-    slug = "MQ_ERROR_ILLEGAL_QUEUE_PATHNAME" if queue else "bad-request"
-    raise ProblemError(400, f"the {where}'s {detail}", type_slug=slug)
-
-
-_ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
-_NOT_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2}).{0,2}")
-
-
 async def _answer(request: web.Request, handler: Handler,
                   gate: Gate | None) -> web.StreamResponse:
     # An absolute-form target without a path ("GET http://host") has the path "/"
@@ -257,9 +215,9 @@ async def _answer(request: web.Request, handler: Handler,
     instance = request.path or "/"
     try:
         _check_headers(request)
-        _check_path(request)
-        if gate is not None:
-            await gate(request)
+        if gate is not None:  # (a front's handlers call the gate, or the owner answers)
+            await gate(request)  # checks the path first when it reads the body
+            check_path(request)  # a signed request's, a public path's
         try:
             return await handler(request)
         except QueueError as refused:

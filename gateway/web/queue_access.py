@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.errors import ProblemError
 from gateway.web.auth_middleware import principal_of, require, require_admin
+from gateway.web.escapes import check_path
 from mapping.names import QueueNameError, parse_queue_path
 
 __all__ = ["authorize", "authorize_early", "split_tail"]
@@ -47,11 +49,18 @@ def authorize(request: web.Request, name: str, rest: list[str]) -> None:
 
 
 async def authorize_early(request: web.Request) -> None:
-    """``authorize`` for a request of the queue tree, from its path alone (the gate's
-    check before the body); other routes decide in their handlers."""
+    """The path's escapes, and ``authorize`` for a request of the queue tree, from its path
+    alone (the gate's check before the body); other routes decide in their handlers."""
+    check_path(request)
     tail = request.match_info.get("tail")
     if tail is not None and request.path.startswith(_TREE):
-        authorize(request, *split_tail(tail))
+        name, rest = split_tail(tail)
+        try:
+            parse_queue_path(name)
+        except QueueNameError as exc:  # the route would say so after the body
+            raise ProblemError(400, str(exc),
+                               type_slug="MQ_ERROR_ILLEGAL_QUEUE_PATHNAME") from None
+        authorize(request, name, rest)
 
 
 def _canonical(name: str) -> str:
