@@ -75,6 +75,8 @@ class Credentials:
     path_qs: str
     body: bytes
     headers: Iterable[tuple[str, str]]
+    # The partner's token was taken already: by the front that passed the request on.
+    throttled: bool = False
 
 
 class Authenticator:
@@ -147,7 +149,7 @@ class Authenticator:
             principal = self._subjects.get(creds.cert_subject)
         else:
             principal = None
-        if principal is not None:
+        if principal is not None and not creds.throttled:
             self._throttle(principal, monotonic)
         return principal
 
@@ -193,7 +195,8 @@ class Authenticator:
                                 "within the replay window")
         if not fresh:
             raise AuthError("replayed request: this nonce was already used")
-        self._throttle(principal, monotonic)  # refused: the nonce stays unused
+        if not creds.throttled:
+            self._throttle(principal, monotonic)  # refused: the nonce stays unused
         nonces.add(signed.nonce, now)
         return principal
 

@@ -15,6 +15,7 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict
 from yarl import URL
 
+from gateway.auth.hmac_sig import SCHEME
 from gateway.auth.tls import peer_certificate
 from gateway.errors import ProblemError
 from gateway.fronts.channel import AnswerLost
@@ -23,6 +24,7 @@ from gateway.web import forwarded
 from gateway.web.auth_middleware import (
     PRINCIPAL,
     PROBES,
+    THROTTLED,
     Gate,
     read_body,
     refuse_declared_length,
@@ -78,9 +80,12 @@ class Forwarder:
         if request.path in PROBES:  # answered on no header and no body, as in one process
             return await self._send(request, request.method, CIMultiDict(), b"")
         refuse_declared_length(request, self._body_max)
-        if self.gate is not None and hdrs.EXPECT in request.headers and (
-                PRINCIPAL not in request):
-            await self.gate(request)  # the owner's gate checks it again: a rare request
+        signed = request.headers.get("Authorization", "").lstrip().startswith(SCHEME)
+        if self.gate is not None and PRINCIPAL not in request and (
+                hdrs.EXPECT in request.headers or not signed):
+            # Refused here before the body, as in one process; the owner's gate checks it
+            # again (a signed request's nonce and token are the owner's alone).
+            await self.gate(request)
         # Read here, or already by the front's gate (then aiohttp has kept it).
         body = await read_body(request, self._body_timeout) or await request.read()
         headers: CIMultiDict[str] = CIMultiDict()
@@ -93,6 +98,8 @@ class Forwarder:
     async def _send(self, request: web.Request, method: str, headers: CIMultiDict[str],
                     body: bytes) -> web.StreamResponse:
         assert self._session is not None
+        if THROTTLED in request:
+            headers[forwarded.TOKEN] = "1"
         headers[forwarded.REMOTE] = request.remote or ""
         headers[forwarded.SCHEME] = request.scheme
         der = peer_certificate(request.transport)

@@ -45,6 +45,7 @@ from gateway.web import rest_queues, rest_range, rest_tx
 from gateway.web.app import ROUTE_TABLES
 from gateway.web.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.web.auth_middleware import (
+    THROTTLED,
     Gate,
     make_auth_gate,
     principal_of,
@@ -73,7 +74,6 @@ log = logging.getLogger("gateway.fronts")
 _QUEUES = "/v1/queues/"
 _LOG_RESOURCES = frozenset({"head", "range", "consumers"})
 _PUSH_S = 1.0
-_THROTTLED = web.RequestKey("throttled", bool)
 
 
 def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
@@ -94,8 +94,8 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
 
     gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False), shares,
                           before_body=before_body)
-    # A forwarded request that waits for "100 Continue" passes the same checks here first,
-    # the partner's token included (the owner takes another: such a request costs two).
+    # A forwarded request passes the same checks here first (the owner is told the token
+    # is taken), so that it is refused before its body is read, as in one process.
     forwarder.gate = gate
     # Receives that may wait: the owner parks them (and caps them); here they are kept out of
     # the in-flight cap as they are there.
@@ -330,8 +330,8 @@ async def _throttle(request: web.Request, channel: Channel, limited: frozenset[s
     """A partner with a rate limit takes a token at the owner, once per request."""
     principal = principal_of(request)
     if (principal.name in limited and not (principal.admin or principal.open)
-            and _THROTTLED not in request):
-        request[_THROTTLED] = True
+            and THROTTLED not in request):
+        request[THROTTLED] = True
         await _ask(channel, wire.Kind.THROTTLE, principal.name)
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "PEER_CERT",
     "PRINCIPAL",
     "PROBES",
+    "THROTTLED",
     "Gate",
     "is_local_client",
     "is_loopback",
@@ -61,6 +62,8 @@ PRINCIPAL = web.RequestKey("principal", Principal)
 # The client certificate (DER) a front process verified (gateway.fronts): the store owner
 # sees the front's Unix socket, not the client's TLS connection.
 PEER_CERT = web.RequestKey("peer_cert", bytes)
+# The partner's rate token is taken (a front's gate took it; the owner is told so).
+THROTTLED = web.RequestKey("throttled", bool)
 # Basic first: browsers (the status page) read the first challenge; API clients know theirs.
 _CHALLENGE = {"WWW-Authenticate": f'Basic realm="entrepot", Bearer realm="entrepot", '
               f'{SCHEME} realm="entrepot"'}
@@ -95,7 +98,8 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator,
             _check(authenticator.known_signer, header)
         else:
             principal = _check(authenticate, Credentials(
-                header, subject, request.method, request.path_qs, b"", ()))
+                header, subject, request.method, request.path_qs, b"", (),
+                THROTTLED in request))
             if principal is None and authenticator.required and not srmp:
                 raise ProblemError(401, "a credential is required (Authorization: Bearer "
                                    f"<API key> or {SCHEME}, or a client certificate)",
@@ -111,7 +115,7 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator,
         if signed:
             principal = _check(authenticate, Credentials(
                 header, subject, request.method, request.path_qs, body,
-                request.headers.items()))
+                request.headers.items(), THROTTLED in request))
             if principal is not None and shares is not None:
                 shares.take(request, principal)
         request[PRINCIPAL] = principal or (NOBODY if srmp else OPEN)

@@ -12,14 +12,15 @@ import base64
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway.web.auth_middleware import PEER_CERT
+from gateway.web.auth_middleware import PEER_CERT, THROTTLED
 
-__all__ = ["CERT", "FRONT_HEADERS", "REMOTE", "SCHEME", "from_front"]
+__all__ = ["CERT", "FRONT_HEADERS", "REMOTE", "SCHEME", "TOKEN", "from_front"]
 
 REMOTE = "Entrepot-Front-Remote"
 SCHEME = "Entrepot-Front-Scheme"
 CERT = "Entrepot-Front-Cert"  # base64 of the DER
-FRONT_HEADERS = frozenset(h.lower() for h in (REMOTE, SCHEME, CERT))
+TOKEN = "Entrepot-Front-Throttled"  # "1": the front took the partner's rate token
+FRONT_HEADERS = frozenset(h.lower() for h in (REMOTE, SCHEME, CERT, TOKEN))
 
 
 @web.middleware
@@ -32,4 +33,6 @@ async def from_front(request: web.Request, handler: Handler) -> web.StreamRespon
     der = headers.get(CERT)
     if der:  # set by a front only, from the certificate ssl verified
         clone[PEER_CERT] = base64.b64decode(der)
+    if headers.get(TOKEN) == "1":
+        clone[THROTTLED] = True
     return await handler(clone)

@@ -146,6 +146,18 @@ def test_a_bad_queue_path_is_refused_before_the_body(gateway: GatewayProcess,
         assert head.startswith(b"HTTP/1.1 401 "), head  # a stranger learns nothing more
 
 
+@pytest.mark.parametrize("method,path", [("PUT", "/v1/queues/private$/made_by_acme"),
+                                         ("POST", "/v1/queues/private$/expect/purge"),
+                                         ("POST", "/v1/queues/private%24%2Fother/messages")])
+def test_a_refused_partner_is_answered_before_a_body_it_has_not_sent(
+        gateway: GatewayProcess, method: str, path: str) -> None:
+    # Without Expect too: with fronts, a request the owner answers (management, an escaped
+    # path) was passed on only once its body had come, then refused.
+    sock, head = _head(gateway, method, path, 2, f"Authorization: Bearer {PARTNER_KEY}\r\n")
+    with sock:
+        assert head.startswith(b"HTTP/1.1 403 "), head
+
+
 def test_an_unknown_expectation_is_417(gateway: GatewayProcess) -> None:
     sock, head = _head(gateway, "POST", "/v1/queues/private$/expect/messages", 1,
                        f"Expect: 200-ok\r\nAuthorization: Bearer {KEY}\r\n")

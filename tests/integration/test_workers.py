@@ -20,12 +20,15 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from gateway.auth.hmac_sig import sign
 from gateway.auth.tls import create_self_signed
 from gateway.range_wire import decode_records
 from gateway.srmp.eod import VERDICT_HEADER
 from gateway.web.srmp_routes import PARSE_INLINE_BYTES_MAX
 from tests.helpers import GatewayProcess, front_pids
 from tests.srmp_client import stream_message, user_message
+
+SLOW_SECRET = b"the slow partner's HMAC secret"
 
 
 def _sha(text: str) -> str:
@@ -38,6 +41,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayP
     cert, _ = create_self_signed(root / "client", common_name="acme.example.com",
                                  names=["localhost"], days=2)
     config = root / "entrepot.toml"
+    secret = root / "slow.secret"
+    secret.write_bytes(SLOW_SECRET)
     config.write_text(f"""[server]
 names = ["gw"]
 [auth]
@@ -45,6 +50,7 @@ admin_key_sha256 = "{_sha('root-key')}"
 [[partners]]
 name = "slow"
 api_key_sha256 = "{_sha('slow-key')}"
+hmac_secret_file = "{secret}"
 send = ["w_*"]
 rate = 1
 burst = 2
@@ -91,6 +97,25 @@ def test_a_partners_rate_limit_holds_across_the_fronts(
     assert statuses[:2] == [201, 201], statuses
     assert statuses.count(201) <= 2 + math.ceil(took), (statuses, took)
     assert set(statuses) == {201, 429}, statuses
+
+
+def test_a_client_cannot_claim_its_token_was_taken(
+        gateway: tuple[GatewayProcess, Path]) -> None:
+    # A front tells the owner when it took a forwarded request's token; a client saying so
+    # itself (here on signed requests, which a front passes on with no token taken) is not
+    # believed.
+    started = time.monotonic()
+    statuses = []
+    for n in range(12):
+        body, path = b"c%d" % n, "/v1/queues/w_in/messages"
+        claim = [("Entrepot-Front-Throttled", "1")]
+        auth = sign(SLOW_SECRET, "POST", path, int(time.time()), f"claim-{n}-{time.time_ns()}",
+                    body, "slow", headers=claim)
+        statuses.append(_fresh(gateway[0], "POST", path, body,
+                               {"Authorization": auth, **dict(claim)})[0])
+    took = time.monotonic() - started
+    assert statuses.count(201) <= 2 + math.ceil(took), (statuses, took)
+    assert set(statuses) <= {201, 429}, statuses
 
 
 def test_requests_a_front_refuses_spend_the_partners_rate_too(
@@ -191,10 +216,10 @@ def test_requests_are_answered_as_one_process_answers_them(
     admin = "Authorization: Bearer root-key\r\n"
     cases = [
         # HEAD is served wherever GET is (load balancers probe with it).
-        (f"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 200),
+        ("HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 200),
         (f"HEAD /v1/queues HTTP/1.1\r\nHost: x\r\n{admin}\r\n", 200),
         # An absolute-form target (RFC 9112 3.2.2) names the path as any other.
-        (f"GET http://elsewhere/healthz HTTP/1.1\r\nHost: x\r\n\r\n", 200),
+        ("GET http://elsewhere/healthz HTTP/1.1\r\nHost: x\r\n\r\n", 200),
         (f"GET http://elsewhere/v1/queues HTTP/1.1\r\nHost: x\r\n{admin}\r\n", 200),
         # Without a credential, an unknown path or a wrong method is 401 like any other:
         # a stranger cannot map the routes.
