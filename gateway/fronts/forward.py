@@ -15,7 +15,6 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict
 from yarl import URL
 
-from gateway.auth.hmac_sig import SCHEME
 from gateway.auth.tls import peer_certificate
 from gateway.errors import ProblemError
 from gateway.fronts.channel import AnswerLost
@@ -26,6 +25,7 @@ from gateway.web.auth_middleware import (
     PROBES,
     THROTTLED,
     Gate,
+    is_signed,
     read_body,
     refuse_declared_length,
 )
@@ -80,9 +80,8 @@ class Forwarder:
         if request.path in PROBES:  # answered on no header and no body, as in one process
             return await self._send(request, request.method, CIMultiDict(), b"")
         refuse_declared_length(request, self._body_max)
-        signed = request.headers.get("Authorization", "").lstrip().startswith(SCHEME)
         if self.gate is not None and PRINCIPAL not in request and (
-                hdrs.EXPECT in request.headers or not signed):
+                hdrs.EXPECT in request.headers or not is_signed(request)):
             # Refused here before the body, as in one process; the owner's gate checks it
             # again (a signed request's nonce and token are the owner's alone).
             await self.gate(request)

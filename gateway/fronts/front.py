@@ -28,7 +28,6 @@ from aiohttp.typedefs import Handler, Middleware
 
 from gateway import jsonio
 from gateway.auth.authenticator import Authenticator
-from gateway.auth.hmac_sig import SCHEME
 from gateway.auth.principal import Principal
 from gateway.errors import GatewayError, ProblemError
 from gateway.fronts import wire
@@ -47,6 +46,7 @@ from gateway.web.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.web.auth_middleware import (
     THROTTLED,
     Gate,
+    is_signed,
     make_auth_gate,
     principal_of,
     require,
@@ -137,12 +137,12 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
             counts.refresh()
 
     async def transaction(request: web.Request) -> web.StreamResponse:
-        if _signed(request):
+        if is_signed(request):
             return await forwarder.forward(request)
         return await _transaction(request, gate, channel, limited)
 
     async def transactions(request: web.Request) -> web.StreamResponse:
-        if _signed(request):
+        if is_signed(request):
             return await forwarder.forward(request)
         principal = await _authenticate(request, gate, channel, limited)
         if principal.open:
@@ -151,7 +151,7 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
                                                wire.principal_values(principal)))
 
     async def batch(request: web.Request) -> web.StreamResponse:
-        if _signed(request):
+        if is_signed(request):
             return await forwarder.forward(request)
         return await _batch(request, gate, channel, forwarder, limited)
 
@@ -199,15 +199,10 @@ def _queue_path(request: web.Request) -> tuple[str, list[str]] | None:
     answer with a command: a plain path (nothing percent-encoded) and not signed (a
     signature's nonce is checked where the nonces are: the owner)."""
     path = request.raw_path.partition("?")[0]
-    if not path.startswith(_QUEUES) or "%" in path or _signed(request):
+    if not path.startswith(_QUEUES) or "%" in path or is_signed(request):
         return None
     name, rest = split_tail(path[len(_QUEUES):])
     return (name, rest) if name and rest else None
-
-
-def _signed(request: web.Request) -> bool:
-    """An HMAC-signed request: forwarded, its nonce is checked where the nonces are."""
-    return request.headers.get("Authorization", "").lstrip().startswith(SCHEME)
 
 
 async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,

@@ -42,6 +42,7 @@ __all__ = [
     "THROTTLED",
     "Gate",
     "is_local_client",
+    "is_signed",
     "is_loopback",
     "make_auth_gate",
     "principal_of",
@@ -177,6 +178,12 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
     except ConnectionError as exc:
         raise ProblemError(400, f"the client closed the connection mid-body ({exc})",
                            type_slug="body-incomplete") from None
+
+
+def is_signed(request: web.Request) -> bool:
+    """An HMAC-signed request: its principal is known only with its body, and with fronts
+    its nonce is checked where the nonces are (the owner)."""
+    return request.headers.get("Authorization", "").lstrip().startswith(SCHEME)
 
 
 def principal_of(request: web.Request) -> Principal:
