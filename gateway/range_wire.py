@@ -20,12 +20,13 @@ from typing import Any, NamedTuple
 
 from gateway.msmq.classes import MessageClass
 
-__all__ = ["CONTENT_TYPE", "END_OF_RANGE", "RangeRecord", "RangeFormatError", "encode_record",
-           "decode_records", "columns_of", "COLUMN_KEYS"]
+__all__ = ["CONTENT_TYPE", "END_OF_RANGE", "RangeRecord", "RangeFormatError", "RangeSpans",
+           "encode_record", "decode_records", "decode_spans", "columns_of", "COLUMN_KEYS"]
 
 CONTENT_TYPE = "application/x-entrepot-records"
 _HEAD = ">QIII"
-_HEAD_SIZE = struct.calcsize(_HEAD)
+_HEAD_STRUCT = struct.Struct(_HEAD)
+_HEAD_SIZE = _HEAD_STRUCT.size
 END_OF_RANGE = bytes(_HEAD_SIZE)
 
 # Stored property names that become their own columns; every other one goes to ``properties``.
@@ -51,25 +52,47 @@ def encode_record(seq: int, message_id: bytes, meta: bytes | memoryview,
             body]
 
 
-def decode_records(data: bytes) -> list[RangeRecord]:
+class RangeSpans(NamedTuple):
+    """A whole range answer decoded without copying its bodies: record ``i`` is
+    ``seqs[i]``, ``ids[i]``, ``metas[i]`` and the body ``data[bounds[2i]:bounds[2i + 1]]``
+    (a reader that makes columns takes the bodies out of ``data`` in one go)."""
+
+    data: bytes
+    seqs: list[int]
+    ids: list[str]
+    metas: list[bytes]
+    bounds: list[int]
+
+    def records(self) -> list[RangeRecord]:
+        data, bounds = self.data, self.bounds
+        return [RangeRecord(seq, message_id, meta, data[bounds[2 * i]: bounds[2 * i + 1]])
+                for i, (seq, message_id, meta) in enumerate(zip(self.seqs, self.ids,
+                                                                 self.metas))]
+
+
+def decode_spans(data: bytes) -> RangeSpans:
     """Every record of a whole response body, in order.
 
     Raises:
         RangeFormatError: a truncated record, a missing end marker, bytes after it, or
             sequences that do not increase.
     """
-    records: list[RangeRecord] = []
+    seqs: list[int] = []
+    ids: list[str] = []
+    metas: list[bytes] = []
+    bounds: list[int] = []
+    unpack = _HEAD_STRUCT.unpack_from
     offset, last = 0, 0
     while True:
         if offset + _HEAD_SIZE > len(data):
             raise RangeFormatError(f"answer cut at byte {len(data)}: no end marker after "
                                    f"record {last}")
-        seq, id_len, meta_len, body_len = struct.unpack_from(_HEAD, data, offset)
+        seq, id_len, meta_len, body_len = unpack(data, offset)
         offset += _HEAD_SIZE
         if seq == 0:
             if id_len or meta_len or body_len or offset != len(data):
                 raise RangeFormatError(f"malformed end marker at byte {offset - _HEAD_SIZE}")
-            return records
+            return RangeSpans(data, seqs, ids, metas, bounds)
         end = offset + id_len + meta_len + body_len
         if end > len(data):
             raise RangeFormatError(f"record {seq} truncated at byte {len(data)} (needs {end})")
@@ -77,9 +100,20 @@ def decode_records(data: bytes) -> list[RangeRecord]:
             raise RangeFormatError(f"record {seq} after {last}: sequences must increase")
         meta_at = offset + id_len
         body_at = meta_at + meta_len
-        records.append(RangeRecord(seq, data[offset: meta_at].decode("utf-8", "replace"),
-                                   data[meta_at: body_at], data[body_at: end]))
+        seqs.append(seq)
+        ids.append(data[offset: meta_at].decode("utf-8", "replace"))
+        metas.append(data[meta_at: body_at])
+        bounds += (body_at, end)
         offset, last = end, seq
+
+
+def decode_records(data: bytes) -> list[RangeRecord]:
+    """Every record of a whole response body, in order (each body its own copy).
+
+    Raises:
+        RangeFormatError: as ``decode_spans``.
+    """
+    return decode_spans(data).records()
 
 
 def columns_of(meta: bytes) -> tuple[str, int, str, str, int, int, str, dict[str, str]]:

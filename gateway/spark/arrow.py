@@ -18,9 +18,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from gateway.msmq.classes import MessageClass
-from gateway.range_wire import COLUMN_KEYS, RangeRecord, columns_of
+from gateway.range_wire import COLUMN_KEYS, RangeRecord, RangeSpans, columns_of
 
-__all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "record_batch"]
+__all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "record_batch", "spans_batch"]
 
 SCHEMA_DDL = ("queue STRING, seq BIGINT, id STRING, label STRING, priority INT, class STRING, "
               "correlation_id STRING, sent_at TIMESTAMP, arrived_at TIMESTAMP, "
@@ -43,16 +43,42 @@ _FALLBACK = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError)
 
 def record_batch(queue: str, records: Sequence[RangeRecord]) -> pa.RecordBatch:
     """One batch with a row per record (times in microseconds, UTC)."""
+    return _batch(queue, [r.seq for r in records], [r.message_id for r in records],
+                  [r.meta for r in records], pa.array([r.body for r in records], pa.binary()))
+
+
+def spans_batch(queue: str, spans: RangeSpans) -> pa.RecordBatch:
+    """``record_batch`` of a decoded range answer, its bodies copied out of the answer at
+    once: a bytes object per body, then Arrow's copy of them all, cost twice the memory
+    and most of a partition's read."""
+    return _batch(queue, spans.seqs, spans.ids, spans.metas, _bodies(spans))
+
+
+def _bodies(spans: RangeSpans) -> pa.Array:
+    rows, data, bounds = len(spans.seqs), spans.data, spans.bounds
+    if not rows or len(data) >= 1 << 31:  # beyond what a binary array's offsets reach
+        return pa.array([data[bounds[2 * i]: bounds[2 * i + 1]] for i in range(rows)],
+                        pa.binary())
+    # The answer seen as 2 * rows - 1 values without a copy: the bodies, and between two
+    # of them the next record's header, id and properties. The even values are the bodies.
+    offsets = pa.py_buffer(np.array(bounds, np.int32))
+    whole = pa.BinaryArray.from_buffers(pa.binary(), 2 * rows - 1,
+                                        [None, offsets, pa.py_buffer(data)])
+    return whole.take(pa.array(np.arange(0, 2 * rows, 2)))
+
+
+def _batch(queue: str, seqs: list[int], ids: list[str], metas: list[bytes],
+           bodies: pa.Array) -> pa.RecordBatch:
     try:
-        middle = _columns_at_once(records)
+        middle = _columns_at_once(metas)
     except (*_FALLBACK, _Irregular):
-        middle = _columns_row_by_row(records)
+        middle = _columns_row_by_row(metas)
     return pa.RecordBatch.from_arrays([
-        pa.array([queue] * len(records), pa.string()),
-        pa.array([r.seq for r in records], pa.int64()),
-        pa.array([r.message_id for r in records], pa.string()),
+        pa.array([queue] * len(seqs), pa.string()),
+        pa.array(seqs, pa.int64()),
+        pa.array(ids, pa.string()),
         *middle,
-        pa.array([r.body for r in records], pa.binary()),
+        bodies,
     ], schema=ARROW_SCHEMA)
 
 
@@ -60,13 +86,13 @@ class _Irregular(Exception):
     """Property objects the column-wise path does not take."""
 
 
-def _columns_at_once(records: Sequence[RangeRecord]) -> list[pa.Array]:
-    if not records:
+def _columns_at_once(metas: Sequence[bytes]) -> list[pa.Array]:
+    if not metas:
         raise _Irregular
-    lines = b"\n".join(r.meta if r.meta.strip() else b"{}" for r in records)
+    lines = b"\n".join(meta if meta.strip() else b"{}" for meta in metas)
     table = pajson.read_json(pa.BufferReader(lines), parse_options=_PARSE,
                              read_options=pajson.ReadOptions(block_size=len(lines) + 1))
-    if table.num_rows != len(records):
+    if table.num_rows != len(metas):
         raise _Irregular
     column = {name: table.column(name).combine_chunks() for name in table.column_names}
     return [column["label"].fill_null(""),
@@ -75,7 +101,7 @@ def _columns_at_once(records: Sequence[RangeRecord]) -> list[pa.Array]:
             column["correlation_id"].fill_null(""),
             _micros(column["sent_at_ms"]), _micros(column["arrived_at_ms"]),
             column["content_type"].fill_null("application/octet-stream"),
-            _properties(column, len(records))]
+            _properties(column, len(metas))]
 
 
 def _class_names(numbers: pa.Array) -> pa.Array:
@@ -137,12 +163,12 @@ def _properties(column: dict[str, pa.Array], rows: int) -> pa.Array:
     return pa.MapArray.from_arrays(pa.array(offsets), keys, values)
 
 
-def _columns_row_by_row(records: Sequence[RangeRecord]) -> list[pa.Array]:
+def _columns_row_by_row(metas: Sequence[bytes]) -> list[pa.Array]:
     labels, priorities, classes, correlations = [], [], [], []
     sent, arrived, types, props = [], [], [], []
-    for record in records:
+    for meta in metas:
         label, priority, cls, correlation, sent_ms, arrived_ms, ctype, others = columns_of(
-            record.meta)
+            meta)
         labels.append(label)
         priorities.append(priority)
         classes.append(cls)

@@ -55,7 +55,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from gateway.range_wire import RangeRecord, decode_records
+from gateway.range_wire import decode_spans
 from gateway.spark.client import ClientOptions, GatewayClient, RangeGone
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ __all__ = ["EntrepotDataSource", "RangePartition", "SourceOptions", "SourceOptio
 
 log = logging.getLogger("entrepot.spark")
 _RANGE_WIDTH_MAX = 100_000  # what one range read may span (gateway.web.rest_range)
+_PIECE_RECORDS = 4_096  # records per range read and Arrow batch within a partition
 
 # Every option the source takes, as documented; matched case-insensitively.
 OPTIONS = ("url", "queues", "queue", "consumer", "token", "cafile", "startingOffsets",
@@ -271,8 +272,7 @@ class _Shape:
         self.schema = schema
         self.arrow: pa.Schema | None = None  # made where rows are read (imports pyarrow)
 
-    def __call__(self, batch: pa.RecordBatch, records: Sequence[RangeRecord]
-                 ) -> pa.RecordBatch:
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -280,7 +280,7 @@ class _Shape:
             self.arrow = to_arrow_schema(self.schema, timezone="UTC")
         arrays = list(batch.columns)
         if self.body_format == "string":
-            arrays[11] = _text_bodies(arrays[11], arrays[9], records)
+            arrays[11] = _text_bodies(arrays[11], arrays[9])
         return pa.RecordBatch.from_arrays([arrays[i] for i in self.columns],
                                           schema=self.arrow)
 
@@ -291,8 +291,7 @@ def _same_type(a: DataType, b: DataType) -> bool:
     return type(a) is type(b)
 
 
-def _text_bodies(bodies: pa.Array, content_types: pa.Array,
-                 records: Sequence[RangeRecord]) -> pa.Array:
+def _text_bodies(bodies: pa.Array, content_types: pa.Array) -> pa.Array:
     """Bodies as text: UTF-8 unless the message's content type names another charset;
     bytes that do not decode become U+FFFD."""
     import pyarrow as pa
@@ -305,8 +304,8 @@ def _text_bodies(bodies: pa.Array, content_types: pa.Array,
         except pa.ArrowInvalid:  # not UTF-8 throughout: each row is decoded below
             pass
     texts = []
-    for record, ctype in zip(records, content_types.to_pylist()):
-        texts.append(record.body.decode(_charset(ctype or ""), "replace"))
+    for body, ctype in zip(bodies.to_pylist(), content_types.to_pylist()):
+        texts.append(body.decode(_charset(ctype or ""), "replace"))
     return pa.array(texts, pa.string())
 
 
@@ -370,19 +369,24 @@ def _partitions(options: SourceOptions, start: Mapping[str, int], end: Mapping[s
 
 
 def _read(options: SourceOptions, shape: _Shape, partition: RangePartition) -> Iterator[Any]:
-    """The partition's records as Arrow batches; anything short of the whole range raises."""
-    from gateway.spark.arrow import record_batch
+    """The partition's records as Arrow batches, a range read each of at most
+    ``_PIECE_RECORDS`` records: Spark writes a batch while the next one is read and built
+    (one batch per partition would leave the JVM idle while Python builds it, then Python
+    idle while the JVM writes it). Anything short of the whole range raises."""
+    from gateway.spark.arrow import spans_batch
 
     client = GatewayClient(options.client)
-    data, covered = client.range(partition.queue, partition.start, partition.end)
-    if covered != partition.end:
-        raise RuntimeError(f"{partition.queue}: asked [{partition.start}, {partition.end}) "
-                           f"but the gateway covers only up to {covered}")
-    records = decode_records(data)
-    if records and not partition.start <= records[0].seq <= records[-1].seq < partition.end:
-        raise RuntimeError(f"{partition.queue}: records outside [{partition.start}, "
-                           f"{partition.end})")
-    yield shape(record_batch(partition.queue, records), records)
+    for first in range(partition.start, partition.end, _PIECE_RECORDS):
+        end = min(first + _PIECE_RECORDS, partition.end)
+        data, covered = client.range(partition.queue, first, end)
+        if covered != end:
+            raise RuntimeError(f"{partition.queue}: asked [{first}, {end}) but the gateway "
+                               f"covers only up to {covered}")
+        spans = decode_spans(data)
+        seqs = spans.seqs
+        if seqs and not first <= seqs[0] <= seqs[-1] < end:
+            raise RuntimeError(f"{partition.queue}: records outside [{first}, {end})")
+        yield shape(spans_batch(partition.queue, spans))
 
 
 class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

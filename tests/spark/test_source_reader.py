@@ -65,6 +65,23 @@ def test_offsets_limits_partitions_and_reads(spark_gateway: GatewayProcess) -> N
     assert head(spark_gateway.url, a)["first"] == 31
 
 
+def test_a_partition_is_read_in_pieces_each_record_once(
+        spark_gateway: GatewayProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition wider than one range read comes as several batches (Spark writes one
+    while the next is read), together every record of the range once, in order."""
+    import gateway.spark.source as source_module
+
+    monkeypatch.setattr(source_module, "_PIECE_RECORDS", 4)
+    a = _queue(spark_gateway)
+    produce(spark_gateway.url, a, 0, 10, size=32)
+    reader = _reader(spark_gateway, a, consumer="pieces")
+    batches = list(reader.read(RangePartition(a, 1, 11)))
+    assert [b.num_rows for b in batches] == [4, 4, 2]
+    rows = [row for b in batches for row in b.to_pylist()]
+    assert [r["seq"] for r in rows] == list(range(1, 11))
+    assert [r["body"] for r in rows] == [payload(i, 32) for i in range(10)]
+
+
 def test_a_fast_fed_first_queue_does_not_starve_the_second(
         spark_gateway: GatewayProcess) -> None:
     fast, slow = _queue(spark_gateway), _queue(spark_gateway)
