@@ -33,6 +33,18 @@ _PENDING_JOBS_MAX = 65_536
 _BATCH_JOBS_MIN = 32
 
 
+class _Waiter:
+    """What one ``submit`` or ``submit_many`` awaits: its future, resolved once the last of
+    its ``left`` jobs is done (one future for a whole group: the owner of a gateway with
+    fronts submits a loop pass's sends together, and a future each cost it per message)."""
+
+    __slots__ = ("future", "left")
+
+    def __init__(self, future: asyncio.Future[Job], left: int) -> None:
+        self.future = future
+        self.left = left
+
+
 class GroupCommitter:
     """The writer thread and its queue of pending jobs."""
 
@@ -41,7 +53,7 @@ class GroupCommitter:
         self._engine = engine
         self._loop = loop
         self._on_done = on_done
-        self._pending: list[tuple[Job, asyncio.Future[Job]]] = []
+        self._pending: list[tuple[Job, _Waiter]] = []
         # Payload bytes of each pending job (same order) and their sum, counted by ``submit``
         # on the loop, so the writer does not count a batch's bytes job by job under the lock
         # (its Python between two synced writes is on the commit path).
@@ -87,7 +99,7 @@ class GroupCommitter:
                 raise StoreClosed("the store is closing")
             if self._engine.failed is not None:
                 raise StoreFailed(self._engine.failed)
-            self._pending.append((job, future))
+            self._pending.append((job, _Waiter(future, 1)))
             self._sizes.append(size)
             self._pending_bytes += size
             self._wake_writer()
@@ -107,17 +119,20 @@ class GroupCommitter:
         while len(self._pending) >= _PENDING_JOBS_MAX:
             self._room.clear()
             await self._room.wait()
-        futures: list[asyncio.Future[Job]] = [self._loop.create_future() for _ in jobs]
+        if not jobs:
+            return
+        future: asyncio.Future[Job] = self._loop.create_future()
+        waiter = _Waiter(future, len(jobs))
         with self._lock:
             if self._stopping:
                 raise StoreClosed("the store is closing")
             if self._engine.failed is not None:
                 raise StoreFailed(self._engine.failed)
-            self._pending.extend(zip(jobs, futures))
+            self._pending.extend([(job, waiter) for job in jobs])
             self._sizes.extend(sizes)
             self._pending_bytes += sum(sizes)
             self._wake_writer()
-        await asyncio.gather(*futures)
+        await future
 
     def stop(self) -> None:
         """Finish what is pending, stop the thread (blocking: call it off the loop)."""
@@ -133,7 +148,7 @@ class GroupCommitter:
             self._waiting = False
             self._wakeup.release()
 
-    def _take(self) -> list[tuple[Job, asyncio.Future[Job]]] | None:
+    def _take(self) -> list[tuple[Job, _Waiter]] | None:
         interval = self._engine.options.checkpoint_interval_s
         with self._lock:
             sleep = not self._pending and not self._stopping
@@ -182,7 +197,7 @@ class GroupCommitter:
                     commit_log.debug("checkpoint not taken: %s", exc)
                 last_checkpoint = now
 
-    def _write(self, batch: list[tuple[Job, asyncio.Future[Job]]]) -> None:
+    def _write(self, batch: list[tuple[Job, _Waiter]]) -> None:
         jobs = [job for job, _ in batch]
         started = time.perf_counter()
         try:
@@ -203,10 +218,11 @@ class GroupCommitter:
         self.jobs += len(jobs)
         self._loop.call_soon_threadsafe(self._deliver, batch)
 
-    def _deliver(self, batch: list[tuple[Job, asyncio.Future[Job]]]) -> None:
+    def _deliver(self, batch: list[tuple[Job, _Waiter]]) -> None:
         self._on_done([job for job, _ in batch if job.error is None])
-        for job, future in batch:
-            if not future.done():
-                future.set_result(job)
+        for job, waiter in batch:
+            waiter.left -= 1
+            if not waiter.left and not waiter.future.done():
+                waiter.future.set_result(job)
         if len(self._pending) < _PENDING_JOBS_MAX:
             self._room.set()

@@ -13,6 +13,7 @@ import dataclasses
 import marshal
 import operator
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,28 +162,9 @@ _principal_values = operator.attrgetter(*(f.name for f in dataclasses.fields(Pri
 
 
 def encode(request_id: int, kind: int, value: Any) -> bytes:
-    """A frame; ``value`` is plain data, a ``SendCommand`` or a ``ProblemAnswer``."""
-    if isinstance(value, SendCommand):
-        value = (value.queue, value.body, property_values(value.properties),
-                 value.transaction, value.dedup_key)
-    elif isinstance(value, SrmpCommand):
-        value = (value.remote, principal_values(value.principal), value.content_type, value.raw,
-                 value.parse_kind, value.parse)
-    elif isinstance(value, TxSendCommand):
-        value = (value.transaction, value.queue, value.body,
-                 property_values(value.properties), principal_values(value.principal))
-    elif isinstance(value, BatchCommand):
-        value = ([(q, b, property_values(p)) for q, b, p in value.items], value.key,
-                 value.raw)
-    elif isinstance(value, TxCommand):
-        value = (value.action, value.transaction, principal_values(value.principal))
-    elif isinstance(value, ReceiveCommand):
-        value = (value.queue, value.asked, principal_values(value.principal))
-    elif isinstance(value, LogCommand):
-        value = (value.queue, value.rest, value.method, value.query, value.body)
-    elif isinstance(value, ProblemAnswer):
-        value = dataclasses.astuple(value)
-    payload = marshal.dumps(value)
+    """A frame; ``value`` is plain data or one of the commands (or a ``ProblemAnswer``)."""
+    flatten = _FLATTEN.get(type(value))
+    payload = marshal.dumps(value if flatten is None else flatten(value))
     return HEAD.pack(len(payload), request_id, kind) + payload
 
 
@@ -195,6 +177,24 @@ def principal_values(principal: Principal) -> tuple[object, ...] | None:
 def principal_of(values: tuple[Any, ...] | None) -> Principal:
     """A principal from its encoding in a command."""
     return NOBODY if values is None else Principal(*values)
+
+
+# Each command as the plain tuple its reader below takes apart (found by type: a frame's
+# value is plain data far more often than not, the owner's answers above all).
+_FLATTEN: dict[type, Callable[[Any], tuple[Any, ...]]] = {
+    SendCommand: lambda v: (v.queue, v.body, property_values(v.properties), v.transaction,
+                            v.dedup_key),
+    SrmpCommand: lambda v: (v.remote, principal_values(v.principal), v.content_type, v.raw,
+                            v.parse_kind, v.parse),
+    TxSendCommand: lambda v: (v.transaction, v.queue, v.body, property_values(v.properties),
+                              principal_values(v.principal)),
+    BatchCommand: lambda v: ([(q, b, property_values(p)) for q, b, p in v.items], v.key,
+                             v.raw),
+    TxCommand: lambda v: (v.action, v.transaction, principal_values(v.principal)),
+    ReceiveCommand: lambda v: (v.queue, v.asked, principal_values(v.principal)),
+    LogCommand: lambda v: (v.queue, v.rest, v.method, v.query, v.body),
+    ProblemAnswer: dataclasses.astuple,
+}
 
 
 def decode(payload: bytes) -> Any:

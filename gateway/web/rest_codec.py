@@ -178,7 +178,20 @@ def _text(headers: Mapping[str, str], name: str) -> str:
 
 def message_location(queue: str, message_id: str) -> str:
     """The ``Location`` of a stored message: ``GET`` there reads it (until it is received)."""
-    return f"/v1/queues/{quote(queue, safe='$/')}/messages/{quote(message_id, safe='')}"
+    escaped = (message_id.translate(_ESCAPES) if message_id.isascii()
+               else quote(message_id, safe=""))
+    return f"/v1/queues/{_queue_part(queue)}/messages/{escaped}"
+
+
+# ``quote(text, safe="")`` of ASCII text as one ``str.translate``: every 201 has a Location,
+# and quote's Python costs a front more than the rest of the header.
+_ESCAPES = {c: f"%{c:02X}" for c in range(128)
+            if not (chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_.-~"))}
+
+
+@functools.lru_cache(maxsize=1024)
+def _queue_part(queue: str) -> str:
+    return quote(queue, safe="$/")
 
 
 def iso_ms(ms: int) -> str | None:

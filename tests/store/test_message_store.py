@@ -155,6 +155,22 @@ async def test_too_large_message_is_refused_before_writing(tmp_path: Path) -> No
     await close_store(store)
 
 
+async def test_many_appends_at_once_each_answer_once_durable(tmp_path: Path) -> None:
+    """``append_many`` of more sends than one writer batch takes (the writer splits them)
+    returns once every one is durable: each its record, or its own refusal (a send too large
+    fails no other), and every record is readable when it returns."""
+    store = await open_store(tmp_path)
+    limit = max_payload(SMALL.segment_size)
+    sends = [SendSpec(1, bytes(limit + 1) if i % 50 == 7 else b"m%d" % i) for i in range(400)]
+    results = await store.append_many(sends)
+    assert [isinstance(r, MessageTooLarge) for r in results] == [
+        i % 50 == 7 for i in range(400)]
+    stored = [r for r in results if isinstance(r, StoredRecord)]
+    assert [store.read(r) for r in stored] == [b"m%d" % i for i in range(400) if i % 50 != 7]
+    assert store.count(1) == len(stored) == 392
+    await close_store(store)
+
+
 @pytest.mark.parametrize("field", [{"expires_ms": -1}, {"expires_ms": 1 << 64},
                                    {"priority": 8}, {"priority": -1}])
 async def test_a_field_the_header_cannot_hold_is_refused_and_the_store_goes_on(

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import fields
 
 import pytest
 from hypothesis import given
@@ -14,9 +15,11 @@ from gateway.msmq.message import (
     decode_payload,
     encode_payload,
     parse_id,
+    properties_of,
+    property_values,
 )
+from gateway.web.rest_codec import HeaderError, message_location, parse_send_headers
 from mapping.names import QueueNameError, journal_of, parse_queue_path
-from gateway.web.rest_codec import HeaderError, parse_send_headers
 
 GUID = "12345678-1234-1234-1234-123456789abc"
 
@@ -57,6 +60,17 @@ def test_payload_round_trip(label: str, priority: int, body: bytes) -> None:
     decoded = decode_payload(encode_payload(props, body))
     assert decoded.properties == props
     assert decoded.body == body
+
+
+@given(st.builds(MessageProperties, **{
+    f.name: (st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2)
+             if f.name == "extra" else st.from_type(type(f.default)))
+    for f in fields(MessageProperties)}))
+def test_properties_cross_processes_as_their_values(props: MessageProperties) -> None:
+    """What a front sends the owner (``property_values``) comes back as the same properties,
+    every field in its place."""
+    again = properties_of(property_values(props))
+    assert again == props and again is not props
 
 
 @given(st.binary(max_size=100))
@@ -105,3 +119,12 @@ def test_json_numbers_with_a_fraction_or_exponent(text: str, value: float) -> No
 
     result = json_number(text)
     assert result == value and type(result) is type(value)
+
+
+@given(st.text(max_size=30), st.one_of(st.text(max_size=30), st.from_regex(
+    r"\{[0-9a-f-]{36}\}\\[0-9]{1,12}", fullmatch=True)))
+def test_a_location_escapes_the_queue_and_the_id_as_quote_does(queue: str, mid: str) -> None:
+    from urllib.parse import quote
+
+    assert message_location(queue, mid) == (
+        f"/v1/queues/{quote(queue, safe='$/')}/messages/{quote(mid, safe='')}")
