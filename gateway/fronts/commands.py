@@ -20,9 +20,10 @@ from gateway.errors import ProblemError
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel
 from gateway.inbound.parse_pool import parsed_of
+from gateway.msmq.message import decode_payload
 from gateway.queues.errors import QueueError
-from gateway.queues.model import ReceivedMessage
-from gateway.queues.plain_sends import PlainSend, plain_send, send_plain
+from gateway.queues.manager import QueueManager
+from gateway.queues.plain_sends import PlainSend, Stored, encoded_send, plain_send, send_plain
 from gateway.srmp.parsed import ParsedRequest
 from gateway.web import rest_range
 from gateway.web.appkeys import AUTHENTICATOR_KEY, SETTINGS_KEY, STATE_KEY
@@ -62,8 +63,8 @@ class Commands:
         self._cursors: dict[tuple[Channel, int], Iterator[bytes | None]] = {}
         self._cursors_max = app[SETTINGS_KEY].server.concurrent_requests_max
         self._cursor_ids = itertools.count(1)
-        # SEND commands of this pass of the loop, stored together once it ends.
-        self._sends: list[tuple[Channel, int, bytes]] = []
+        # SEND and PUT commands of this pass of the loop, stored together once it ends.
+        self._sends: list[tuple[Channel, int, int, bytes]] = []
 
     def on_request(self, channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
         if kind == wire.Kind.THROTTLE:
@@ -81,10 +82,18 @@ class Commands:
         if kind == wire.Kind.DROP:
             self._cursors.pop((channel, wire.decode(payload)), None)
             return
-        if kind == wire.Kind.SEND:
+        if kind == wire.Kind.PUT or kind == wire.Kind.SEND:
             if not self._sends:
                 asyncio.get_running_loop().call_soon(self._start_sends)
-            self._sends.append((channel, request_id, payload))
+            self._sends.append((channel, request_id, kind, payload))
+            return
+        if kind == wire.Kind.IDENTITY:
+            try:
+                guid = self._state.serving().queue_manager.qm_guid
+            except ProblemError as exc:
+                channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer.of(exc))
+            else:
+                channel.send(request_id, wire.Kind.OK, guid)
             return
         if kind == wire.Kind.SRMP:
             work: Awaitable[object] = self._srmp(payload)
@@ -129,27 +138,23 @@ class Commands:
         sends, self._sends = self._sends, []
         self._run(self._send_many(sends))
 
-    async def _send_many(self, sends: list[tuple[Channel, int, bytes]]) -> None:
+    async def _send_many(self, sends: list[tuple[Channel, int, int, bytes]]) -> None:
         """The sends that came in one pass of the loop, from every front: those that need
-        nothing but their own record are stored together (``QueueManager.send_plain``: one
-        task and one wait for the lot, the owner's cost per message being what bounds the
-        gateway); the others each take ``QueueManager.send``'s whole way."""
+        nothing but their own record are stored together (``send_plain``: one task and one
+        wait for the lot, the owner's cost per message being what bounds the gateway); the
+        others each take ``QueueManager.send``'s whole way."""
         plain: list[tuple[Channel, int, PlainSend]] = []
-        for channel, request_id, payload in sends:
+        for channel, request_id, kind, payload in sends:
             try:
-                command = wire.send_command(payload)
                 qm = self._state.serving().queue_manager
-                send = None if command.dedup_key is not None else plain_send(
-                    qm, command.queue, command.body, command.properties, command.transaction)
+                send = self._plain(qm, kind, payload)
             except Exception as exc:
                 _reply(channel, request_id, *_refusal(exc))
                 continue
-            if send is None:
-                self._run(self._answer(channel, request_id, send_one(
-                    qm, command.queue, command.body, command.properties,
-                    transaction=command.transaction, key=command.dedup_key)))
-            else:
+            if isinstance(send, PlainSend):
                 plain.append((channel, request_id, send))
+            else:
+                self._run(self._answer(channel, request_id, send))
         if not plain:
             return
         try:
@@ -159,13 +164,35 @@ class Commands:
             for channel, request_id, _ in plain:
                 _reply(channel, request_id, *refusal)
             return
-        for (channel, request_id, _), message in zip(plain, made):
-            if isinstance(message, ReceivedMessage):
+        for (channel, request_id, _), stored in zip(plain, made):
+            if isinstance(stored, Stored):
                 _reply(channel, request_id, wire.Kind.OK, (
-                    {"id": message.message_id, "queue": message.queue, "seq": message.seq},
+                    {"id": stored.message_id, "queue": stored.queue, "seq": stored.seq},
                     False))
             else:
-                _reply(channel, request_id, *_refusal(message))
+                _reply(channel, request_id, *_refusal(stored))
+
+    @staticmethod
+    def _plain(qm: QueueManager, kind: int, payload: bytes
+               ) -> PlainSend | Coroutine[object, None, object]:
+        """A send's record for ``send_plain``, or else the whole send to run."""
+        if kind == wire.Kind.PUT:
+            put = wire.put_command(payload)
+            send = encoded_send(qm, put.queue, put.payload, put.priority, put.receive_by_ms,
+                                put.transaction)
+            if send is not None:
+                return send
+            # The queue makes it transactional: the message as the front stamped it.
+            message = decode_payload(put.payload)
+            return send_one(qm, put.queue, message.body, message.properties,
+                            transaction=put.transaction, key=None)
+        command = wire.send_command(payload)
+        send = None if command.dedup_key is not None else plain_send(
+            qm, command.queue, command.body, command.properties, command.transaction)
+        if send is not None:
+            return send
+        return send_one(qm, command.queue, command.body, command.properties,
+                        transaction=command.transaction, key=command.dedup_key)
 
     async def _srmp(self, payload: bytes) -> object:
         command = wire.srmp_command(payload)

@@ -39,6 +39,7 @@ from gateway.inbound.parse_pool import parse_answer
 from gateway.logs import configure_logging
 from gateway.metrics import Metrics
 from gateway.queues.local_names import local_host_names
+from gateway.queues.plain_sends import only_its_record, stamp_and_encode
 from gateway.settings import Settings
 from gateway.web import rest_queues, rest_range, rest_tx
 from gateway.web.app import ROUTE_TABLES
@@ -97,6 +98,7 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     # A forwarded request passes the same checks here first (the owner is told the token
     # is taken), so that it is refused before its body is read, as in one process.
     forwarder.gate = gate
+    identity = _Identity(channel)
     # Receives that may wait: the owner parks them (and caps them); here they are kept out of
     # the in-flight cap as they are there.
     polls = LongPolls(server.long_polls_max)
@@ -119,7 +121,7 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
         name, rest = found
         method = request.method
         if rest == ["messages"] and method == "POST":
-            return await _send(request, name, gate, channel, forwarder, limited)
+            return await _send(request, name, gate, channel, forwarder, limited, identity)
         if rest == ["messages"] and method in ("GET", "HEAD"):
             return await _browse(request, name, gate, channel, limited)
         if rest[0] in _LOG_RESOURCES:
@@ -205,8 +207,27 @@ def _queue_path(request: web.Request) -> tuple[str, list[str]] | None:
     return (name, rest) if name and rest else None
 
 
+class _Identity:
+    """The queue manager's GUID, asked of the owner once (its store open): the messages a
+    front stamps and encodes itself carry it."""
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+        self.guid: str | None = None
+
+    async def known(self) -> str | None:
+        """The GUID; None while the owner's store is not open."""
+        if self.guid is None:
+            try:
+                self.guid = str(await _ask(self._channel, wire.Kind.IDENTITY, None))
+            except ProblemError:
+                return None
+        return self.guid
+
+
 async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
-                forwarder: Forwarder, limited: frozenset[str]) -> web.StreamResponse:
+                forwarder: Forwarder, limited: frozenset[str],
+                identity: _Identity) -> web.StreamResponse:
     await _authenticate(request, gate, channel, limited)
     require(request, "send", name)
     try:
@@ -221,8 +242,17 @@ async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
         held = await _ask(channel, wire.Kind.TX_SEND, wire.TxSendCommand(
             send.transaction, name, await request.read(), properties, principal_of(request)))
         return jsonio.json_response(held, status=202)
-    command = wire.SendCommand(name, await request.read(), properties, send.transaction,
-                               scoped_key(request, send.idempotency_key))
+    key = scoped_key(request, send.idempotency_key)
+    if (key is None and send.transaction != "single" and only_its_record(properties)
+            and not properties.message_id):
+        guid = await identity.known()
+        if guid is not None:  # the owner stores the record as it comes
+            payload = stamp_and_encode(properties, await request.read(), guid)
+            answer, replayed = await _ask(channel, wire.Kind.PUT, wire.PutCommand(
+                name, payload, properties.priority, properties.receive_by_ms,
+                send.transaction))
+            return sent_response(answer, replayed)
+    command = wire.SendCommand(name, await request.read(), properties, send.transaction, key)
     answer, replayed = await _ask(channel, wire.Kind.SEND, command)
     return sent_response(answer, replayed)
 

@@ -22,11 +22,11 @@ from gateway.errors import ProblemError
 from gateway.inbound.parse_pool import FrameReader
 from gateway.msmq.message import MessageProperties, properties_of, property_values
 
-__all__ = ["HEAD", "Kind", "BatchCommand", "LogCommand", "ProblemAnswer", "ReceiveCommand",
-           "SendCommand", "SrmpCommand", "TxCommand", "TxSendCommand", "batch_command", "decode",
-           "encode", "log_command", "principal_of", "principal_values", "problem_answer",
-           "reader", "receive_command", "send_command", "srmp_command", "tx_command",
-           "tx_send_command"]
+__all__ = ["HEAD", "Kind", "BatchCommand", "LogCommand", "ProblemAnswer", "PutCommand",
+           "ReceiveCommand", "SendCommand", "SrmpCommand", "TxCommand", "TxSendCommand",
+           "batch_command", "decode", "encode", "log_command", "principal_of",
+           "principal_values", "problem_answer", "put_command", "reader", "receive_command",
+           "send_command", "srmp_command", "tx_command", "tx_send_command"]
 
 HEAD = struct.Struct("<IIB")
 
@@ -50,7 +50,9 @@ class Kind:
     LOG = 14  # front -> owner: a queue's head, range or consumers request (LogCommand)
     MORE = 15  # front -> owner: the next piece of a range answer (its cursor)
     DROP = 16  # front -> owner: a range answer's client went away (its cursor; no answer)
-    OK = 100  # SEND: (the 201's JSON answer, whether it replays an earlier send); SRMP: the
+    IDENTITY = 17  # front -> owner: the queue manager's GUID (once the store is open)
+    PUT = 18  # front -> owner: a send the front stamped and encoded (PutCommand)
+    OK = 100  # SEND, PUT: (the 201's JSON answer, whether it replays an earlier send); SRMP: the
     # 200's headers (or None); RECEIVE: the messages as JSON objects; BROWSE: the page;
     # TX_SEND: the 202's answer; TX: (status, answer); BATCH: (answer, replayed); TX_LIST:
     # the answer; LOG: (status, JSON body or None, headers, first piece, cursor), the piece
@@ -67,6 +69,19 @@ class SendCommand:
     properties: MessageProperties
     transaction: str | None  # None, "single" or "none"
     dedup_key: str | None  # the Idempotency-Key in its principal's space
+
+
+@dataclass(frozen=True, slots=True)
+class PutCommand:
+    """A REST send outside any transaction that needs nothing but its own record, stamped
+    and encoded by the front (gateway.queues.plain_sends): the owner stores ``payload`` as
+    it comes, unless the queue makes the send transactional (``transaction`` None)."""
+
+    queue: str
+    payload: bytes
+    priority: int
+    receive_by_ms: int
+    transaction: str | None  # None or "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +199,7 @@ def principal_of(values: tuple[Any, ...] | None) -> Principal:
 _FLATTEN: dict[type, Callable[[Any], tuple[Any, ...]]] = {
     SendCommand: lambda v: (v.queue, v.body, property_values(v.properties), v.transaction,
                             v.dedup_key),
+    PutCommand: lambda v: (v.queue, v.payload, v.priority, v.receive_by_ms, v.transaction),
     SrmpCommand: lambda v: (v.remote, principal_values(v.principal), v.content_type, v.raw,
                             v.parse_kind, v.parse),
     TxSendCommand: lambda v: (v.transaction, v.queue, v.body, property_values(v.properties),
@@ -204,6 +220,10 @@ def decode(payload: bytes) -> Any:
 def send_command(payload: bytes) -> SendCommand:
     queue, body, values, transaction, key = marshal.loads(payload)
     return SendCommand(queue, body, properties_of(values), transaction, key)
+
+
+def put_command(payload: bytes) -> PutCommand:
+    return PutCommand(*marshal.loads(payload))
 
 
 def srmp_command(payload: bytes) -> SrmpCommand:

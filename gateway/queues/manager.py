@@ -337,9 +337,14 @@ class QueueManager:
         self.events.count(queue.path.display, "sent")
 
     def message_id(self, queue: Queue, record: StoredRecord, props: MessageProperties) -> str:
-        if props.message_id:
-            self.seen_ids.note(queue.queue_id, props.message_id, record.seq)
-            return props.message_id
+        return self.id_of(queue, record, props.message_id)
+
+    def id_of(self, queue: Queue, record: StoredRecord, own_id: str) -> str:
+        """A stored message's id: the one it came with (``own_id``), else one made of its
+        queue and sequence."""
+        if own_id:
+            self.seen_ids.note(queue.queue_id, own_id, record.seq)
+            return own_id
         return compose_id(self.qm_guid, queue.queue_id, record.seq)
 
     # ---- receive, browse, get, delete ------------------------------------------------------

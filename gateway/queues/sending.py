@@ -26,7 +26,7 @@ from store.framing import RecordFlags
 from store.message_store import MessageStore
 from store.records import SendSpec, StoredRecord
 
-__all__ = ["Send", "stamp", "message", "copy", "state", "reserve", "release", "commit",
+__all__ = ["Send", "stamp", "message", "encoded", "copy", "state", "reserve", "release", "commit",
            "prepare", "commit_prepared"]
 
 # A record and the queue it becomes visible in (None: a record of the gateway's own state,
@@ -53,6 +53,12 @@ def message(queue: Queue, props: MessageProperties, body: bytes, *, seq: int = 0
                            expires_ms=props.receive_by_ms, flags=flags,
                            express=not props.recoverable if express is None else express,
                            seq=seq)
+
+
+def encoded(queue: Queue, payload: bytes, *, priority: int, expires_ms: int) -> Send:
+    """A durable message's own record from its payload, stamped and encoded already (by a
+    front, for a message that needs nothing but this record: gateway.queues.plain_sends)."""
+    return queue, SendSpec(queue.queue_id, payload, priority=priority, expires_ms=expires_ms)
 
 
 def copy(queue: Queue, props: MessageProperties, body: bytes, *, priority: int = 0) -> Send:

@@ -178,3 +178,50 @@ async def test_the_sends_of_one_pass_are_each_answered_by_what_became_of_it(
         b"a", b"f", b"x", b"g"}
     for name, count in (("small", small.count("ok")), ("orders", 1)):
         assert (await (await client.get(f"/v1/queues/{name}")).json())["messages"] == count
+
+
+async def test_a_send_the_front_encoded_is_stored_as_one_process_stores_it(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    """A send a front stamped and encoded (``PUT``, with the GUID the owner gave it) is the
+    message the same send makes in one process: its properties, stamps and id; a queue that
+    makes it transactional takes it the whole way (a single-message transaction)."""
+    from gateway.queues.plain_sends import stamp_and_encode
+
+    client = await ready_client(aiohttp_client, settings_factory())
+    for name, settings in (("feed", {}), ("orders", {"transactional": True})):
+        assert (await client.put(f"/v1/queues/{name}", json=settings)).status == 201
+    commands, channel = Commands(client.app), _Channel()
+    kind, guid = await channel.call(commands, 1, wire.Kind.IDENTITY, None)
+    assert kind == wire.Kind.OK
+    headers = {"Mq-Label": "L", "Mq-Priority": "5", "Mq-Correlation-Id": "c",
+               "Mq-App-Specific": "7", "Mq-Time-To-Be-Received": "3600",
+               "Content-Type": "text/plain"}
+
+    def put(queue: str, body: bytes, transaction: str | None = None) -> wire.PutCommand:
+        props = parse_send_headers(headers, now_ms=int(time.time() * 1000)).properties
+        return wire.PutCommand(queue, stamp_and_encode(props, body, guid), props.priority,
+                               props.receive_by_ms, transaction)
+
+    answers = [await channel.call(commands, 2 + i, wire.Kind.PUT, command) for i, command in
+               enumerate([put("feed", b"a"), put("orders", b"b"),
+                          put("orders", b"c", "none"), put("nowhere", b"d")])]
+    assert [k for k, _ in answers[:2]] == [wire.Kind.OK] * 2
+    one = await client.post("/v1/queues/feed/messages", data=b"z", headers=headers)
+    assert one.status == 201
+    refused = await client.post("/v1/queues/orders/messages", data=b"c",
+                                headers={**headers, "Mq-Transaction": "none"})
+    assert [(k, p.status) for k, p in answers[2:]] == [
+        (wire.Kind.PROBLEM, refused.status), (wire.Kind.PROBLEM, 404)]
+    put_id = answers[0][1][0]["id"]
+    assert put_id.startswith("{" + guid + "}")
+    stored = (await (await client.get("/v1/queues/feed/messages")).json())["messages"]
+    by_body = {base64.b64decode(m["body_base64"]): m for m in stored}
+    encoded, plain = by_body[b"a"], by_body[b"z"]
+    assert encoded["id"] == put_id and encoded["properties"]["source_qm"] == guid
+    for field in ("sent_at", "arrived_at", "id", "seq", "body_base64"):
+        encoded.pop(field), plain.pop(field)
+    for message in (encoded, plain):
+        message["properties"].pop("time_to_be_received_deadline")
+    assert encoded == plain
+    [held] = (await (await client.get("/v1/queues/orders/messages")).json())["messages"]
+    assert (held["priority"], held["properties"]["transactional"]) == (0, True)
