@@ -374,8 +374,10 @@ class Engine:
             job.records = prepared.records
             job.removes = prepared.removes
         elif job.op == "abort":
-            for record in self.prepared.pop(job.tx_id).records:
+            prepared = self.prepared.pop(job.tx_id)
+            for record in prepared.records:
                 self._free(record.ref)
+            job.records = prepared.records  # the caller gives back their numbers and charges
         if job.op in ("remove", "commit", "commit_prepared", "remove_express"):
             for ref in job.removes:
                 self._free(ref)

@@ -363,11 +363,12 @@ class MessageStore(IndexReads):
         return job.records
 
     async def abort_prepared(self, tx_id: int) -> None:
-        await self._submit(Job("abort", tx_id=tx_id))
-        aborted = self.prepared.pop(tx_id, None)
-        if aborted is not None:
-            self.quotas.release(_charge(r) for r in aborted.records)
-            self._resolve(aborted.records)
+        # The engine takes the transaction out of ``prepared`` (the same dict) when the
+        # abort is durable, and leaves its records on the job.
+        job = await self._submit(Job("abort", tx_id=tx_id))
+        self.quotas.release(_charge(r) for r in job.records)
+        self._resolve(job.records)
+        self.prepared.pop(tx_id, None)
         self._prepared_keys.pop(tx_id, None)
 
     async def remove(self, records: Sequence[StoredRecord]) -> None:

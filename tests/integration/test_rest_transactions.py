@@ -65,6 +65,28 @@ async def test_abort_leaves_no_trace(client: Any) -> None:
     assert await _bodies(client, "private$/a") == []
 
 
+async def test_a_prepared_transaction_aborted_holds_nothing_back(client: Any) -> None:
+    """Its sends' sequence numbers stop holding a range reader back (``next`` moves on to
+    what is sent later) and its bytes stop counting against the queue's quota."""
+    assert (await client.put("/v1/queues/private$/q", json={
+        "transactional": True, "quota": "3KiB"})).status == 201
+    assert (await client.post("/v1/queues/private$/q/messages", data=b"first")).status == 201
+    tx = await _begin(client)
+    for _ in range(3):
+        response = await client.post("/v1/queues/private$/q/messages", data=bytes(600),
+                                     headers={"Mq-Transaction": tx})
+        assert response.status == 202
+    assert (await client.post(f"/v1/transactions/{tx}/prepare")).status == 200
+    head = await (await client.get("/v1/queues/private$/q/head")).json()
+    assert head["next"] == 2, "held back while the transaction may still commit"
+    assert (await client.post(f"/v1/transactions/{tx}/abort")).status == 200
+    for _ in range(3):  # the aborted 1,800 bytes are no longer charged
+        sent = await client.post("/v1/queues/private$/q/messages", data=bytes(600))
+        assert sent.status == 201, await sent.text()
+    head = await (await client.get("/v1/queues/private$/q/head")).json()
+    assert (head["next"], head["messages"]) == (8, 4)
+
+
 async def test_abort_after_receive_puts_the_message_back_at_the_head(client: Any) -> None:
     for body in (b"first", b"second", b"third"):
         await client.post("/v1/queues/private$/a/messages", data=body)
