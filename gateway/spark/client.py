@@ -67,9 +67,12 @@ class GatewayClient:
         answer = json.loads(self._call("POST", queue, f"consumers/{consumer}/commit", body)[0])
         return int(answer["position"])
 
-    def range(self, queue: str, start: int, stop: int) -> tuple[bytes, int]:
-        """(framed records, where the answer ends) for ``[start, stop)``."""
-        data, headers = self._call("GET", queue, f"range?from={start}&to={stop}")
+    def range(self, queue: str, start: int, stop: int, max_bytes: int = 0
+              ) -> tuple[bytes, int]:
+        """(framed records, where the answer ends) for ``[start, stop)``; with ``max_bytes``
+        the gateway stops after that much payload (one record at least)."""
+        limit = f"&max_bytes={max_bytes}" if max_bytes else ""
+        data, headers = self._call("GET", queue, f"range?from={start}&to={stop}{limit}")
         return data, int(headers.get("Entrepot-Next", start))
 
     def _call(self, method: str, queue: str, tail: str, body: bytes | None = None

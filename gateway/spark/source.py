@@ -57,6 +57,8 @@ from pyspark.sql.types import (
 
 from gateway.range_wire import decode_spans
 from gateway.spark.client import ClientOptions, GatewayClient, RangeGone
+from mapping.errors import QueueNameError
+from mapping.names import parse_queue_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -67,6 +69,7 @@ __all__ = ["EntrepotDataSource", "RangePartition", "SourceOptions", "SourceOptio
 log = logging.getLogger("entrepot.spark")
 _RANGE_WIDTH_MAX = 100_000  # what one range read may span (gateway.web.rest_range)
 _PIECE_RECORDS = 4_096  # records per range read and Arrow batch within a partition
+_PIECE_BYTES = 32 << 20  # and payload bytes past the first record
 
 # Every option the source takes, as documented; matched case-insensitively.
 OPTIONS = ("url", "queues", "queue", "consumer", "token", "cafile", "startingOffsets",
@@ -121,14 +124,15 @@ class SourceOptions:
         url = opts.get("url", "")
         if not url.startswith(("http://", "https://")):
             raise SourceOptionError(f"option url={url!r}: expected the gateway's http(s) URL")
-        queues = tuple(q.strip() for q in opts.get("queues", opts.get("queue", "")).split(",")
-                       if q.strip())
-        if not queues:
+        given = [q.strip() for q in opts.get("queues", opts.get("queue", "")).split(",")
+                 if q.strip()]
+        if not given:
             raise SourceOptionError("option queues: name at least one queue")
-        # One queue in two spellings (names are case-insensitive and take \ for /) would be
-        # read twice.
-        if len({q.replace("\\", "/").lower() for q in queues}) != len(queues):
-            raise SourceOptionError(f"option queues={','.join(queues)!r}: a queue is named "
+        # Queues go by their canonical names (lower case, "/"): the checkpoint's offsets,
+        # the consumer and the queue column are the same however a run spells them.
+        queues = tuple(_canonical_option(q) for q in given)
+        if len(set(queues)) != len(queues):  # one queue in two spellings: read twice
+            raise SourceOptionError(f"option queues={','.join(given)!r}: a queue is named "
                                     "twice")
         starting = _offsets(opts.get("startingoffsets", "earliest"), queues, "startingOffsets",
                             ("earliest", "latest"))
@@ -144,7 +148,7 @@ class SourceOptions:
                                     f"most {_RANGE_WIDTH_MAX}")
         client = ClientOptions(url=url, token=opts.get("token", ""),
                                timeout_s=float(_int(opts, "timeoutseconds", 30, 1)),
-                               attempts=_int(opts, "attempts", 5, 1),
+                               attempts=_int(opts, "attempts", 8, 1),
                                cafile=opts.get("cafile", ""))
         consumer = opts.get("consumer", "spark")
         if not _CONSUMER_NAME.match(consumer):
@@ -156,6 +160,29 @@ class SourceOptions:
                                     f"message per queue ({len(queues)})")
         return cls(client, queues, consumer, starting, max_rows,
                    _int(opts, "maxbytesperbatch", 0, 0), per_partition, ending, body_format)
+
+
+def canonical(name: str) -> str:
+    """A queue's canonical name as the gateway compares names (lower case, ``/`` for
+    ``\\``); a name the gateway would refuse is left as it is (the gateway says why)."""
+    try:
+        return parse_queue_path(name).canonical
+    except QueueNameError:
+        return name
+
+
+def _canonical_option(name: str) -> str:
+    try:
+        return parse_queue_path(name).canonical
+    except QueueNameError as exc:
+        raise SourceOptionError(f"option queues: {name!r}: {exc}") from None
+
+
+def by_queue(offsets: Mapping[str, Any]) -> dict[str, int]:
+    """Offsets as Spark hands them back from a checkpoint, by canonical queue name (a
+    checkpoint written by a run that spelled a queue otherwise, or before names were
+    canonical, still gives each queue its offset)."""
+    return {canonical(str(queue)): int(position) for queue, position in offsets.items()}
 
 
 def _offsets(raw: str, queues: Sequence[str], option: str, words: tuple[str, ...]
@@ -173,6 +200,7 @@ def _offsets(raw: str, queues: Sequence[str], option: str, words: tuple[str, ...
         raise SourceOptionError(f"option {option}={raw!r}: {expected}") from None
     if not isinstance(doc, dict):
         raise SourceOptionError(f"option {option}={raw!r}: {expected}")
+    doc = {canonical(str(k)): v for k, v in doc.items()}
     missing = [q for q in queues if q not in doc]
     extra = [k for k in doc if k not in queues]
     if missing or extra:
@@ -370,23 +398,27 @@ def _partitions(options: SourceOptions, start: Mapping[str, int], end: Mapping[s
 
 def _read(options: SourceOptions, shape: _Shape, partition: RangePartition) -> Iterator[Any]:
     """The partition's records as Arrow batches, a range read each of at most
-    ``_PIECE_RECORDS`` records: Spark writes a batch while the next one is read and built
-    (one batch per partition would leave the JVM idle while Python builds it, then Python
-    idle while the JVM writes it). Anything short of the whole range raises."""
+    ``_PIECE_RECORDS`` records and, past its first record, ``_PIECE_BYTES`` of payload
+    (``max_bytes``: the gateway says where it stopped): Spark writes a batch while the next
+    one is read and built, and a worker holds one bounded piece however large the messages.
+    Anything short of the whole range raises."""
     from gateway.spark.arrow import spans_batch
 
     client = GatewayClient(options.client)
+    queue = partition.queue
     for first in range(partition.start, partition.end, _PIECE_RECORDS):
         end = min(first + _PIECE_RECORDS, partition.end)
-        data, covered = client.range(partition.queue, first, end)
-        if covered != end:
-            raise RuntimeError(f"{partition.queue}: asked [{first}, {end}) but the gateway "
-                               f"covers only up to {covered}")
-        spans = decode_spans(data)
-        seqs = spans.seqs
-        if seqs and not first <= seqs[0] <= seqs[-1] < end:
-            raise RuntimeError(f"{partition.queue}: records outside [{first}, {end})")
-        yield shape(spans_batch(partition.queue, spans))
+        while first < end:
+            data, covered = client.range(queue, first, end, max_bytes=_PIECE_BYTES)
+            if not first < covered <= end:
+                raise RuntimeError(f"{queue}: asked [{first}, {end}) but the gateway covers "
+                                   f"only up to {covered}")
+            spans = decode_spans(data)
+            seqs = spans.seqs
+            if seqs and not first <= seqs[0] <= seqs[-1] < covered:
+                raise RuntimeError(f"{queue}: records outside [{first}, {covered})")
+            yield shape(spans_batch(queue, spans))
+            first = covered
 
 
 class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -455,7 +487,8 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: Mapping[str, int], limit: ReadLimit) -> dict[str, int]:
         self._refuse_ending()
-        start = {q: int(start.get(q, 1)) for q in self.options.queues}
+        given = by_queue(start)
+        start = {q: given.get(q, 1) for q in self.options.queues}
         self._register(start)
         # Spark asks for the next batch only once the batch ending at ``start`` is in its
         # commit log: the consumer may move there (the last batch of a run included).
@@ -488,7 +521,7 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: Mapping[str, int], end: Mapping[str, int]
                    ) -> list[RangePartition]:
-        return _partitions(self.options, start, end)
+        return _partitions(self.options, by_queue(start), by_queue(end))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, RangePartition):
@@ -496,7 +529,7 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(self.options, self.shape, partition)
 
     def commit(self, end: Mapping[str, int]) -> None:
-        self._commit({q: int(p) for q, p in end.items()})
+        self._commit(by_queue(end))
 
     def _commit(self, positions: Mapping[str, int]) -> None:
         """Move the consumer (a retention hint: the checkpoint is the truth). A failure is

@@ -166,11 +166,14 @@ def _range(qm: QueueManager, consumers: RangeConsumers, queue: Queue, method: st
     if stop - start > RANGE_WIDTH_MAX:
         raise ProblemError(400, f"range [{start}, {stop}) is wider than {RANGE_WIDTH_MAX}",
                            type_slug="bad-request")
+    size_max = _query_bytes(query)
     consumers.check_range(queue, start)
     end = min(stop, qm.store.readable_end(queue.queue_id))
-    headers = {"Entrepot-Next": str(max(start, end)), "Entrepot-First": str(start)}
     records = [r for seq in range(start, end)
                if (r := qm.store.record(queue.queue_id, seq)) is not None]
+    if size_max is not None:
+        records, end = _within(records, size_max, end)
+    headers = {"Entrepot-Next": str(max(start, end)), "Entrepot-First": str(start)}
     if fmt == "json":
         messages = [message_json(message_id=m.message_id, queue=m.queue, seq=m.seq,
                                  properties=m.properties, body=m.body)
@@ -234,6 +237,29 @@ def _query_once(query: MultiMapping[str], key: str) -> str | None:
         raise ProblemError(400, f"query {key} is given {len(given)} times",
                            type_slug="bad-request")
     return given[0] if given else None
+
+
+def _query_bytes(query: MultiMapping[str]) -> int | None:
+    raw = _query_once(query, "max_bytes")
+    if raw is None:
+        return None
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18 or int(raw) < 1:
+        raise ProblemError(400, f"query max_bytes={raw!r} is not a positive number of bytes",
+                           type_slug="bad-request")
+    return int(raw)
+
+
+def _within(records: list[StoredRecord], size_max: int, end: int
+            ) -> tuple[list[StoredRecord], int]:
+    """The first records whose payloads (properties and body) come to ``size_max`` bytes
+    (at least one), and where the answer then ends: a reader of large messages asks for the
+    rest from there, holding a bounded answer at a time."""
+    size = 0
+    for index, record in enumerate(records):
+        size += record.payload_len
+        if size > size_max and index:
+            return records[:index], record.seq
+    return records, end
 
 
 def _query_seq(query: MultiMapping[str], key: str) -> int:

@@ -275,3 +275,30 @@ async def test_a_method_not_served_is_405_with_every_allowed_one(
     """HEAD wherever GET, as aiohttp's own 405 on the other routes says."""
     response = await client.request(method, f"{Q}/{path}")
     assert (response.status, response.headers["Allow"]) == (405, allow)
+
+
+async def test_a_range_stops_after_max_bytes_and_says_where(client: Any) -> None:
+    """``max_bytes`` bounds an answer by its records' size (one record at least, however
+    large); ``Entrepot-Next`` says where it stopped, and asking on from there reads every
+    record once."""
+    for i in range(5):
+        assert (await client.post(f"{Q}/messages", data=bytes([i]) * 1000)).status == 201
+    read, start, nexts = [], 1, []
+    while start < 6:
+        response = await client.get(f"{Q}/range", params={"from": start, "to": 6,
+                                                          "max_bytes": 2500})
+        assert response.status == 200, await response.text()
+        read += decode_records(await response.read())
+        start = int(response.headers["Entrepot-Next"])
+        nexts.append(start)
+    assert nexts == [3, 5, 6]
+    assert [(r.seq, r.body) for r in read] == [(i + 1, bytes([i]) * 1000) for i in range(5)]
+    data, headers = await _range(client, 1, 6)  # without it: the whole range
+    assert len(decode_records(data)) == 5 and headers["Entrepot-Next"] == "6"
+    one = await client.get(f"{Q}/range", params={"from": 2, "to": 6, "max_bytes": 1})
+    assert [r.seq for r in decode_records(await one.read())] == [2]
+    assert one.headers["Entrepot-Next"] == "3"
+    for bad in ("0", "-1", "1e3", "x"):
+        problem = await _problem(await client.get(
+            f"{Q}/range", params={"from": 1, "to": 6, "max_bytes": bad}), 400)
+        assert "max_bytes" in problem["detail"]

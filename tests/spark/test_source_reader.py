@@ -4,6 +4,7 @@ against a real gateway: offsets, admission control, partitions, reads, commits, 
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -80,6 +81,34 @@ def test_a_partition_is_read_in_pieces_each_record_once(
     rows = [row for b in batches for row in b.to_pylist()]
     assert [r["seq"] for r in rows] == list(range(1, 11))
     assert [r["body"] for r in rows] == [payload(i, 32) for i in range(10)]
+    # Large messages: a piece ends after its bytes too (here each record is over them).
+    monkeypatch.setattr(source_module, "_PIECE_BYTES", 40)
+    batches = list(reader.read(RangePartition(a, 1, 11)))
+    assert [b.num_rows for b in batches] == [1] * 10
+    assert [row["seq"] for b in batches for row in b.to_pylist()] == list(range(1, 11))
+
+
+def test_a_queue_spelt_otherwise_keeps_its_offsets_and_its_name(
+        spark_gateway: GatewayProcess) -> None:
+    """Queue names are case-insensitive and take \\ for /: a run that spells a queue
+    otherwise than the run that wrote the checkpoint reads on from the checkpoint's offset
+    (not from 1), and the rows name the queue one way."""
+    a = _queue(spark_gateway)
+    produce(spark_gateway.url, a, 0, 5, size=16)
+    first = _reader(spark_gateway, a.upper(), consumer="spelt")
+    start = first.initialOffset()
+    end = first.latestOffset(start, ReadAllAvailable())
+    assert (start, end) == ({a: 1}, {a: 6})
+    produce(spark_gateway.url, a, 5, 2, size=16)
+    again = _reader(spark_gateway, a, consumer="spelt",
+                    startingOffsets=json.dumps({a.upper(): 1}))
+    # Offsets as a checkpoint written under the other spelling hands them back.
+    assert again.latestOffset({a.upper(): 6}, ReadAllAvailable()) == {a: 8}
+    assert head(spark_gateway.url, a)["consumers"] == {"spelt": 6}
+    parts = again.partitions({a.upper(): 6}, {a: 8})
+    assert [(p.queue, p.start, p.end) for p in parts] == [(a, 6, 8)]
+    [batch] = list(again.read(parts[0]))
+    assert [(r["queue"], r["seq"]) for r in batch.to_pylist()] == [(a, 6), (a, 7)]
 
 
 def test_a_fast_fed_first_queue_does_not_starve_the_second(
