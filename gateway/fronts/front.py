@@ -245,7 +245,7 @@ async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
     key = scoped_key(request, send.idempotency_key)
     if (key is None and send.transaction != "single" and only_its_record(properties)
             and not properties.message_id):
-        guid = await identity.known()
+        guid = identity.guid or await identity.known()  # asked once: no await after
         if guid is not None:  # the owner stores the record as it comes
             payload = stamp_and_encode(properties, await request.read(), guid)
             answer, replayed = await _ask(channel, wire.Kind.PUT, wire.PutCommand(
