@@ -10,13 +10,15 @@ registration is per session.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["spark_session", "owned_session", "is_local", "WORKER_SITE"]
+__all__ = ["spark_session", "owned_session", "is_local", "jvm_exit_code", "JvmExited",
+           "WORKER_SITE"]
 
 # On the path of every Python process Spark starts for the session (its ``sitecustomize``
 # makes them import pyspark from the installed package: gateway/spark/worker_site).
@@ -88,6 +90,49 @@ def owned_session(master: str, app_name: str, extra: Mapping[str, str] | None = 
     session = spark_session(master, app_name, extra, source=source)
     try:
         yield session
+    except Exception as exc:
+        code = jvm_exit_code(session, wait_s=_JVM_EXIT_WAIT_S if _lost_jvm(exc) else 0.0)
+        if code is not None:  # py4j's "Connection refused" says nothing of why
+            raise JvmExited(f"Spark's JVM exited ({_exit_text(code)}) while the job ran; its "
+                            "own messages are above (an out-of-memory error: raise "
+                            "--driver-memory)") from exc
+        raise
     finally:
-        if running is None:
-            session.stop()
+        if running is None and jvm_exit_code(session) is None:
+            session.stop()  # a dead JVM cannot be asked to stop: only py4j's error would come
+
+
+class JvmExited(RuntimeError):
+    """The session's JVM ended under the job (killed, out of memory, crashed)."""
+
+
+def jvm_exit_code(session: Any, wait_s: float = 0.0) -> int | None:
+    """The exit code of the JVM that PySpark started for ``session``, None while it runs
+    (or when it was not started by this process: a cluster's driver runs elsewhere).
+    ``wait_s``: how long to wait for its end (its socket closes before its exit is seen)."""
+    process = getattr(session.sparkContext._gateway, "proc", None)
+    if process is None:
+        return None
+    try:
+        return int(process.wait(timeout=wait_s))
+    except subprocess.TimeoutExpired:
+        return None
+
+
+# How long a job whose connection to the JVM broke waits to see the JVM's end.
+_JVM_EXIT_WAIT_S = 10.0
+
+
+def _lost_jvm(exc: BaseException | None) -> bool:
+    """Whether ``exc`` or what it came from is a connection to the JVM that broke."""
+    from py4j.protocol import Py4JNetworkError
+
+    while exc is not None:
+        if isinstance(exc, (ConnectionError, Py4JNetworkError)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _exit_text(code: int) -> str:
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"

@@ -352,7 +352,8 @@ def document() -> dict[str, Any]:
                         "queue": _STR, "from": _SEQ, "next": _SEQ,
                         "messages": {"type": "array", "items": _ref("Message")}})}}}},
             params=q + [
-                _query("from", _SEQ, "First sequence number.", required=True),
+                _query("from", {**_SEQ, "minimum": 1}, "First sequence number (from 1).",
+                       required=True),
                 _query("to", _SEQ, "End (exclusive).", required=True),
                 _query("format", {"enum": ["records", "json"]}, "Default records.")])},
         "/v1/queues/{path}/consumers": {"get": _op(

@@ -6,7 +6,8 @@ Under ``/v1/queues/{path}/``:
   next)`` is readable now and ``next`` only grows.
 - ``GET range?from=A&to=B`` -> the records with ``A <= seq < min(B, next)`` framed as
   ``gateway.range_wire`` (``?format=json`` for people and scripts); header ``Entrepot-Next``
-  is where the answer ends. 410 when ``A`` is below ``first``. At most 100,000 sequences wide.
+  is where the answer ends. 400 when ``A`` is 0 (sequences start at 1), 410 when it is
+  below ``first``. At most 100,000 sequences wide.
 - ``GET consumers``; ``PUT``/``GET``/``DELETE consumers/{name}`` (``PUT`` body
   ``{"start": "earliest" | "latest" | seq}``, 201 new / 200 known); ``POST
   consumers/{name}/commit`` with ``{"position": seq}``.
@@ -154,7 +155,7 @@ async def _consumer(consumers: RangeConsumers, queue: Queue, name: str, method: 
 
 def _range(qm: QueueManager, consumers: RangeConsumers, queue: Queue, method: str,
            query: MultiMapping[str]) -> Reply | Records:
-    start = _query_seq(query, "from")
+    start = _query_seq(query, "from", low=1)
     stop = _query_seq(query, "to")
     fmt = _query_once(query, "format") or "records"
     if fmt not in ("records", "json"):
@@ -262,13 +263,16 @@ def _within(records: list[StoredRecord], size_max: int, end: int
     return records, end
 
 
-def _query_seq(query: MultiMapping[str], key: str) -> int:
+def _query_seq(query: MultiMapping[str], key: str, low: int = 0) -> int:
     raw = _query_once(query, key)
     if raw is None:
         raise ProblemError(400, f"query {key} is required", type_slug="bad-request")
     if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
         raise ProblemError(400, f"query {key}={raw!r} is not a sequence number",
                            type_slug="bad-request")
+    if int(raw) < low:
+        raise ProblemError(400, f"query {key}={raw!r} is not a sequence number: they start "
+                           f"at {low}", type_slug="bad-request")
     return int(raw)
 
 

@@ -178,7 +178,8 @@ async def test_positions_and_floors_survive_a_restart(
     ("from=-1&to=5", "from='-1'"),
     ("from=5&to=2", "below from"),
     ("from=1&to=100002", "wider than 100000"),  # one over the limit
-    ("from=0&to=100001", "wider than 100000"),
+    ("from=2&to=100003", "wider than 100000"),
+    ("from=0&to=5", "from='0' is not a sequence number: they start at 1"),
     ("from=1&to=2&format=csv", "format"),
     ("from=1&from=2&to=5", "from is given 2 times"),
     ("from=1&to=5&to=6", "to is given 2 times"),
@@ -221,9 +222,9 @@ async def test_a_record_removed_while_the_answer_is_written_cuts_it(
     import aiohttp
     from aiohttp import web
 
+    from gateway.range_wire import END_OF_RANGE
     from gateway.web import rest_range
     from gateway.web.appkeys import STATE_KEY
-    from gateway.range_wire import END_OF_RANGE
 
     await _send(client, 6)
     state = client.app[STATE_KEY]

@@ -132,3 +132,50 @@ def test_bad_command_lines(args: list[str], code: int, fragment: str) -> None:
     done = _cli(*args)
     assert done.returncode == code, done.stderr
     assert fragment in done.stderr
+
+
+def test_a_job_whose_jvm_dies_says_so(spark_gateway: GatewayProcess, tmp_path: Path) -> None:
+    """Spark's JVM killed under a running ``spark-ingest`` (as the OOM killer does): the
+    command ends with exit 1 naming the JVM's end, not py4j's "Connection refused"."""
+    create_queue(spark_gateway.url, "jvmfeed")
+    job = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "spark-ingest", "--source", spark_gateway.url,
+         "--queue", "jvmfeed", "--output", str(tmp_path / "table"), "--checkpoint",
+         str(tmp_path / "checkpoint"), "--master", "local[1]", "--trigger", "1s",
+         "--consumer", "jvmjob"], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        consumers = f"{spark_gateway.url}/v1/queues/jvmfeed/consumers"
+        while "jvmjob" not in json.dumps(call(consumers)):  # registered: the query runs
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr
+            time.sleep(0.2)
+        [jvm] = [pid for pid in _children(job.pid) if _comm(pid) == "java"]
+        subprocess.run(["kill", "-9", str(jvm)], check=True)
+        _, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode == 1, err
+    assert "Spark's JVM exited (killed by signal 9)" in err, err
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return ""
