@@ -24,6 +24,7 @@ from gateway.auth.hmac_sig import (
     SCHEME,
     NonceCache,
     SignatureError,
+    SignedRequest,
     parse_authorization,
     verify,
 )
@@ -77,6 +78,9 @@ class Credentials:
     headers: Iterable[tuple[str, str]]
     # The partner's token was taken already: by the front that passed the request on.
     throttled: bool = False
+    # A signed request's nonce was used up already: by the front that passed it on, at the
+    # store owner (``Authenticator.take_nonce``).
+    nonce_taken: bool = False
 
 
 class Authenticator:
@@ -175,6 +179,19 @@ class Authenticator:
         raise AuthError("unknown API key")
 
     def _signed(self, creds: Credentials, now: float, monotonic: float) -> Principal:
+        principal, signed = self.verify_signed(creds, now)
+        if not creds.nonce_taken:
+            self.take_nonce(signed, now=now, monotonic=monotonic, throttled=creds.throttled)
+        return principal
+
+    def verify_signed(self, creds: Credentials, now: float
+                      ) -> tuple[Principal, SignedRequest]:
+        """The partner whose secret signed the request, and what it signed; its nonce is
+        not looked at (``take_nonce``: a front checks the signature, the owner the nonce).
+
+        Raises:
+            AuthError: malformed, no such partner, stale, or a wrong signature.
+        """
         try:
             signed = parse_authorization(creds.authorization)
             found = self._secrets.get(signed.partner)
@@ -185,6 +202,18 @@ class Authenticator:
                    body=creds.body, headers=creds.headers, now=now, window_s=self.window_s)
         except SignatureError as exc:
             raise AuthError(str(exc)) from exc
+        return principal, signed
+
+    def take_nonce(self, signed: SignedRequest, *, now: float, monotonic: float,
+                   throttled: bool) -> None:
+        """Use up a verified request's nonce, past its partner's rate limit (unless
+        ``throttled``: its token is taken already).
+
+        Raises:
+            AuthError: signed before this gateway started (unknown nonces), or replayed.
+            OverflowError: the partner's nonce cache is full (503).
+            RateLimited: the partner is over its rate limit (429); the nonce stays unused.
+        """
         if signed.ts < self.signed_after:
             raise AuthError("signed before this gateway started, which kept no record of the "
                             "nonces used before it: sign the request again")
@@ -195,10 +224,9 @@ class Authenticator:
                                 "within the replay window")
         if not fresh:
             raise AuthError("replayed request: this nonce was already used")
-        if not creds.throttled:
-            self._throttle(principal, monotonic)  # refused: the nonce stays unused
+        if not throttled:
+            self.throttle(signed.partner, monotonic)  # refused: the nonce stays unused
         nonces.add(signed.nonce, now)
-        return principal
 
     def _throttle(self, principal: Principal, monotonic: float) -> None:
         self.throttle(principal.name, monotonic)

@@ -11,11 +11,12 @@ import asyncio
 import itertools
 import logging
 import pickle
-from collections.abc import Awaitable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 
 from aiohttp import web
 from multidict import MultiDict
 
+from gateway.auth.hmac_sig import SignedRequest
 from gateway.errors import ProblemError
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel
@@ -27,7 +28,7 @@ from gateway.queues.plain_sends import PlainSend, Stored, encoded_send, plain_se
 from gateway.srmp.parsed import ParsedRequest
 from gateway.web import rest_range
 from gateway.web.appkeys import AUTHENTICATOR_KEY, SETTINGS_KEY, STATE_KEY
-from gateway.web.auth_middleware import throttle
+from gateway.web.auth_middleware import take_nonce, throttle
 from gateway.web.problem import as_problem, http_problem
 from gateway.web.rest_queues import (
     browse_page,
@@ -68,12 +69,13 @@ class Commands:
 
     def on_request(self, channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
         if kind == wire.Kind.THROTTLE:
-            try:
-                throttle(self._authenticator, wire.decode(payload))
-            except ProblemError as exc:
-                channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer.of(exc))
-            else:
-                channel.send(request_id, wire.Kind.OK, None)
+            partner = wire.decode(payload)
+            _at_once(channel, request_id, lambda: throttle(self._authenticator, partner))
+            return
+        if kind == wire.Kind.NONCE:
+            signed = wire.nonce_command(payload)
+            _at_once(channel, request_id, lambda: take_nonce(self._authenticator, SignedRequest(
+                signed.partner, signed.ts, signed.nonce, b""), signed.throttled))
             return
         if kind == wire.Kind.CANCEL:
             if (channel, request_id) in self._receiving:
@@ -298,6 +300,16 @@ def _refusal(exc: Exception) -> tuple[int, wire.ProblemAnswer]:
         return wire.Kind.PROBLEM, wire.ProblemAnswer.of(http_problem(exc))
     log.error("command failed", exc_info=exc)
     return wire.Kind.PROBLEM, _INTERNAL
+
+
+def _at_once(channel: Channel, request_id: int, check: Callable[[], None]) -> None:
+    """Answer a command that is a check of the owner's state: OK, or its refusal."""
+    try:
+        check()
+    except ProblemError as exc:
+        channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer.of(exc))
+    else:
+        channel.send(request_id, wire.Kind.OK, None)
 
 
 def _reply(channel: Channel, request_id: int, kind: int, answer: object) -> None:

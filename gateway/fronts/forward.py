@@ -2,8 +2,9 @@
 
 The request goes as it came (method, path and query, headers, body) to the owner's own
 application on its private Unix socket, with the client's address, scheme and certificate in
-``gateway.web.forwarded``'s headers; the answer comes back as the owner made it. The owner
-authenticates such a request itself, so its nonces and rate limits stay in one place.
+``gateway.web.forwarded``'s headers; the answer comes back as the owner made it. The front's
+gate has passed it (refusing a stranger before its body); the owner authenticates it again,
+told whether the partner's rate token and a signature's nonce are taken already.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import base64
 
 import aiohttp
-from aiohttp import hdrs, web
+from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
@@ -21,11 +22,11 @@ from gateway.fronts.channel import AnswerLost
 from gateway.settings import Settings
 from gateway.web import forwarded
 from gateway.web.auth_middleware import (
+    NONCE_TAKEN,
     PRINCIPAL,
     PROBES,
     THROTTLED,
     Gate,
-    is_signed,
     read_body,
     refuse_declared_length,
 )
@@ -80,10 +81,9 @@ class Forwarder:
         if request.path in PROBES:  # answered on no header and no body, as in one process
             return await self._send(request, request.method, CIMultiDict(), b"")
         refuse_declared_length(request, self._body_max)
-        if self.gate is not None and PRINCIPAL not in request and (
-                hdrs.EXPECT in request.headers or not is_signed(request)):
-            # Refused here before the body, as in one process; the owner's gate checks it
-            # again (a signed request's nonce and token are the owner's alone).
+        if self.gate is not None and PRINCIPAL not in request:
+            # Refused here, before the body where one process would; the owner's gate checks
+            # it again, told that the partner's token and a signature's nonce are taken.
             await self.gate(request)
         # Read here, or already by the front's gate (then aiohttp has kept it).
         body = await read_body(request, self._body_timeout) or await request.read()
@@ -99,6 +99,8 @@ class Forwarder:
         assert self._session is not None
         if THROTTLED in request:
             headers[forwarded.TOKEN] = "1"
+        if NONCE_TAKEN in request:
+            headers[forwarded.NONCE] = "1"
         headers[forwarded.REMOTE] = request.remote or ""
         headers[forwarded.SCHEME] = request.scheme
         der = peer_certificate(request.transport)

@@ -1,10 +1,10 @@
 """A front process: ``python -m gateway.fronts.front FD`` (started by the owner only).
 
 It listens on the gateway's port beside the other fronts (SO_REUSEPORT), authenticates and
-checks requests and hands each to the owner as one command (gateway.fronts.wire: sends,
-receives, browses, transactions, batches, range reads and consumers, SRMP requests it
-parsed), and forwards the others (management, signed requests) to the owner as HTTP
-(gateway.fronts.forward). It stops on SIGTERM or SIGINT after finishing its requests, and
+checks requests (HMAC signatures too: the owner, which holds the nonces, uses each one up)
+and hands each to the owner as one command (gateway.fronts.wire: sends, receives, browses,
+transactions, batches, range reads and consumers, SRMP requests it parsed), and forwards the
+others (management) to the owner as HTTP (gateway.fronts.forward). It stops on SIGTERM or SIGINT after finishing its requests, and
 at once when the owner is gone (its end of the channel closes).
 """
 
@@ -28,6 +28,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from gateway import jsonio
 from gateway.auth.authenticator import Authenticator
+from gateway.auth.hmac_sig import SignedRequest
 from gateway.auth.principal import Principal
 from gateway.errors import GatewayError, ProblemError
 from gateway.fronts import wire
@@ -47,7 +48,6 @@ from gateway.web.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.web.auth_middleware import (
     THROTTLED,
     Gate,
-    is_signed,
     make_auth_gate,
     principal_of,
     require,
@@ -93,8 +93,13 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
         await _throttle(request, channel, limited)
         await authorize_early(request)
 
+    async def take_nonce(request: web.Request, signed: SignedRequest) -> None:
+        # The owner holds every partner's nonces: a replay through another front is seen.
+        await _ask(channel, wire.Kind.NONCE, wire.NonceCommand(
+            signed.partner, signed.ts, signed.nonce, THROTTLED in request))
+
     gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False), shares,
-                          before_body=before_body)
+                          before_body=before_body, take_nonce=take_nonce)
     # A forwarded request passes the same checks here first (the owner is told the token
     # is taken), so that it is refused before its body is read, as in one process.
     forwarder.gate = gate
@@ -139,13 +144,9 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
             counts.refresh()
 
     async def transaction(request: web.Request) -> web.StreamResponse:
-        if is_signed(request):
-            return await forwarder.forward(request)
         return await _transaction(request, gate, channel, limited)
 
     async def transactions(request: web.Request) -> web.StreamResponse:
-        if is_signed(request):
-            return await forwarder.forward(request)
         principal = await _authenticate(request, gate, channel, limited)
         if principal.open:
             require_admin(request)
@@ -153,8 +154,6 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
                                                wire.principal_values(principal)))
 
     async def batch(request: web.Request) -> web.StreamResponse:
-        if is_signed(request):
-            return await forwarder.forward(request)
         return await _batch(request, gate, channel, forwarder, limited)
 
     own: dict[object, Handler] = {rest_queues.queue_tree: queue_tree, rest_tx.begin: transaction,
@@ -198,10 +197,9 @@ def _to_owner(forwarder: Forwarder) -> Middleware:
 
 def _queue_path(request: web.Request) -> tuple[str, list[str]] | None:
     """(queue, the rest of the path) of a request under ``/v1/queues/<q>/`` the front may
-    answer with a command: a plain path (nothing percent-encoded) and not signed (a
-    signature's nonce is checked where the nonces are: the owner)."""
+    answer with a command: a plain path (nothing percent-encoded)."""
     path = request.raw_path.partition("?")[0]
-    if not path.startswith(_QUEUES) or "%" in path or is_signed(request):
+    if not path.startswith(_QUEUES) or "%" in path:
         return None
     name, rest = split_tail(path[len(_QUEUES):])
     return (name, rest) if name and rest else None

@@ -22,10 +22,10 @@ from gateway.errors import ProblemError
 from gateway.inbound.parse_pool import FrameReader
 from gateway.msmq.message import MessageProperties, properties_of, property_values
 
-__all__ = ["HEAD", "Kind", "BatchCommand", "LogCommand", "ProblemAnswer", "PutCommand",
-           "ReceiveCommand", "SendCommand", "SrmpCommand", "TxCommand", "TxSendCommand",
-           "batch_command", "decode", "encode", "log_command", "principal_of",
-           "principal_values", "problem_answer", "put_command", "reader", "receive_command",
+__all__ = ["HEAD", "Kind", "BatchCommand", "LogCommand", "NonceCommand", "ProblemAnswer",
+           "PutCommand", "ReceiveCommand", "SendCommand", "SrmpCommand", "TxCommand",
+           "TxSendCommand", "batch_command", "decode", "encode", "log_command",
+           "nonce_command", "principal_of", "principal_values", "problem_answer", "put_command", "reader", "receive_command",
            "send_command", "srmp_command", "tx_command", "tx_send_command"]
 
 HEAD = struct.Struct("<IIB")
@@ -52,6 +52,8 @@ class Kind:
     DROP = 16  # front -> owner: a range answer's client went away (its cursor; no answer)
     IDENTITY = 17  # front -> owner: the queue manager's GUID (once the store is open)
     PUT = 18  # front -> owner: a send the front stamped and encoded (PutCommand)
+    NONCE = 19  # front -> owner: use up a verified signature's nonce (NonceCommand; OK or
+    # 401, 429, 503), taking the partner's rate token unless it is taken
     OK = 100  # SEND, PUT: (the 201's JSON answer, whether it replays an earlier send); SRMP: the
     # 200's headers (or None); RECEIVE: the messages as JSON objects; BROWSE: the page;
     # TX_SEND: the 202's answer; TX: (status, answer); BATCH: (answer, replayed); TX_LIST:
@@ -153,6 +155,17 @@ class LogCommand:
 
 
 @dataclass(frozen=True, slots=True)
+class NonceCommand:
+    """A signed request the front verified: the owner, which holds every partner's nonces,
+    checks and uses up ``nonce`` (gateway.auth.authenticator's ``take_nonce``)."""
+
+    partner: str
+    ts: int
+    nonce: str
+    throttled: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ProblemAnswer:
     """The fields of a ``ProblemError``."""
 
@@ -209,6 +222,7 @@ _FLATTEN: dict[type, Callable[[Any], tuple[Any, ...]]] = {
     TxCommand: lambda v: (v.action, v.transaction, principal_values(v.principal)),
     ReceiveCommand: lambda v: (v.queue, v.asked, principal_values(v.principal)),
     LogCommand: lambda v: (v.queue, v.rest, v.method, v.query, v.body),
+    NonceCommand: dataclasses.astuple,
     ProblemAnswer: dataclasses.astuple,
 }
 
@@ -253,6 +267,10 @@ def receive_command(payload: bytes) -> ReceiveCommand:
 
 def log_command(payload: bytes) -> LogCommand:
     return LogCommand(*marshal.loads(payload))
+
+
+def nonce_command(payload: bytes) -> NonceCommand:
+    return NonceCommand(*marshal.loads(payload))
 
 
 def problem_answer(payload: bytes) -> ProblemAnswer:

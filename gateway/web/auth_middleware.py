@@ -24,7 +24,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from gateway.auth.authenticator import Authenticator, AuthError, Credentials, RateLimited
-from gateway.auth.hmac_sig import SCHEME
+from gateway.auth.hmac_sig import SCHEME, SignedRequest
 from gateway.auth.principal import NOBODY, OPEN, Principal
 from gateway.auth.ratelimit import TokenBucket
 from gateway.auth.tls import PeerSubjects
@@ -36,13 +36,14 @@ from gateway.web.partner_shares import PartnerShares
 from mapping.names import QueueNameError, parse_queue_path
 
 __all__ = [
+    "NONCE_TAKEN",
     "PEER_CERT",
     "PRINCIPAL",
     "PROBES",
     "THROTTLED",
     "Gate",
+    "NonceTaker",
     "is_local_client",
-    "is_signed",
     "is_loopback",
     "make_auth_gate",
     "principal_of",
@@ -51,10 +52,13 @@ __all__ = [
     "require",
     "require_admin",
     "scoped_key",
+    "take_nonce",
     "throttle",
 ]
 
 Gate = Callable[[web.Request], Awaitable[None]]
+# Uses up a verified signed request's nonce where the nonces are, or raises ProblemError.
+NonceTaker = Callable[[web.Request, SignedRequest], Awaitable[None]]
 
 # The liveness and readiness probes: they read no header and no body.
 PROBES = frozenset({"/healthz", "/readyz"})
@@ -65,6 +69,9 @@ PRINCIPAL = web.RequestKey("principal", Principal)
 PEER_CERT = web.RequestKey("peer_cert", bytes)
 # The partner's rate token is taken (a front's gate took it; the owner is told so).
 THROTTLED = web.RequestKey("throttled", bool)
+# A signed request's nonce is used up (a front's gate had the owner take it; the owner is
+# told so).
+NONCE_TAKEN = web.RequestKey("nonce_taken", bool)
 # Basic first: browsers (the status page) read the first challenge; API clients know theirs.
 _CHALLENGE = {"WWW-Authenticate": f'Basic realm="entrepot", Bearer realm="entrepot", '
               f'{SCHEME} realm="entrepot"'}
@@ -72,12 +79,15 @@ _CHALLENGE = {"WWW-Authenticate": f'Basic realm="entrepot", Bearer realm="entrep
 
 def make_auth_gate(settings: Settings, authenticator: Authenticator,
                    shares: PartnerShares | None = None,
-                   before_body: Gate | None = None) -> Gate:
+                   before_body: Gate | None = None,
+                   take_nonce: NonceTaker | None = None) -> Gate:
     """The check every request passes before its handler; it raises ProblemError (413, 408,
     401, 403, 429, 503) or records the request's principal. ``shares``: the request takes a
     place in its partner's share once the partner is known (the middleware gives it back).
     ``before_body``: the route's permission check, made on the headers' principal before the
-    body is read (a signed request's principal is known only with its body)."""
+    body is read (a signed request's principal is known only with its body).
+    ``take_nonce``: where a verified signature's nonce is used up (a front's way to the
+    store owner, which also takes the partner's rate token); by ``authenticator`` if None."""
     body_max = settings.server.request_body_max
     body_timeout = settings.server.body_timeout
     subjects = PeerSubjects()
@@ -114,15 +124,24 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator,
                 await before_body(request)
         body = await read_body(request, body_timeout)
         if signed:
-            principal = _check(authenticate, Credentials(
-                header, subject, request.method, request.path_qs, body,
-                request.headers.items(), THROTTLED in request))
+            credentials = Credentials(header, subject, request.method, request.path_qs, body,
+                                      request.headers.items(), THROTTLED in request,
+                                      NONCE_TAKEN in request)
+            if take_nonce is None or NONCE_TAKEN in request:
+                principal = _check(authenticate, credentials)
+            else:  # a front: the signature is checked here, the nonce where the nonces are
+                principal, signed_request = _check(verify_signed, credentials)
+                await take_nonce(request, signed_request)
+                request[NONCE_TAKEN] = request[THROTTLED] = True
             if principal is not None and shares is not None:
                 shares.take(request, principal)
         request[PRINCIPAL] = principal or (NOBODY if srmp else OPEN)
 
     def authenticate(creds: Credentials) -> Principal | None:
         return authenticator.authenticate(creds, now=time.time(), monotonic=time.monotonic())
+
+    def verify_signed(creds: Credentials) -> tuple[Principal, SignedRequest]:
+        return authenticator.verify_signed(creds, now=time.time())
 
     return gate
 
@@ -161,6 +180,12 @@ def throttle(authenticator: Authenticator, partner: str) -> None:
     _check(lambda name: authenticator.throttle(name, time.monotonic()), partner)
 
 
+def take_nonce(authenticator: Authenticator, signed: SignedRequest, throttled: bool) -> None:
+    """``Authenticator.take_nonce`` now, its refusals as answers (401, 429, 503)."""
+    _check(lambda s: authenticator.take_nonce(s, now=time.time(), monotonic=time.monotonic(),
+                                              throttled=throttled), signed)
+
+
 async def read_body(request: web.Request, timeout_s: float) -> bytes:
     """The whole body, within ``timeout_s`` (408); a client that hangs up mid-body gets a 400
     it will not read, and no error is logged: the fault is not the gateway's."""
@@ -178,12 +203,6 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
     except ConnectionError as exc:
         raise ProblemError(400, f"the client closed the connection mid-body ({exc})",
                            type_slug="body-incomplete") from None
-
-
-def is_signed(request: web.Request) -> bool:
-    """An HMAC-signed request: its principal is known only with its body, and with fronts
-    its nonce is checked where the nonces are (the owner)."""
-    return request.headers.get("Authorization", "").lstrip().startswith(SCHEME)
 
 
 def principal_of(request: web.Request) -> Principal:

@@ -12,15 +12,16 @@ import base64
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway.web.auth_middleware import PEER_CERT, THROTTLED
+from gateway.web.auth_middleware import NONCE_TAKEN, PEER_CERT, THROTTLED
 
-__all__ = ["CERT", "FRONT_HEADERS", "REMOTE", "SCHEME", "TOKEN", "from_front"]
+__all__ = ["CERT", "FRONT_HEADERS", "NONCE", "REMOTE", "SCHEME", "TOKEN", "from_front"]
 
 REMOTE = "Entrepot-Front-Remote"
 SCHEME = "Entrepot-Front-Scheme"
 CERT = "Entrepot-Front-Cert"  # base64 of the DER
 TOKEN = "Entrepot-Front-Throttled"  # "1": the front took the partner's rate token
-FRONT_HEADERS = frozenset(h.lower() for h in (REMOTE, SCHEME, CERT, TOKEN))
+NONCE = "Entrepot-Front-Nonce-Taken"  # "1": the owner used up the signature's nonce
+FRONT_HEADERS = frozenset(h.lower() for h in (REMOTE, SCHEME, CERT, TOKEN, NONCE))
 
 
 @web.middleware
@@ -35,4 +36,6 @@ async def from_front(request: web.Request, handler: Handler) -> web.StreamRespon
         clone[PEER_CERT] = base64.b64decode(der)
     if headers.get(TOKEN) == "1":
         clone[THROTTLED] = True
+    if headers.get(NONCE) == "1":
+        clone[NONCE_TAKEN] = True
     return await handler(clone)

@@ -6,6 +6,7 @@ refused. A request signed after the restart is taken."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import time
@@ -39,14 +40,14 @@ path = "private$/signed_in"
     return gateway
 
 
-def _signed_send(body: bytes) -> bytes:
+def _signed_send(body: bytes, method: str = "POST", path: str = PATH) -> bytes:
     """The request's bytes, as a partner sends them (and an attacker may capture them)."""
     ts, nonce = int(time.time()), f"nonce-{time.monotonic_ns()}"
     headers = [("Content-Type", "application/octet-stream")]
-    auth = sign(SECRET, "POST", PATH, ts, nonce, body, "s", headers=headers)
-    return (f"POST {PATH} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: {auth}\r\n"
-            f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n\r\n"
-            ).encode() + body
+    auth = sign(SECRET, method, path, ts, nonce, body, "s", headers=headers)
+    return (f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            f"Authorization: {auth}\r\nContent-Type: application/octet-stream\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
 def _alive(pid: int) -> bool:
@@ -85,5 +86,29 @@ def test_a_request_signed_before_a_restart_is_not_taken_again(tmp_path: Path,
         assert replayed.startswith(b"HTTP/1.1 401 "), replayed
         assert (b"already used" if stop == signal.SIGTERM else b"signed before") in replayed
         assert _send(gateway, _signed_send(b"fresh")).startswith(b"HTTP/1.1 201 ")
+    finally:
+        gateway.stop()
+
+
+def test_a_nonce_is_used_up_whichever_front_a_replay_reaches(tmp_path: Path) -> None:
+    """Fronts check signatures themselves and have the owner, which holds the nonces, use
+    each one up: a replay is refused on every connection (each may reach another front), on
+    a route the fronts answer (a send) and on one they pass on to the owner (a queue's
+    settings), also when it claims what only a front may tell the owner."""
+    gateway = _start(tmp_path)
+    try:
+        for captured in (_signed_send(b"once"),
+                         _signed_send(b"", "GET", "/v1/queues/private$/signed_in")):
+            first = _send(gateway, captured)
+            assert first.startswith((b"HTTP/1.1 201 ", b"HTTP/1.1 200 ")), first
+            claimed = captured.replace(b"\r\n\r\n", b"\r\nEntrepot-Front-Nonce-Taken: 1"
+                                       b"\r\nEntrepot-Front-Throttled: 1\r\n\r\n", 1)
+            for replay in [captured] * 6 + [claimed] * 6:
+                replayed = _send(gateway, replay)
+                assert replayed.startswith(b"HTTP/1.1 401 "), replayed
+                assert b"already used" in replayed, replayed
+        sent = json.loads(_send(gateway, _signed_send(
+            b"", "GET", "/v1/queues/private$/signed_in")).partition(b"\r\n\r\n")[2])
+        assert sent["messages"] == 1
     finally:
         gateway.stop()
