@@ -340,8 +340,9 @@ def document() -> dict[str, Any]:
                                 "messages": _INT, "average_bytes": _INT}))}, params=q)},
         "/v1/queues/{path}/range": {"get": _op(
             "readRange",
-            "Records with from <= seq < to (application/x-entrepot-records, or ?format=json); "
-            "410 below the floor.", {"200": {
+            "Records with from <= seq < to (application/x-entrepot-records, or ?format=json, "
+            "which stops after 8 MiB of records); 410 below the floor, 409 beyond next; other "
+            "query parameters are refused.", {"200": {
                 "description": "The records; Entrepot-Next is the `from` of the next read.",
                 "headers": {"Entrepot-Next": {"schema": _SEQ, "required": True},
                             "Entrepot-First": {"schema": _SEQ, "required": True}},
@@ -355,7 +356,9 @@ def document() -> dict[str, Any]:
                 _query("from", {**_SEQ, "minimum": 1}, "First sequence number (from 1).",
                        required=True),
                 _query("to", _SEQ, "End (exclusive).", required=True),
-                _query("format", {"enum": ["records", "json"]}, "Default records.")])},
+                _query("format", {"enum": ["records", "json"]}, "Default records."),
+                _query("max_bytes", {"type": "integer", "minimum": 1, "maximum": 10**18 - 1},
+                       "Stop after this many bytes of records (one record at least).")])},
         "/v1/queues/{path}/consumers": {"get": _op(
             "listConsumers", "Registered range consumers.", {"200": ok(_answer({
                 "consumers": {"type": "array", "items": _answer(

@@ -7,7 +7,8 @@ Under ``/v1/queues/{path}/``:
 - ``GET range?from=A&to=B`` -> the records with ``A <= seq < min(B, next)`` framed as
   ``gateway.range_wire`` (``?format=json`` for people and scripts); header ``Entrepot-Next``
   is where the answer ends. 400 when ``A`` is 0 (sequences start at 1), 410 when it is
-  below ``first``. At most 100,000 sequences wide.
+  below ``first``, 409 when it is beyond ``next``. At most 100,000 sequences wide; a JSON
+  answer stops after 8 MiB of records (``max_bytes``).
 - ``GET consumers``; ``PUT``/``GET``/``DELETE consumers/{name}`` (``PUT`` body
   ``{"start": "earliest" | "latest" | seq}``, 201 new / 200 known); ``POST
   consumers/{name}/commit`` with ``{"position": seq}``.
@@ -24,6 +25,7 @@ from multidict import MultiMapping
 from gateway.errors import ProblemError
 from gateway.logs import server_log
 from gateway.msmq.message import MessageFormatError, compose_id, split_payload
+from gateway.queues.errors import Conflict
 from gateway.queues.manager import Queue, QueueManager
 from gateway.queues.range_consumers import RangeConsumers
 from gateway.range_wire import CONTENT_TYPE, END_OF_RANGE, encode_record
@@ -33,10 +35,14 @@ from gateway.web.rest_codec import message_json
 from gateway.web.slow_readers import write_within
 from store.records import StoredRecord
 
-__all__ = ["RANGE_WIDTH_MAX", "Records", "Reply", "answer", "consumers_of", "handle",
+__all__ = ["JSON_RANGE_BYTES_MAX", "RANGE_WIDTH_MAX", "Records", "Reply", "answer", "consumers_of", "handle",
            "record_pieces", "reply_response", "request_body"]
 
 RANGE_WIDTH_MAX = 100_000
+# A ``format=json`` answer stops after this many bytes of records (one record at least), as
+# ``max_bytes`` does: it is built whole, and base64 makes it a third larger.
+JSON_RANGE_BYTES_MAX = 8 << 20
+_RANGE_QUERY = frozenset({"from", "to", "format", "max_bytes"})
 _FLUSH_BYTES = 256 * 1024
 
 
@@ -155,6 +161,10 @@ async def _consumer(consumers: RangeConsumers, queue: Queue, name: str, method: 
 
 def _range(qm: QueueManager, consumers: RangeConsumers, queue: Queue, method: str,
            query: MultiMapping[str]) -> Reply | Records:
+    unknown = sorted(set(query) - _RANGE_QUERY)
+    if unknown:
+        raise ProblemError(400, f"unknown query parameters: {names(unknown)} (a range takes "
+                           f"{names(_RANGE_QUERY)})", type_slug="bad-request")
     start = _query_seq(query, "from", low=1)
     stop = _query_seq(query, "to")
     fmt = _query_once(query, "format") or "records"
@@ -168,8 +178,14 @@ def _range(qm: QueueManager, consumers: RangeConsumers, queue: Queue, method: st
         raise ProblemError(400, f"range [{start}, {stop}) is wider than {RANGE_WIDTH_MAX}",
                            type_slug="bad-request")
     size_max = _query_bytes(query)
+    if fmt == "json":  # built whole in memory, unlike the records' pieces: bounded
+        size_max = min(size_max or JSON_RANGE_BYTES_MAX, JSON_RANGE_BYTES_MAX)
     consumers.check_range(queue, start)
-    end = min(stop, qm.store.readable_end(queue.queue_id))
+    readable = qm.store.readable_end(queue.queue_id)
+    if start > readable:  # an answer ending at ``start`` would skip what comes between
+        raise Conflict(f"from={start} is beyond the queue's next sequence {readable}",
+                       type_slug="beyond-head", fields={"next": readable})
+    end = min(stop, readable)
     records = [r for seq in range(start, end)
                if (r := qm.store.record(queue.queue_id, seq)) is not None]
     if size_max is not None:

@@ -5,6 +5,7 @@ for a trimmed range, a head that never shows a sequence that could still change)
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import Callable
 from typing import Any
@@ -180,6 +181,8 @@ async def test_positions_and_floors_survive_a_restart(
     ("from=1&to=100002", "wider than 100000"),  # one over the limit
     ("from=2&to=100003", "wider than 100000"),
     ("from=0&to=5", "from='0' is not a sequence number: they start at 1"),
+    ("from=1&to=5&max_byte=1", "unknown query parameters: max_byte (a range takes format, "
+     "from, max_bytes, to)"),
     ("from=1&to=2&format=csv", "format"),
     ("from=1&from=2&to=5", "from is given 2 times"),
     ("from=1&to=5&to=6", "to is given 2 times"),
@@ -303,3 +306,30 @@ async def test_a_range_stops_after_max_bytes_and_says_where(client: Any) -> None
         problem = await _problem(await client.get(
             f"{Q}/range", params={"from": 1, "to": 6, "max_bytes": bad}), 400)
         assert "max_bytes" in problem["detail"]
+
+
+async def test_a_json_range_stops_after_8_mib(client: Any) -> None:
+    """A JSON answer is built whole in memory: it stops after 8 MiB of records (one record
+    at least), as ``max_bytes`` would, and says where; a smaller ``max_bytes`` still holds."""
+    for _ in range(4):
+        sent = await client.post(f"{Q}/messages", data=io.BytesIO(b"j" * (3 << 20)))
+        assert sent.status == 201, await sent.text()
+    response = await client.get(f"{Q}/range", params={"from": 1, "to": 5, "format": "json"})
+    assert response.status == 200, await response.text()
+    answer = await response.json()
+    assert [m["seq"] for m in answer["messages"]] == [1, 2]
+    assert answer["next"] == 3 and response.headers["Entrepot-Next"] == "3"
+    smaller = await (await client.get(f"{Q}/range", params={
+        "from": 3, "to": 5, "format": "json", "max_bytes": 1})).json()
+    assert [m["seq"] for m in smaller["messages"]] == [3] and smaller["next"] == 4
+
+
+async def test_a_range_from_beyond_next_is_refused(client: Any) -> None:
+    """An answer that ended at a ``from`` beyond ``next`` would have its reader skip what
+    arrives between them: 409, naming ``next`` (``from = next`` is an empty answer)."""
+    await _send(client, 3)
+    problem = await _problem(await client.get(f"{Q}/range?from=9&to=12"), 409)
+    assert "from=9 is beyond the queue's next sequence 4" in problem["detail"]
+    assert problem["next"] == 4
+    data, headers = await _range(client, 4, 9)
+    assert decode_records(data) == [] and headers["Entrepot-Next"] == "4"
