@@ -4,10 +4,13 @@ session, and the command line refusing bad values with exit 2 (or 1 for a failed
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +182,31 @@ def _comm(pid: int) -> str:
         return (Path("/proc") / str(pid) / "comm").read_text().strip()
     except OSError:
         return ""
+
+
+def test_bodies_of_megabytes_fit_a_small_driver(spark_gateway: GatewayProcess,
+                                                tmp_path: Path) -> None:
+    """60 bodies of 3.7 MB (220 MB, random: they do not compress) into Parquet with a 512 MiB
+    driver on two cores: Parquet's size checks come often enough that no page or row group
+    holds many of them."""
+    import pyarrow.parquet as pq
+
+    create_queue(spark_gateway.url, "bigfeed")
+    digests = {}
+    for seq in range(1, 61):
+        body = os.urandom(3_700_000 + seq)
+        digests[seq] = hashlib.sha256(body).hexdigest()
+        request = urllib.request.Request(f"{spark_gateway.url}/v1/queues/bigfeed/messages",
+                                         data=body, method="POST")
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            assert answer.status == 201
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "spark-ingest", "--source", spark_gateway.url,
+         "--queue", "bigfeed", "--output", str(tmp_path / "table"), "--checkpoint",
+         str(tmp_path / "checkpoint"), "--master", "local[2]", "--available-now",
+         "--driver-memory", "512m", "--consumer", "big"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = pq.read_table(tmp_path / "table", columns=["seq", "body"])
+    assert {seq: hashlib.sha256(body).hexdigest() for seq, body in zip(
+        table.column("seq").to_pylist(), table.column("body").to_pylist())} == digests
