@@ -34,6 +34,18 @@ class Principal:
     send: tuple[str, ...] = ()
     receive: tuple[str, ...] = ()
 
+    @property
+    def scope(self) -> str:
+        """Whose an Idempotency-Key or a range consumer is: the admin's, an open gateway's
+        clients', or one partner's (none sees or uses another's)."""
+        return "admin" if self.admin else "open" if self.open else f"partner:{self.name}"
+
+    @property
+    def consumer_owner(self) -> str | None:
+        """Whose the range consumers it registers are: a partner's own (no other partner
+        sees them); None for the admin and an open gateway's clients, who see them all."""
+        return None if self.admin or self.open else self.scope
+
     def may(self, action: str, queue_canonical: str) -> bool:
         """``action`` is "send" or "receive"; the queue in canonical form."""
         if self.admin or self.open:

@@ -249,7 +249,8 @@ class Commands:
         services = self._state.serving()
         found = await rest_range.answer(services.queue_manager, services.consumers,
                                         command.queue, command.rest, command.method,
-                                        MultiDict(command.query), command.body)
+                                        MultiDict(command.query), command.body,
+                                        command.owner)
         if isinstance(found, rest_range.Reply):
             return (found.status, found.body, found.headers, None, 0)
         pieces = rest_range.record_pieces(services.queue_manager, found.queue, found.records)

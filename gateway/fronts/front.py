@@ -4,8 +4,9 @@ It listens on the gateway's port beside the other fronts (SO_REUSEPORT), authent
 checks requests (HMAC signatures too: the owner, which holds the nonces, uses each one up)
 and hands each to the owner as one command (gateway.fronts.wire: sends, receives, browses,
 transactions, batches, range reads and consumers, SRMP requests it parsed), and forwards the
-others (management) to the owner as HTTP (gateway.fronts.forward). It stops on SIGTERM or SIGINT after finishing its requests, and
-at once when the owner is gone (its end of the channel closes).
+others (management) to the owner as HTTP (gateway.fronts.forward). It stops on SIGTERM or
+SIGINT after finishing its requests, and at once when the owner is gone (its end of the
+channel closes).
 """
 
 from __future__ import annotations
@@ -280,11 +281,11 @@ async def _log(request: web.Request, name: str, rest: list[str], gate: Gate,
     """A queue's head, range or consumers: authorized here, answered by the owner (``LOG``);
     a range's records come piece by piece (``MORE``), each asked for once the one before is
     written, so a slow reader holds one piece here, not the answer."""
-    await _authenticate(request, gate, channel, limited)
+    principal = await _authenticate(request, gate, channel, limited)
     require(request, "receive", name)
     status, body, headers, piece, cursor = await _ask(channel, wire.Kind.LOG, wire.LogCommand(
         name, rest, request.method, list(request.query.items()),
-        await rest_range.request_body(request)))
+        await rest_range.request_body(request), principal.consumer_owner))
     if piece is None:
         return rest_range.reply_response(rest_range.Reply(status, body, headers))
     response = web.StreamResponse(headers=headers)

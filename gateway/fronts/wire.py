@@ -25,8 +25,9 @@ from gateway.msmq.message import MessageProperties, properties_of, property_valu
 __all__ = ["HEAD", "Kind", "BatchCommand", "LogCommand", "NonceCommand", "ProblemAnswer",
            "PutCommand", "ReceiveCommand", "SendCommand", "SrmpCommand", "TxCommand",
            "TxSendCommand", "batch_command", "decode", "encode", "log_command",
-           "nonce_command", "principal_of", "principal_values", "problem_answer", "put_command", "reader", "receive_command",
-           "send_command", "srmp_command", "tx_command", "tx_send_command"]
+           "nonce_command", "principal_of", "principal_values", "problem_answer",
+           "put_command", "reader", "receive_command", "send_command", "srmp_command",
+           "tx_command", "tx_send_command"]
 
 HEAD = struct.Struct("<IIB")
 
@@ -152,6 +153,7 @@ class LogCommand:
     method: str
     query: list[tuple[str, str]]
     body: bytes
+    owner: str | None  # whose consumers the caller sees (Principal.consumer_owner)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +223,7 @@ _FLATTEN: dict[type, Callable[[Any], tuple[Any, ...]]] = {
                              v.raw),
     TxCommand: lambda v: (v.action, v.transaction, principal_values(v.principal)),
     ReceiveCommand: lambda v: (v.queue, v.asked, principal_values(v.principal)),
-    LogCommand: lambda v: (v.queue, v.rest, v.method, v.query, v.body),
+    LogCommand: lambda v: (v.queue, v.rest, v.method, v.query, v.body, v.owner),
     NonceCommand: dataclasses.astuple,
     ProblemAnswer: dataclasses.astuple,
 }

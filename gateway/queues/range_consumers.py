@@ -41,10 +41,13 @@ K = TypeVar("K")  # records removed per store commit when retention catches up
 class _Entry:
     value: int  # a consumer's committed position, or a queue's floor
     record: StoredRecord
+    # Whose consumer it is (a partner's ``Principal.scope``); None: the admin's, an open
+    # gateway's or the gateway's own (gateway.outbound.landing), and a floor's.
+    owner: str | None = None
 
 
-def _parse_entry(raw: bytes) -> tuple[int, str | None, int]:
-    """(queue id, consumer name or None for a floor, position) of one record.
+def _parse_entry(raw: bytes) -> tuple[int, str | None, int, str | None]:
+    """(queue id, consumer name or None for a floor, position, owner) of one record.
 
     Raises:
         ValueError, KeyError, TypeError: not a record this module wrote.
@@ -53,8 +56,11 @@ def _parse_entry(raw: bytes) -> tuple[int, str | None, int]:
     if not isinstance(doc, dict):
         raise TypeError("a consumer record is a JSON object")
     if "floor" in doc:
-        return int(doc["queue_id"]), None, int(doc["floor"])
-    return int(doc["queue_id"]), str(doc["consumer"]), int(doc["position"])
+        return int(doc["queue_id"]), None, int(doc["floor"]), None
+    owner = doc.get("owner")
+    if owner is not None and not isinstance(owner, str):
+        raise TypeError("a consumer's owner is a string")
+    return int(doc["queue_id"]), str(doc["consumer"]), int(doc["position"]), owner
 
 
 CONSUMERS_STATE = StateQueue(CONSUMERS_QUEUE, _parse_entry)
@@ -75,25 +81,26 @@ class RangeConsumers:
         # Spark waits for it in walCommit); one trim at a time, and never during a purge.
         self._trim_lock = asyncio.Lock()
         self._trims: set[asyncio.Task[None]] = set()
-        for record, (queue_id, consumer, value) in qm.quarantine.read(
+        for record, (queue_id, consumer, value, owner) in qm.quarantine.read(
                 CONSUMERS_STATE, self.own.queue_id):
             if self.qm.queue_by_id_or_none(queue_id) is None:
                 self._stale.append(record)
             elif consumer is None:
-                self._keep(self._floors, queue_id, value, record)
+                self._keep(self._floors, queue_id, _Entry(value, record))
             else:
-                self._keep(self._consumers.setdefault(queue_id, {}), consumer, value, record)
+                self._keep(self._consumers.setdefault(queue_id, {}), consumer,
+                           _Entry(value, record, owner))
         for queue_id in self._consumers:
             self._pin(self.qm.queue_by_id(queue_id))
 
-    def _keep(self, table: dict[K, _Entry], key: K, value: int, record: StoredRecord) -> None:
+    def _keep(self, table: dict[K, _Entry], key: K, entry: _Entry) -> None:
         older = table.get(key)
-        if older is not None and older.value >= value:
-            self._stale.append(record)
+        if older is not None and older.value >= entry.value:
+            self._stale.append(entry.record)
             return
         if older is not None:
             self._stale.append(older.record)
-        table[key] = _Entry(value, record)
+        table[key] = entry
 
     async def start(self) -> None:
         """Drop stale records and finish any retention a crash interrupted."""
@@ -107,8 +114,10 @@ class RangeConsumers:
 
     # ---- reading -------------------------------------------------------------------------
 
-    def positions(self, queue: Queue) -> dict[str, int]:
-        return {name: e.value for name, e in self._consumers.get(queue.queue_id, {}).items()}
+    def positions(self, queue: Queue, owner: str | None = None) -> dict[str, int]:
+        """The positions of the consumers ``owner`` may see (None: all of them)."""
+        return {name: e.value for name, e in self._consumers.get(queue.queue_id, {}).items()
+                if _visible(e, owner)}
 
     def floor(self, queue: Queue) -> int:
         """The lowest sequence a range read may start at."""
@@ -134,21 +143,33 @@ class RangeConsumers:
                 type_slug="range-trimmed", fields={"first": floor, "from": start})
         return floor
 
-    def head(self, queue: Queue) -> dict[str, object]:
+    def head(self, queue: Queue, owner: str | None = None) -> dict[str, object]:
         count = self.store.count(queue.queue_id)
         return {"queue": queue.path.display, "first": self.floor(queue),
                 "next": self.store.readable_end(queue.queue_id),
-                "consumers": self.positions(queue), "messages": count,
+                "consumers": self.positions(queue, owner), "messages": count,
                 "average_bytes": self.store.queue_bytes(queue.queue_id) // count if count else 0}
 
     # ---- changing ------------------------------------------------------------------------
 
-    async def register(self, queue: Queue, name: str, start: str | int) -> tuple[int, bool]:
-        """(position, created). ``start``: ``earliest``, ``latest`` or a sequence."""
+    async def register(self, queue: Queue, name: str, start: str | int,
+                       owner: str | None = None) -> tuple[int, bool]:
+        """(position, created). ``start``: ``earliest``, ``latest`` or a sequence; the new
+        consumer is ``owner``'s (a partner's scope): only its owner and those who see every
+        consumer (``owner`` None: the admin, an open gateway) see, commit or delete it.
+
+        Raises:
+            Conflict: the name is another's consumer on the queue (the names are the
+                queue's), or the queue has its most consumers.
+        """
         self._check_name(name)
         async with self._lock:
             known = self._consumers.get(queue.queue_id, {})
             if name in known:
+                if not _visible(known[name], owner):
+                    raise Conflict(f"consumer name {name!r} on {queue.path.display} is "
+                                   "another's: choose another name",
+                                   type_slug="consumer-name-taken")
                 return known[name].value, False
             if len(known) >= CONSUMERS_PER_QUEUE_MAX:
                 raise Conflict(f"{queue.path.display} already has "
@@ -169,27 +190,30 @@ class RangeConsumers:
                 if position > end:
                     raise BadRequest(f"start {position} is beyond the queue's head "
                                      f"{end}", type_slug="bad-request")
-            await self._save(queue, name, position, max(floor, self._saved_floor(queue)))
+            await self._save(queue, name, position, max(floor, self._saved_floor(queue)),
+                             owner)
             server_log.info("range consumer %s registered on %s at %d", name,
                             queue.path.display, position)
             return position, True
 
-    async def commit(self, queue: Queue, name: str, position: int) -> int:
+    async def commit(self, queue: Queue, name: str, position: int,
+                     owner: str | None = None) -> int:
         """Advance ``name`` to ``position`` (a lower one changes nothing: commits may arrive
-        late) and trim what every registered consumer has passed; returns the position."""
-        entry = self._entry(queue, name)
+        late) and trim what every registered consumer has passed; returns the position.
+        Raises NotFound unless ``owner`` may see the consumer."""
+        entry = self._entry(queue, name, owner)
         end = self.store.readable_end(queue.queue_id)
         if position > end:
             raise Conflict(f"position {position} is beyond the queue's head {end}",
                            type_slug="beyond-head", fields={"next": end})
         async with self._lock:
-            entry = self._entry(queue, name)
+            entry = self._entry(queue, name, owner)
             if position <= entry.value:
                 return entry.value
             others = [e.value for n, e in self._consumers[queue.queue_id].items() if n != name]
             previous = self._saved_floor(queue)
             floor = max(previous, min([position, *others]))
-            await self._save(queue, name, position, floor)
+            await self._save(queue, name, position, floor, entry.owner)
         if floor > previous:
             task = asyncio.create_task(self._trim(queue, floor, previous),
                                        name=f"retention {queue.path.display}")
@@ -209,8 +233,9 @@ class RangeConsumers:
         while self._trims:
             await asyncio.gather(*list(self._trims), return_exceptions=True)
 
-    async def unregister(self, queue: Queue, name: str) -> None:
-        entry = self._entry(queue, name)
+    async def unregister(self, queue: Queue, name: str, owner: str | None = None) -> None:
+        """Raises NotFound unless ``owner`` may see the consumer."""
+        entry = self._entry(queue, name, owner)
         async with self._lock:
             consumers = self._consumers[queue.queue_id]
             await store_call(self.store.commit([], removes=[entry.record]))
@@ -248,10 +273,10 @@ class RangeConsumers:
             raise BadRequest(f"consumer name {name!r}: use 1-64 letters, digits, "
                              "'.', '_' or '-'", type_slug="bad-request")
 
-    def _entry(self, queue: Queue, name: str) -> _Entry:
+    def _entry(self, queue: Queue, name: str, owner: str | None) -> _Entry:
         self._check_name(name)
         entry = self._consumers.get(queue.queue_id, {}).get(name)
-        if entry is None:
+        if entry is None or not _visible(entry, owner):  # another's is not there for you
             raise NotFound(f"no consumer {name!r} on {queue.path.display}",
                            type_slug="consumer-not-found")
         return entry
@@ -260,15 +285,17 @@ class RangeConsumers:
         saved = self._floors.get(queue.queue_id)
         return saved.value if saved is not None else 1
 
-    async def _save(self, queue: Queue, name: str | None, position: int, floor: int) -> None:
-        """One atomic commit: the consumer's new record (when ``name``) and the queue's floor
-        (when it rises), each replacing its old record."""
+    async def _save(self, queue: Queue, name: str | None, position: int, floor: int,
+                    owner: str | None = None) -> None:
+        """One atomic commit: the consumer's new record (when ``name``, ``owner``'s) and the
+        queue's floor (when it rises), each replacing its old record."""
         sends: list[SendSpec] = []
         removes: list[StoredRecord] = []
         base = {"queue_id": queue.queue_id, "queue": queue.path.canonical}
         consumers = self._consumers.setdefault(queue.queue_id, {})
         if name is not None:
-            sends.append(self._spec({**base, "consumer": name, "position": position}))
+            sends.append(self._spec({**base, "consumer": name, "position": position,
+                                     **({} if owner is None else {"owner": owner})}))
             if name in consumers:
                 removes.append(consumers[name].record)
         old_floor = self._floors.get(queue.queue_id)
@@ -285,7 +312,8 @@ class RangeConsumers:
             if not consumers:
                 del self._consumers[queue.queue_id]
         if name is not None:
-            self._consumers.setdefault(queue.queue_id, {})[name] = _Entry(position, made[0])
+            self._consumers.setdefault(queue.queue_id, {})[name] = _Entry(position, made[0],
+                                                                          owner)
         if raise_floor:
             self._floors[queue.queue_id] = _Entry(floor, made[-1])
         self._pin(queue)
@@ -326,3 +354,7 @@ class RangeConsumers:
             for lane in queue.order:
                 while lane and lane[0] < below:
                     lane.popleft()
+
+
+def _visible(entry: _Entry, owner: str | None) -> bool:
+    return owner is None or entry.owner == owner

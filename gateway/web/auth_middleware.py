@@ -218,10 +218,7 @@ def scoped_key(request: web.Request, key: str | None) -> str | None:
     block nor reveal another's."""
     if key is None:
         return None
-    principal = principal_of(request)
-    scope = ("admin" if principal.admin else "open" if principal.open
-             else f"partner:{principal.name}")
-    return f"{scope}\0{key}"
+    return f"{principal_of(request).scope}\0{key}"
 
 
 def require(request: web.Request, action: str, queue: str) -> None:

@@ -30,13 +30,14 @@ from gateway.queues.manager import Queue, QueueManager
 from gateway.queues.range_consumers import RangeConsumers
 from gateway.range_wire import CONTENT_TYPE, END_OF_RANGE, encode_record
 from gateway.web.appkeys import SETTINGS_KEY, STATE_KEY
+from gateway.web.auth_middleware import principal_of
 from gateway.web.rest_body import json_object, names
 from gateway.web.rest_codec import message_json
 from gateway.web.slow_readers import write_within
 from store.records import StoredRecord
 
-__all__ = ["JSON_RANGE_BYTES_MAX", "RANGE_WIDTH_MAX", "Records", "Reply", "answer", "consumers_of", "handle",
-           "record_pieces", "reply_response", "request_body"]
+__all__ = ["JSON_RANGE_BYTES_MAX", "RANGE_WIDTH_MAX", "Records", "Reply", "answer",
+           "consumers_of", "handle", "record_pieces", "reply_response", "request_body"]
 
 RANGE_WIDTH_MAX = 100_000
 # A ``format=json`` answer stops after this many bytes of records (one record at least), as
@@ -77,7 +78,7 @@ async def handle(request: web.Request, qm: QueueManager, name: str, rest: list[s
                  ) -> web.StreamResponse:
     """Serve ``rest`` (``head``, ``range`` or ``consumers[/name[/commit]]``) of a queue."""
     found = await answer(qm, consumers_of(request), name, rest, request.method, request.query,
-                         await request_body(request))
+                         await request_body(request), principal_of(request).consumer_owner)
     if isinstance(found, Reply):
         return reply_response(found)
     response = web.StreamResponse(headers=found.headers)
@@ -104,9 +105,11 @@ def reply_response(reply: Reply) -> web.Response:
 
 
 async def answer(qm: QueueManager, consumers: RangeConsumers, name: str, rest: list[str],
-                 method: str, query: MultiMapping[str], body: bytes) -> Reply | Records:
+                 method: str, query: MultiMapping[str], body: bytes, owner: str | None
+                 ) -> Reply | Records:
     """The answer to ``method`` on ``rest`` of queue ``name`` (one process and the store
-    owner behind fronts run this same code: gateway.fronts).
+    owner behind fronts run this same code: gateway.fronts). ``owner``: whose consumers
+    the caller sees and registers (``Principal.consumer_owner``).
 
     Raises:
         QueueError: no such queue.
@@ -116,7 +119,7 @@ async def answer(qm: QueueManager, consumers: RangeConsumers, name: str, rest: l
     queue = qm.queue(name)
     if rest == ["head"]:
         _allow(method, "GET")
-        return Reply(200, consumers.head(queue), {})
+        return Reply(200, consumers.head(queue, owner), {})
     if rest == ["range"]:
         _allow(method, "GET")
         return _range(qm, consumers, queue, method, query)
@@ -125,13 +128,13 @@ async def answer(qm: QueueManager, consumers: RangeConsumers, name: str, rest: l
         end = qm.store.readable_end(queue.queue_id)
         return Reply(200, {"consumers": [
             {"name": n, "position": p, "lag": end - p}
-            for n, p in sorted(consumers.positions(queue).items())]}, {})
+            for n, p in sorted(consumers.positions(queue, owner).items())]}, {})
     if len(rest) == 2 and rest[0] == "consumers":
-        return await _consumer(consumers, queue, rest[1], method, body)
+        return await _consumer(consumers, queue, rest[1], method, body, owner)
     if len(rest) == 3 and rest[0] == "consumers" and rest[2] == "commit":
         _allow(method, "POST")
         position = _int_field(_fields(body, "position"), "position")
-        done = await consumers.commit(queue, rest[1], position)
+        done = await consumers.commit(queue, rest[1], position, owner)
         return Reply(200, {"name": rest[1], "position": done,
                            "first": consumers.floor(queue)}, {})
     raise ProblemError(404, f"no resource {'/'.join(rest)!r} under queue {name!r}",
@@ -139,22 +142,22 @@ async def answer(qm: QueueManager, consumers: RangeConsumers, name: str, rest: l
 
 
 async def _consumer(consumers: RangeConsumers, queue: Queue, name: str, method: str,
-                    body: bytes) -> Reply:
+                    body: bytes, owner: str | None) -> Reply:
     if method == "PUT":
         fields = _fields(body, "start")
         start = fields.get("start", "earliest")
         if start not in ("earliest", "latest"):
             start = _int_field(fields, "start")
-        position, created = await consumers.register(queue, name, start)
+        position, created = await consumers.register(queue, name, start, owner)
         return Reply(201 if created else 200, {"name": name, "position": position}, {})
     if method in ("GET", "HEAD"):
-        positions = consumers.positions(queue)
+        positions = consumers.positions(queue, owner)
         if name not in positions:
             raise ProblemError(404, f"no consumer {name!r} on {queue.path.display}",
                                type_slug="consumer-not-found")
         return Reply(200, {"name": name, "position": positions[name]}, {})
     if method == "DELETE":
-        await consumers.unregister(queue, name)
+        await consumers.unregister(queue, name, owner)
         return Reply(204, None, {})
     raise web.HTTPMethodNotAllowed(method, ["DELETE", "GET", "HEAD", "PUT"])
 

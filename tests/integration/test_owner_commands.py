@@ -46,7 +46,7 @@ class _Channel:
 
 
 def _range(queue: str = "feed") -> wire.LogCommand:
-    return wire.LogCommand(queue, ["range"], "GET", [("from", "1"), ("to", "9")], b"")
+    return wire.LogCommand(queue, ["range"], "GET", [("from", "1"), ("to", "9")], b"", None)
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ async def test_a_method_the_resource_does_not_serve_is_answered_405_with_allow(
     (aiohttp's header names are not plain strings)."""
     client, commands = owner
     kind, problem = await _Channel().call(commands, 1, wire.Kind.LOG, wire.LogCommand(
-        "feed", ["range"], "POST", [("from", "1"), ("to", "2")], b""))
+        "feed", ["range"], "POST", [("from", "1"), ("to", "2")], b"", None))
     assert (kind, problem.status, problem.headers) == (wire.Kind.PROBLEM, 405,
                                                        {"Allow": "GET,HEAD"})
     one = await client.post(f"{Q}/range", params={"from": 1, "to": 2})
@@ -127,9 +127,9 @@ async def test_an_answer_that_cannot_be_sent_is_answered_500(
     from gateway.queues.range_consumers import RangeConsumers
 
     _, commands = owner
-    monkeypatch.setattr(RangeConsumers, "head", lambda self, queue: {"odd": object()})
+    monkeypatch.setattr(RangeConsumers, "head", lambda self, queue, owner: {"odd": object()})
     kind, problem = await _Channel().call(commands, 1, wire.Kind.LOG, wire.LogCommand(
-        "feed", ["head"], "GET", [], b""))
+        "feed", ["head"], "GET", [], b"", None))
     assert (kind, problem.status) == (wire.Kind.PROBLEM, 500)
 
 
