@@ -62,6 +62,16 @@ class GatewayClient:
         answer = json.loads(self._call("PUT", queue, f"consumers/{consumer}", body)[0])
         return int(answer["position"])
 
+    def consumer(self, queue: str, consumer: str) -> int | None:
+        """The consumer's position, or None when it is not registered on ``queue``."""
+        try:
+            answer = json.loads(self._call("GET", queue, f"consumers/{consumer}")[0])
+        except GatewayRequestError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return int(answer["position"])
+
     def commit(self, queue: str, consumer: str, position: int) -> int:
         body = json.dumps({"position": position}).encode()
         answer = json.loads(self._call("POST", queue, f"consumers/{consumer}/commit", body)[0])

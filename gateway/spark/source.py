@@ -26,7 +26,7 @@ import difflib
 import json
 import logging
 import re
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -435,12 +435,26 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _heads(self) -> dict[str, dict[str, Any]]:
         return {q: self._client.head(q) for q in self.options.queues}
 
-    def _register(self, start: Mapping[str, int]) -> None:
+    def _register(self, start: Mapping[str, int], resumed: Collection[str]) -> None:
         """Make sure this query's consumer holds retention from ``start`` on (idempotent:
-        a known consumer keeps its position). A start below the floor fails loudly."""
+        a known consumer keeps its position). A start below the floor fails loudly, and so
+        does a queue of ``resumed`` (those the checkpoint has read) without the consumer:
+        the consumer was registered before the checkpoint's first offsets, so the queue was
+        deleted and created again (its sequences start over) or the consumer unregistered,
+        and the checkpoint's offsets are not to be trusted there."""
         if self._registered:
             return
+        consumer = self.options.consumer
         for queue in self.options.queues:
+            if queue in resumed and self._client.consumer(queue, consumer) is None:
+                raise RuntimeError(
+                    f"{queue}: consumer {consumer!r} is not registered at the gateway, though "
+                    f"this query's checkpoint has read the queue up to {start[queue]}: the "
+                    "queue was deleted and created again or the consumer unregistered, so "
+                    "the checkpoint's offsets may not be this queue's. Run the query with a "
+                    "new checkpoint, or register the consumer again where this one is to go "
+                    f"on (PUT /v1/queues/{queue}/consumers/{consumer} "
+                    f'{{"start": {start[queue]}}})')
             try:
                 self._client.register(queue, self.options.consumer, int(start[queue]))
             except RangeGone as exc:
@@ -489,7 +503,7 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._refuse_ending()
         given = by_queue(start)
         start = {q: given.get(q, 1) for q in self.options.queues}
-        self._register(start)
+        self._register(start, given.keys())
         # Spark asks for the next batch only once the batch ending at ``start`` is in its
         # commit log: the consumer may move there (the last batch of a run included).
         self._commit(start)

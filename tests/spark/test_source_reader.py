@@ -12,7 +12,12 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from gateway.spark.client import GatewayRequestError, RangeGone
 from gateway.spark.source import (
-    EntrepotDataSource, RangePartition, SourceOptionError, SourceOptions, fair_shares)
+    EntrepotDataSource,
+    RangePartition,
+    SourceOptionError,
+    SourceOptions,
+    fair_shares,
+)
 from tests.helpers import GatewayProcess
 from tests.spark.support import call, create_queue, head, payload, produce
 
@@ -170,8 +175,32 @@ def test_a_restarted_query_whose_offset_was_trimmed_fails_loudly(
     call(f"{spark_gateway.url}/v1/queues/{q}/consumers/t4", "DELETE")
     call(f"{spark_gateway.url}/v1/queues/{q}/purge", "POST")
     restarted = _reader(spark_gateway, q, consumer="t4")  # the checkpoint says 1
-    with pytest.raises(RuntimeError, match="checkpoint's offset 1 was trimmed"):
+    with pytest.raises(RuntimeError, match="consumer 't4' is not registered"):
         restarted.latestOffset({q: 1}, ReadAllAvailable())
+    added = _reader(spark_gateway, q, consumer="t4")  # a queue the checkpoint has not read
+    with pytest.raises(RuntimeError, match="checkpoint's offset 1 was trimmed"):
+        added.latestOffset({}, ReadAllAvailable())
+
+
+def test_a_queue_created_again_under_a_checkpoint_fails_loudly(
+        spark_gateway: GatewayProcess) -> None:
+    """A queue deleted and created again starts its sequences over: a checkpoint that read
+    the old one up to 6 must not read the new one from 6 (and retention free 1-5 unread)."""
+    q = _queue(spark_gateway)
+    produce(spark_gateway.url, q, 0, 5, size=16)
+    first = _reader(spark_gateway, q, consumer="t6")
+    end = first.latestOffset(first.initialOffset(), ReadAllAvailable())
+    first.commit(end)
+    assert end == {q: 6}
+    call(f"{spark_gateway.url}/v1/queues/{q}", "DELETE")
+    create_queue(spark_gateway.url, q)
+    produce(spark_gateway.url, q, 100, 10, size=16)
+    restarted = _reader(spark_gateway, q, consumer="t6")
+    with pytest.raises(RuntimeError, match="deleted and created again"):
+        restarted.latestOffset(end, ReadAllAvailable())
+    after = head(spark_gateway.url, q)
+    assert (after["first"], after["next"], after["messages"], after["consumers"]) == (
+        1, 11, 10, {})
 
 
 def test_unknown_queue_is_a_clear_error(spark_gateway: GatewayProcess) -> None:
