@@ -418,7 +418,8 @@ class QueueManager:
         if queue.pin is not None and (seq is None or seq >= queue.pin):
             raise Conflict(f"{queue.path.display} is read by registered range "
                            "consumers: its messages leave only by their commits (or a "
-                           "purge); unregister them to receive or delete",
+                           "purge); unregister them to receive or delete (a partner sees "
+                           "its own; the admin sees them all)",
                            type_slug="queue-has-consumers")
 
     def hold(self, queue: Queue, record: StoredRecord) -> None:

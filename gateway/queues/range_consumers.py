@@ -32,7 +32,7 @@ from store.records import SendSpec, StoredRecord
 __all__ = ["RangeConsumers", "CONSUMER_NAME"]
 
 CONSUMER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-CONSUMERS_PER_QUEUE_MAX = 64
+CONSUMERS_PER_QUEUE_MAX = 64  # per queue and owner (a partner, or the admin's side)
 _TRIM_CHUNK = 5000
 K = TypeVar("K")  # records removed per store commit when retention catches up
 
@@ -171,9 +171,10 @@ class RangeConsumers:
                                    "another's: choose another name",
                                    type_slug="consumer-name-taken")
                 return known[name].value, False
-            if len(known) >= CONSUMERS_PER_QUEUE_MAX:
+            # Each owner's own: one partner's consumers cannot leave another none.
+            if sum(e.owner == owner for e in known.values()) >= CONSUMERS_PER_QUEUE_MAX:
                 raise Conflict(f"{queue.path.display} already has "
-                               f"{CONSUMERS_PER_QUEUE_MAX} consumers",
+                               f"{CONSUMERS_PER_QUEUE_MAX} consumers of yours",
                                type_slug="too-many-consumers")
             floor = self.floor(queue)
             end = self.store.readable_end(queue.queue_id)

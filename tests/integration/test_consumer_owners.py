@@ -97,3 +97,18 @@ def test_a_partner_sees_and_changes_only_its_own_consumers(gateway: GatewayProce
                  {"position": 3})[1]["position"] == 3
     assert _call(gateway, "acme", "GET", f"{q}/consumers/acme-spark") == (
         200, {"name": "acme-spark", "position": 3})
+
+
+def test_each_partner_has_its_own_consumer_slots(gateway: GatewayProcess) -> None:
+    """One partner's 64 consumers on a queue leave another its own 64, and a partner refused
+    a receive by another's consumer is told who can see it."""
+    q = "/v1/queues/shared"
+    held = len(_call(gateway, "acme", "GET", f"{q}/consumers")[1]["consumers"])
+    statuses = [_call(gateway, "acme", "PUT", f"{q}/consumers/slot-{n}", {"start": "latest"})[0]
+                for n in range(65 - held)]
+    assert statuses == [201] * (64 - held) + [409], statuses
+    assert _call(gateway, "bravo", "PUT", f"{q}/consumers/bravo-slot",
+                 {"start": "latest"})[0] == 201
+    status, problem = _call(gateway, "bravo", "POST", f"{q}/receive")
+    assert (status, problem["type"].rpartition("/")[2]) == (409, "queue-has-consumers")
+    assert "the admin sees them all" in problem["detail"]
