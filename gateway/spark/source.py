@@ -438,10 +438,9 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _register(self, start: Mapping[str, int], resumed: Collection[str]) -> None:
         """Make sure this query's consumer holds retention from ``start`` on (idempotent:
         a known consumer keeps its position). A start below the floor fails loudly, and so
-        does a queue of ``resumed`` (those the checkpoint has read) without the consumer:
-        the consumer was registered before the checkpoint's first offsets, so the queue was
-        deleted and created again (its sequences start over) or the consumer unregistered,
-        and the checkpoint's offsets are not to be trusted there."""
+        does a queue of ``resumed`` (read by the checkpoint) without the consumer, which was
+        registered before the first offsets: the queue was deleted and created again (its
+        sequences start over) or the consumer unregistered."""
         if self._registered:
             return
         consumer = self.options.consumer
