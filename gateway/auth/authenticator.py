@@ -16,7 +16,7 @@ import base64
 import binascii
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +34,13 @@ from gateway.auth.tls import SubjectKey, parse_subject, subject_key
 from gateway.errors import ConfigError
 from gateway.settings import Settings
 
-__all__ = ["AuthError", "Authenticator", "Credentials", "RateLimited", "read_secret"]
+__all__ = ["AuthError", "Authenticator", "Credentials", "MARK_AHEAD_S", "RateLimited",
+           "read_secret"]
+
+# A mark covers signatures up to this many seconds beyond the one that made it: a partner
+# whose clock runs ahead has one written every so often, not one per request, and after a
+# crash waits at most this long past its mark.
+MARK_AHEAD_S = 10
 
 
 def read_secret(path: str, key: str) -> bytes:
@@ -100,6 +106,13 @@ class Authenticator:
         # Signatures made before this time are refused: set at start when the nonces used
         # before it were not saved (gateway.auth.nonce_file).
         self.signed_after = 0.0
+        # The same per partner, for signatures made ahead of the gateway's clock: after a
+        # crash, those up to the partner's mark may have been taken before it.
+        self.signed_after_by_partner: dict[str, int] = {}
+        # Per partner, the ts up to which signatures made ahead of the clock are covered by a
+        # mark ``mark`` has written (gateway.auth.nonce_file); None: nothing is written.
+        self.marked: dict[str, int] = {}
+        self.mark: Callable[[Mapping[str, int]], None] | None = None
         self._subjects: dict[SubjectKey, Principal] = {}
         self._buckets: dict[str, TokenBucket] = {}
         for p in settings.partners:
@@ -217,6 +230,11 @@ class Authenticator:
         if signed.ts < self.signed_after:
             raise AuthError("signed before this gateway started, which kept no record of the "
                             "nonces used before it: sign the request again")
+        ahead = self.signed_after_by_partner.get(signed.partner, 0)
+        if signed.ts <= ahead:
+            raise AuthError(f"signed at or before {ahead} by a clock ahead of the gateway's, "
+                            "which did not stop cleanly and cannot tell such a signature "
+                            "from one it took: sign the request again after that time")
         nonces = self.nonces[signed.partner]
         fresh = nonces.check(signed.nonce, now)
         if fresh is None:
@@ -226,6 +244,11 @@ class Authenticator:
             raise AuthError("replayed request: this nonce was already used")
         if not throttled:
             self.throttle(signed.partner, monotonic)  # refused: the nonce stays unused
+        if (signed.ts > now and self.mark is not None
+                and signed.ts > self.marked.get(signed.partner, 0)):
+            # A signature ahead of the clock outlives a crash's start: marked before taken.
+            self.marked[signed.partner] = signed.ts + MARK_AHEAD_S
+            self.mark(self.marked)
         nonces.add(signed.nonce, now)
 
     def _throttle(self, principal: Principal, monotonic: float) -> None:

@@ -40,9 +40,10 @@ path = "private$/signed_in"
     return gateway
 
 
-def _signed_send(body: bytes, method: str = "POST", path: str = PATH) -> bytes:
-    """The request's bytes, as a partner sends them (and an attacker may capture them)."""
-    ts, nonce = int(time.time()), f"nonce-{time.monotonic_ns()}"
+def _signed_send(body: bytes, method: str = "POST", path: str = PATH, ahead: int = 0) -> bytes:
+    """The request's bytes, as a partner sends them (and an attacker may capture them);
+    ``ahead``: the signer's clock runs this many seconds ahead of the gateway's."""
+    ts, nonce = int(time.time()) + ahead, f"nonce-{time.monotonic_ns()}"
     headers = [("Content-Type", "application/octet-stream")]
     auth = sign(SECRET, method, path, ts, nonce, body, "s", headers=headers)
     return (f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
@@ -110,5 +111,32 @@ def test_a_nonce_is_used_up_whichever_front_a_replay_reaches(tmp_path: Path) -> 
         sent = json.loads(_send(gateway, _signed_send(
             b"", "GET", "/v1/queues/private$/signed_in")).partition(b"\r\n\r\n")[2])
         assert sent["messages"] == 1
+    finally:
+        gateway.stop()
+
+
+def test_a_signature_ahead_of_the_clock_is_not_taken_again_after_a_crash(
+        tmp_path: Path) -> None:
+    """A partner whose clock runs a minute ahead: its request captured before a crash
+    carries a time after the restart, and is refused all the same; its next request, signed
+    past its mark, is taken."""
+    gateway = _start(tmp_path)
+    captured = _signed_send(b"ahead", ahead=60)
+    try:
+        assert _send(gateway, captured).startswith(b"HTTP/1.1 201 ")
+        fronts = front_pids(gateway.proc.pid)
+    finally:
+        gateway.stop(signal.SIGKILL)
+    while any(_alive(pid) for pid in fronts):
+        time.sleep(0.05)
+    gateway = _start(tmp_path, gateway.port)
+    try:
+        replayed = _send(gateway, captured)
+        assert replayed.startswith(b"HTTP/1.1 401 "), replayed
+        assert b"clock ahead of the gateway" in replayed, replayed
+        assert _send(gateway, _signed_send(b"next", ahead=75)).startswith(b"HTTP/1.1 201 ")
+        queue = json.loads(_send(gateway, _signed_send(
+            b"", "GET", "/v1/queues/private$/signed_in", ahead=76)).partition(b"\r\n\r\n")[2])
+        assert queue["messages"] == 2
     finally:
         gateway.stop()

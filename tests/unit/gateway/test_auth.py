@@ -6,11 +6,16 @@ import hashlib
 from pathlib import Path
 
 import pytest
-
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from gateway.auth.authenticator import Authenticator, AuthError, Credentials, RateLimited
+from gateway.auth.authenticator import (
+    MARK_AHEAD_S,
+    Authenticator,
+    AuthError,
+    Credentials,
+    RateLimited,
+)
 from gateway.auth.hmac_sig import (
     NonceCache,
     SignatureError,
@@ -341,3 +346,25 @@ def test_unreadable_secret_file_is_a_config_error(tmp_path: Path) -> None:
         tmp_path / "missing")}]})
     with pytest.raises(ConfigError, match="partners.x.hmac_secret_file"):
         Authenticator(settings)
+
+
+def test_signatures_ahead_of_the_clock_are_marked_now_and_then(tmp_path: Path) -> None:
+    """A mark goes out before a signature ahead of the clock is taken, covering the next
+    MARK_AHEAD_S seconds of them; one on time is never marked."""
+    auth = Authenticator(_settings(tmp_path))
+    written: list[dict[str, int]] = []
+    auth.mark = lambda marks: written.append(dict(marks))
+    on_time = [auth.authenticate(_creds(_sign(f"nonce-on-time-{n:04d}", ts=1000)),
+                                 now=1000.5, monotonic=n) for n in range(3)]
+    assert all(p is not None for p in on_time) and written == []
+    for n, ts in enumerate([1030, 1031, 1030 + MARK_AHEAD_S, 1031 + MARK_AHEAD_S]):
+        auth.authenticate(_creds(_sign(f"nonce-ahead-{n:06d}", ts=ts)), now=1000,
+                          monotonic=10 + n)
+    assert written == [{"acme": 1030 + MARK_AHEAD_S}, {"acme": 1031 + 2 * MARK_AHEAD_S}]
+    # after a crash, the mark refuses what it covers, and nothing after it
+    auth.signed_after_by_partner = {"acme": 1031 + 2 * MARK_AHEAD_S}
+    with pytest.raises(AuthError, match="clock ahead"):
+        auth.authenticate(_creds(_sign("nonce-after-crash-1", ts=1031 + 2 * MARK_AHEAD_S)),
+                          now=1040, monotonic=20)
+    assert auth.authenticate(_creds(_sign("nonce-after-crash-2", ts=1032 + 2 * MARK_AHEAD_S)),
+                             now=1040, monotonic=21) is not None
