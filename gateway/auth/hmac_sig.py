@@ -75,8 +75,10 @@ def parse_authorization(value: str) -> SignedRequest:
     missing = [k for k in ("partner", "ts", "nonce", "sig") if not fields.get(k)]
     if missing:
         raise SignatureError(f"{SCHEME} lacks {', '.join(missing)}")
-    if not (fields["ts"].isascii() and fields["ts"].isdigit()) or len(fields["ts"]) > 12:
-        raise SignatureError("ts is not a Unix time in seconds")
+    ts = fields["ts"]
+    if not (ts.isascii() and ts.isdigit()) or len(ts) > 12 or (ts[0] == "0" and ts != "0"):
+        # As written, without leading zeros: the signature covers the number's own digits.
+        raise SignatureError("ts is not a Unix time in seconds (digits, no leading zero)")
     if not _NONCE.match(fields["nonce"]):
         raise SignatureError("nonce must be 16-64 characters of A-Z a-z 0-9 _ . ~ -")
     try:

@@ -170,7 +170,8 @@ def _range(qm: QueueManager, consumers: RangeConsumers, queue: Queue, method: st
                            f"{names(_RANGE_QUERY)})", type_slug="bad-request")
     start = _query_seq(query, "from", low=1)
     stop = _query_seq(query, "to")
-    fmt = _query_once(query, "format") or "records"
+    fmt = _query_once(query, "format")
+    fmt = "records" if fmt is None else fmt
     if fmt not in ("records", "json"):
         raise ProblemError(400, f"query format={fmt!r}: expected records or json",
                            type_slug="bad-request")

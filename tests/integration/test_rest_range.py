@@ -184,6 +184,7 @@ async def test_positions_and_floors_survive_a_restart(
     ("from=1&to=5&max_byte=1", "unknown query parameters: max_byte (a range takes format, "
      "from, max_bytes, to)"),
     ("from=1&to=2&format=csv", "format"),
+    ("from=1&to=2&format=", "format='': expected records or json"),
     ("from=1&from=2&to=5", "from is given 2 times"),
     ("from=1&to=5&to=6", "to is given 2 times"),
     ("from=1&to=2&format=json&format=json", "format is given 2 times"),

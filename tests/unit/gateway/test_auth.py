@@ -99,6 +99,7 @@ def test_api_keys_hmac_and_certificates_name_principals(tmp_path: Path) -> None:
     (lambda h: h.replace("partner=acme", "partner=bob"), "no partner 'bob'"),
     (lambda h: h.replace(f"nonce={NONCE}", "nonce=short"), "nonce must be"),
     (lambda h: h.split(", sig=")[0], "lacks sig"),
+    (lambda h: h.replace("ts=1000", "ts=01000"), "no leading zero"),
 ])
 def test_bad_signatures_are_refused(tmp_path: Path, mutate: object, match: str) -> None:
     auth = Authenticator(_settings(tmp_path))  # type: ignore[arg-type]
