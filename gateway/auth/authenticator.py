@@ -112,7 +112,8 @@ class Authenticator:
         # Per partner, the ts up to which signatures made ahead of the clock are covered by a
         # mark ``mark`` has written (gateway.auth.nonce_file); None: nothing is written.
         self.marked: dict[str, int] = {}
-        self.mark: Callable[[Mapping[str, int]], None] | None = None
+        self.mark: Callable[[Mapping[str, int]], bool] | None = None  # False: not written
+        self.run = ""  # this run's id, which a clean stop's saved nonces carry
         self._subjects: dict[SubjectKey, Principal] = {}
         self._buckets: dict[str, TokenBucket] = {}
         for p in settings.partners:
@@ -224,7 +225,7 @@ class Authenticator:
 
         Raises:
             AuthError: signed before this gateway started (unknown nonces), or replayed.
-            OverflowError: the partner's nonce cache is full (503).
+            OverflowError: the partner's nonce cache is full, or a mark cannot be written (503).
             RateLimited: the partner is over its rate limit (429); the nonce stays unused.
         """
         if signed.ts < self.signed_after:
@@ -247,8 +248,16 @@ class Authenticator:
         if (signed.ts > now and self.mark is not None
                 and signed.ts > self.marked.get(signed.partner, 0)):
             # A signature ahead of the clock outlives a crash's start: marked before taken.
+            before = self.marked.get(signed.partner)
             self.marked[signed.partner] = signed.ts + MARK_AHEAD_S
-            self.mark(self.marked)
+            if not self.mark(self.marked):
+                if before is None:
+                    del self.marked[signed.partner]
+                else:
+                    self.marked[signed.partner] = before
+                raise OverflowError("a signature ahead of the gateway's clock is taken only "
+                                    "once its mark is written, and it could not be: sign "
+                                    "again with a clock in step, or retry later")
         nonces.add(signed.nonce, now)
 
     def _throttle(self, principal: Principal, monotonic: float) -> None:

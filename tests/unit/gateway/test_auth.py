@@ -354,7 +354,7 @@ def test_signatures_ahead_of_the_clock_are_marked_now_and_then(tmp_path: Path) -
     MARK_AHEAD_S seconds of them; one on time is never marked."""
     auth = Authenticator(_settings(tmp_path))
     written: list[dict[str, int]] = []
-    auth.mark = lambda marks: written.append(dict(marks))
+    auth.mark = lambda marks: written.append(dict(marks)) is None  # written
     on_time = [auth.authenticate(_creds(_sign(f"nonce-on-time-{n:04d}", ts=1000)),
                                  now=1000.5, monotonic=n) for n in range(3)]
     assert all(p is not None for p in on_time) and written == []
