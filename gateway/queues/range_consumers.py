@@ -145,7 +145,10 @@ class RangeConsumers:
 
     def head(self, queue: Queue, owner: str | None = None) -> dict[str, object]:
         count = self.store.count(queue.queue_id)
+        info = self.store.registry.get(queue.queue_id)
         return {"queue": queue.path.display, "first": self.floor(queue),
+                # When the queue was created: one deleted and created again starts over.
+                "created_ms": int(info.properties.get("created_ms", 0)) if info else 0,
                 "next": self.store.readable_end(queue.queue_id),
                 "consumers": self.positions(queue, owner), "messages": count,
                 "average_bytes": self.store.queue_bytes(queue.queue_id) // count if count else 0}

@@ -57,6 +57,7 @@ from pyspark.sql.types import (
 
 from gateway.range_wire import decode_spans
 from gateway.spark.client import ClientOptions, GatewayClient, RangeGone
+from gateway.spark.offsets import by_queue, canonical, fair_shares, stamped, wrong_incarnations
 from mapping.errors import QueueNameError
 from mapping.names import parse_queue_path
 
@@ -162,27 +163,11 @@ class SourceOptions:
                    _int(opts, "maxbytesperbatch", 0, 0), per_partition, ending, body_format)
 
 
-def canonical(name: str) -> str:
-    """A queue's canonical name as the gateway compares names (lower case, ``/`` for
-    ``\\``); a name the gateway would refuse is left as it is (the gateway says why)."""
-    try:
-        return parse_queue_path(name).canonical
-    except QueueNameError:
-        return name
-
-
 def _canonical_option(name: str) -> str:
     try:
         return parse_queue_path(name).canonical
     except QueueNameError as exc:
         raise SourceOptionError(f"option queues: {name!r}: {exc}") from None
-
-
-def by_queue(offsets: Mapping[str, Any]) -> dict[str, int]:
-    """Offsets as Spark hands them back from a checkpoint, by canonical queue name (a
-    checkpoint written by a run that spelled a queue otherwise, or before names were
-    canonical, still gives each queue its offset)."""
-    return {canonical(str(queue)): int(position) for queue, position in offsets.items()}
 
 
 def _offsets(raw: str, queues: Sequence[str], option: str, words: tuple[str, ...]
@@ -232,39 +217,6 @@ def _int(opts: Mapping[str, str], key: str, default: int, low: int) -> int:
     if value < low:
         raise SourceOptionError(f"option {_KNOWN[key]}={value}: expected at least {low}")
     return value
-
-
-def fair_shares(budget: int, backlogs: Sequence[int]) -> list[int]:
-    """Split a batch's message budget between queues so that none starves: each queue with a
-    backlog first gets up to an equal part of half the budget, the rest goes in proportion to
-    what remains of each backlog (largest remainders first, then list order). Never more
-    than a backlog; the whole budget when the backlogs exceed it."""
-    shares = [0] * len(backlogs)
-    active = [i for i, b in enumerate(backlogs) if b > 0]
-    if sum(backlogs[i] for i in active) <= budget:
-        return [max(0, b) for b in backlogs]
-    floor = max(1, budget // (2 * len(active)))
-    left = budget
-    for i in active:  # the guaranteed part, in list order while the budget lasts
-        shares[i] = min(backlogs[i], floor, left)
-        left -= shares[i]
-    rest = {i: backlogs[i] - shares[i] for i in active if backlogs[i] > shares[i]}
-    total = sum(rest.values())
-    if left and total:
-        exact = {i: left * r / total for i, r in rest.items()}
-        given = {i: min(rest[i], int(x)) for i, x in exact.items()}
-        for i, n in given.items():
-            shares[i] += n
-        left -= sum(given.values())
-        order = sorted(rest, key=lambda i: (-(exact[i] - given[i]), i))
-        while left:  # rounding leftovers, one each; a full queue is skipped
-            open_ = [i for i in order if shares[i] < backlogs[i]]
-            if not open_:
-                break
-            for i in open_[:left]:
-                shares[i] += 1
-                left -= 1
-    return shares
 
 
 class _Shape:
@@ -448,12 +400,12 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if queue in resumed and self._client.consumer(queue, consumer) is None:
                 raise RuntimeError(
                     f"{queue}: consumer {consumer!r} is not registered at the gateway, though "
-                    f"this query's checkpoint has read the queue up to {start[queue]}: the "
-                    "queue was deleted and created again or the consumer unregistered, so "
-                    "the checkpoint's offsets may not be this queue's. Run the query with a "
-                    "new checkpoint, or register the consumer again where this one is to go "
-                    f"on (PUT /v1/queues/{queue}/consumers/{consumer} "
-                    f'{{"start": {start[queue]}}})')
+                    f"this query's checkpoint has read the queue up to {start[queue]}. If it "
+                    "was unregistered, register it again where the query goes on (PUT "
+                    f"/v1/queues/{queue}/consumers/{consumer} "
+                    f'{{"start": {start[queue]}}}); if the queue was deleted and created '
+                    "again, run the query with a new checkpoint (registering at the "
+                    "checkpoint's offset would skip the new queue's first messages)")
             try:
                 self._client.register(queue, self.options.consumer, int(start[queue]))
             except RangeGone as exc:
@@ -466,10 +418,11 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise SourceOptionError("option endingOffsets is for batch reads (spark.read); a "
                                     "stream runs on")
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, list[int]]:
         self._refuse_ending()
         offsets = {}
-        for queue, head in self._heads().items():
+        heads = self._heads()
+        for queue, head in heads.items():
             spec = self.options.starting[queue]
             if isinstance(spec, int):
                 first, end = int(head["first"]), int(head["next"])
@@ -483,7 +436,7 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             position = self._client.register(queue, self.options.consumer, spec)
             offsets[queue] = position if spec == "earliest" else int(head["next"])
         self._registered = True
-        return offsets
+        return stamped(offsets, heads)
 
     def getDefaultReadLimit(self) -> Any:
         if self.options.max_rows:
@@ -498,18 +451,23 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, int]:
         return {q: int(h["next"]) for q, h in self._heads().items()}
 
-    def latestOffset(self, start: Mapping[str, int], limit: ReadLimit) -> dict[str, int]:
+    def latestOffset(self, start: Mapping[str, Any], limit: ReadLimit) -> dict[str, list[int]]:
         self._refuse_ending()
+        heads = self._heads()
+        wrong = wrong_incarnations(start, heads)
+        if wrong:  # before anything moves: a commit there would free what was never read
+            raise RuntimeError(f"{', '.join(wrong)}: deleted and created again at the gateway "
+                               "since this query's checkpoint read it (its sequences started "
+                               "over): run the query with a new checkpoint")
         given = by_queue(start)
-        start = {q: given.get(q, 1) for q in self.options.queues}
-        self._register(start, given.keys())
+        positions = {q: given.get(q, 1) for q in self.options.queues}
+        self._register(positions, given.keys())
         # Spark asks for the next batch only once the batch ending at ``start`` is in its
         # commit log: the consumer may move there (the last batch of a run included).
-        self._commit(start)
-        heads = self._heads()
+        self._commit(positions)
         lows, highs = [], []
         for queue in self.options.queues:
-            low = start[queue]
+            low = positions[queue]
             head = int(heads[queue]["next"])
             if head < low:  # a reset or restored gateway: fail, never wait silently
                 raise RuntimeError(f"{queue}: the gateway's head {head} is behind the "
@@ -519,9 +477,10 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             highs.append(max(high, low))
         budget = self._budget(limit, heads)
         if budget is None:
-            return dict(zip(self.options.queues, highs))
+            return stamped(dict(zip(self.options.queues, highs)), heads)
         shares = fair_shares(budget, [h - lo for lo, h in zip(lows, highs)])
-        return {q: lo + n for q, lo, n in zip(self.options.queues, lows, shares)}
+        return stamped({q: lo + n for q, lo, n in zip(self.options.queues, lows, shares)},
+                       heads)
 
     def _budget(self, limit: ReadLimit, heads: Mapping[str, Mapping[str, Any]]) -> int | None:
         if isinstance(limit, ReadMaxRows):

@@ -335,6 +335,7 @@ def document() -> dict[str, Any]:
             "getQueueHead",
             "Range reads: first and next readable sequence, registered consumers.",
             {"200": ok(_answer({"queue": _STR, "first": _SEQ, "next": _SEQ,
+                                "created_ms": _INT,
                                 "consumers": {"type": "object",
                                               "additionalProperties": _SEQ},
                                 "messages": _INT, "average_bytes": _INT}))}, params=q)},

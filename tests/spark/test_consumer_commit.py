@@ -18,6 +18,7 @@ from pyspark import cloudpickle
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.datasource import ReadLimit
 
+from gateway.spark.offsets import by_queue
 from gateway.spark.source import EntrepotDataSource, EntrepotStreamReader, SourceOptions
 from tests.helpers import GatewayProcess
 from tests.spark.support import call, check_table, create_queue, head, produce
@@ -82,7 +83,7 @@ class _DiesAfterSparksCommit(EntrepotStreamReader):
     one: Spark's commit log has the batch, the gateway's consumer has not moved."""
 
     def latestOffset(self, start: Mapping[str, int], limit: ReadLimit) -> dict[str, int]:
-        if any(int(position) > 1 for position in start.values()):
+        if any(position > 1 for position in by_queue(start).values()):
             os.kill(os.getpid(), signal.SIGKILL)
         return super().latestOffset(start, limit)
 

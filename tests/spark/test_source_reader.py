@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from gateway.spark.client import GatewayRequestError, RangeGone
+from gateway.spark.offsets import by_queue
 from gateway.spark.source import (
     EntrepotDataSource,
     RangePartition,
@@ -43,11 +44,11 @@ def test_offsets_limits_partitions_and_reads(spark_gateway: GatewayProcess) -> N
     reader = _reader(spark_gateway, f"{a},{b}", consumer="t1", maxMessagesPerBatch="20",
                      maxMessagesPerPartition="8")
     start = reader.initialOffset()
-    assert start == {a: 1, b: 1}
+    assert by_queue(start) == {a: 1, b: 1}
     assert head(spark_gateway.url, a)["consumers"] == {"t1": 1}, "registered when planned"
     assert isinstance(reader.getDefaultReadLimit(), ReadMaxRows)
     end = reader.latestOffset(start, ReadMaxRows(20))
-    assert end == {a: 16, b: 6}, "b's whole backlog fits its share; a takes the rest"
+    assert by_queue(end) == {a: 16, b: 6}, "b's whole backlog fits its share; a takes the rest"
     parts = reader.partitions(start, end)
     assert [(p.queue, p.start, p.end) for p in parts] == [(a, 1, 9), (a, 9, 16), (b, 1, 6)]
     assert reader.partitions(end, end) == []
@@ -61,7 +62,7 @@ def test_offsets_limits_partitions_and_reads(spark_gateway: GatewayProcess) -> N
     assert list(reader.read(RangePartition(a, 9, 16)))[0].equals(batch), "same bytes again"
     # Spark asks for the next batch once this one is committed: that moves the consumer,
     # retention trims what it passed, and the range is then gone.
-    assert reader.latestOffset(end, ReadAllAvailable()) == {a: 31, b: 6}
+    assert by_queue(reader.latestOffset(end, ReadAllAvailable())) == {a: 31, b: 6}
     assert head(spark_gateway.url, a)["consumers"] == {"t1": 16}
     assert head(spark_gateway.url, a)["first"] == 16
     with pytest.raises(RangeGone, match=r"\[9, 16\)"):
@@ -103,12 +104,12 @@ def test_a_queue_spelt_otherwise_keeps_its_offsets_and_its_name(
     first = _reader(spark_gateway, a.upper(), consumer="spelt")
     start = first.initialOffset()
     end = first.latestOffset(start, ReadAllAvailable())
-    assert (start, end) == ({a: 1}, {a: 6})
+    assert (by_queue(start), by_queue(end)) == ({a: 1}, {a: 6})
     produce(spark_gateway.url, a, 5, 2, size=16)
     again = _reader(spark_gateway, a, consumer="spelt",
                     startingOffsets=json.dumps({a.upper(): 1}))
     # Offsets as a checkpoint written under the other spelling hands them back.
-    assert again.latestOffset({a.upper(): 6}, ReadAllAvailable()) == {a: 8}
+    assert by_queue(again.latestOffset({a.upper(): 6}, ReadAllAvailable())) == {a: 8}
     assert head(spark_gateway.url, a)["consumers"] == {"spelt": 6}
     parts = again.partitions({a.upper(): 6}, {a: 8})
     assert [(p.queue, p.start, p.end) for p in parts] == [(a, 6, 8)]
@@ -126,7 +127,8 @@ def test_a_fast_fed_first_queue_does_not_starve_the_second(
     taken: list[tuple[int, int]] = []
     for batch in range(4):
         end = reader.latestOffset(offsets, ReadMaxRows(1000))
-        taken.append((end[fast] - offsets[fast], end[slow] - offsets[slow]))
+        ends, starts = by_queue(end), by_queue(offsets)
+        taken.append((ends[fast] - starts[fast], ends[slow] - starts[slow]))
         offsets = end
         produce(spark_gateway.url, fast, 3000 + batch * 1000, 1000, size=16)  # fed on
     # Shares follow the backlogs (the fast queue's grows); half the budget is split equally.
@@ -152,7 +154,7 @@ def test_available_now_freezes_its_target(spark_gateway: GatewayProcess) -> None
     start = reader.initialOffset()
     reader.prepareForTriggerAvailableNow()
     produce(spark_gateway.url, q, 10, 10, size=16)
-    assert reader.latestOffset(start, ReadAllAvailable()) == {q: 11}
+    assert by_queue(reader.latestOffset(start, ReadAllAvailable())) == {q: 11}
     assert reader.reportLatestOffset() == {q: 21}
 
 
@@ -160,7 +162,7 @@ def test_latest_start_and_a_head_behind_the_checkpoint(spark_gateway: GatewayPro
     q = _queue(spark_gateway)
     produce(spark_gateway.url, q, 0, 4, size=16)
     reader = _reader(spark_gateway, q, consumer="t3", startingOffsets="latest")
-    assert reader.initialOffset() == {q: 5}
+    assert by_queue(reader.initialOffset()) == {q: 5}
     assert head(spark_gateway.url, q)["consumers"] == {"t3": 5}
     with pytest.raises(RuntimeError, match="behind the checkpoint"):
         reader.latestOffset({q: 99}, ReadAllAvailable())
@@ -191,16 +193,29 @@ def test_a_queue_created_again_under_a_checkpoint_fails_loudly(
     first = _reader(spark_gateway, q, consumer="t6")
     end = first.latestOffset(first.initialOffset(), ReadAllAvailable())
     first.commit(end)
-    assert end == {q: 6}
+    assert by_queue(end) == {q: 6}
     call(f"{spark_gateway.url}/v1/queues/{q}", "DELETE")
     create_queue(spark_gateway.url, q)
     produce(spark_gateway.url, q, 100, 10, size=16)
     restarted = _reader(spark_gateway, q, consumer="t6")
-    with pytest.raises(RuntimeError, match="deleted and created again"):
+    with pytest.raises(RuntimeError, match="deleted and created again at the gateway"):
         restarted.latestOffset(end, ReadAllAvailable())
     after = head(spark_gateway.url, q)
     assert (after["first"], after["next"], after["messages"], after["consumers"]) == (
         1, 11, 10, {})
+    # The consumer registered again, at the checkpoint's offset or anywhere: still refused,
+    # and nothing committed (the new queue's 1-5 stay).
+    for start in (6, "earliest"):
+        call(f"{spark_gateway.url}/v1/queues/{q}/consumers/t6", "PUT", {"start": start})
+        with pytest.raises(RuntimeError, match="deleted and created again at the gateway"):
+            _reader(spark_gateway, q, consumer="t6").latestOffset(end, ReadAllAvailable())
+        call(f"{spark_gateway.url}/v1/queues/{q}/consumers/t6", "DELETE")
+    assert head(spark_gateway.url, q)["messages"] == 10
+    # A checkpoint written before offsets named the queue's creation meets the missing
+    # consumer instead.
+    with pytest.raises(RuntimeError, match="consumer 't6' is not registered"):
+        _reader(spark_gateway, q, consumer="t6").latestOffset(by_queue(end),
+                                                             ReadAllAvailable())
 
 
 def test_unknown_queue_is_a_clear_error(spark_gateway: GatewayProcess) -> None:
