@@ -148,6 +148,9 @@ async def _consumer(consumers: RangeConsumers, queue: Queue, name: str, method: 
         start = fields.get("start", "earliest")
         if start not in ("earliest", "latest"):
             start = _int_field(fields, "start")
+            if start < 1:  # not "gone": there never is a sequence 0
+                raise ProblemError(400, f"start={start} is not a sequence number: they "
+                                   "start at 1", type_slug="bad-request")
         position, created = await consumers.register(queue, name, start, owner)
         return Reply(201 if created else 200, {"name": name, "position": position}, {})
     if method in ("GET", "HEAD"):

@@ -204,6 +204,7 @@ async def test_a_range_as_wide_as_the_limit_is_served(client: Any) -> None:
     ("PUT", "consumers/bad%20name", {}, 400),
     ("PUT", "consumers/spark", {"start": "middle"}, 400),
     ("PUT", "consumers/spark", {"start": 99}, 400),
+    ("PUT", "consumers/spark", {"start": 0}, 400),
     ("POST", "consumers/ghost/commit", {"position": 1}, 404),
     ("GET", "consumers/ghost", None, 404),
     ("DELETE", "consumers/ghost", None, 404),
