@@ -24,7 +24,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-__all__ = ["IngestJob", "run_ingest", "start_query", "set_aside_orphans", "PARQUET_OPTIONS"]
+__all__ = ["ForeignOutput", "IngestJob", "run_ingest", "start_query", "refuse_foreign_output",
+           "set_aside_orphans", "PARQUET_OPTIONS"]
 
 log = logging.getLogger("entrepot.spark")
 
@@ -67,6 +68,7 @@ def run_ingest(job: IngestJob) -> dict[str, Any]:
     summary (rows, batches). Raises what the query failed with."""
     from gateway.spark.session import owned_session
 
+    refuse_foreign_output(job)
     extra = {"spark.driver.memory": job.driver_memory} if job.driver_memory else {}
     if job.master.startswith("local"):
         extra.setdefault("spark.sql.shuffle.partitions", "2")
@@ -170,6 +172,32 @@ class _Progress:
     def wait_for_the_end(self) -> bool:
         """True once the listener saw the query end, so every progress event is counted."""
         return self._terminated.wait(_TERMINATION_WAIT_S)
+
+
+class ForeignOutput(ValueError):
+    """The output holds batches another checkpoint wrote."""
+
+
+def refuse_foreign_output(job: IngestJob) -> None:
+    """Raise ForeignOutput when a checkpoint that has read nothing yet meets an output that
+    holds committed batches (local paths): Spark's file sink skips a batch whose number its
+    output log already has, so this query's first batches would be dropped while the
+    gateway's consumer moves past them and retention frees their messages unread."""
+    output = Path(job.output.removeprefix("file://"))
+    checkpoint = Path(job.checkpoint.removeprefix("file://"))
+    if "://" in str(output) or "://" in str(checkpoint):
+        return
+    log_dir = output / "_spark_metadata"
+    written = log_dir.is_dir() and any(p.name.split(".")[0].isdigit()
+                                       for p in log_dir.iterdir())
+    offsets = checkpoint / "offsets"
+    read = offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
+    if written and not read:
+        raise ForeignOutput(f"output {job.output} holds batches another checkpoint wrote, and "
+                            f"checkpoint {job.checkpoint} has read nothing: Spark would skip "
+                            "this run's first batches (their numbers are taken) while their "
+                            "messages leave the gateway; give a new run a new output too, or "
+                            "go on with the checkpoint that wrote it")
 
 
 def set_aside_orphans(spark: Any, job: IngestJob) -> int:

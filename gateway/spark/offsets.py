@@ -3,7 +3,7 @@
 An offset is ``{queue: [sequence, created_ms]}``: ``created_ms`` is when the gateway created
 the queue (``head``), so a queue deleted and created again, whose sequences start over, is
 told apart from the one a checkpoint read. Offsets written before incarnations were kept,
-``{queue: sequence}``, are read too (without the check).
+``{queue: sequence}``, are read too, once the consumer's position agrees with them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 from mapping.errors import QueueNameError
 from mapping.names import parse_queue_path
 
-__all__ = ["by_queue", "canonical", "fair_shares", "stamped", "wrong_incarnations"]
+__all__ = ["by_queue", "canonical", "fair_shares", "stamped", "unstamped",
+           "wrong_incarnations"]
 
 
 def canonical(name: str) -> str:
@@ -39,6 +40,12 @@ def stamped(positions: Mapping[str, int], heads: Mapping[str, Mapping[str, Any]]
     """Offsets of ``positions`` with each queue's incarnation from its ``head``."""
     return {queue: [position, int(heads[queue].get("created_ms", 0))]
             for queue, position in positions.items()}
+
+
+def unstamped(offsets: Mapping[str, Any]) -> dict[str, int]:
+    """The offsets of ``offsets`` written without the queue's incarnation, by queue."""
+    return {canonical(str(queue)): int(value) for queue, value in offsets.items()
+            if not isinstance(value, list)}
 
 
 def wrong_incarnations(offsets: Mapping[str, Any], heads: Mapping[str, Mapping[str, Any]]

@@ -57,7 +57,14 @@ from pyspark.sql.types import (
 
 from gateway.range_wire import decode_spans
 from gateway.spark.client import ClientOptions, GatewayClient, RangeGone
-from gateway.spark.offsets import by_queue, canonical, fair_shares, stamped, wrong_incarnations
+from gateway.spark.offsets import (
+    by_queue,
+    canonical,
+    fair_shares,
+    stamped,
+    unstamped,
+    wrong_incarnations,
+)
 from mapping.errors import QueueNameError
 from mapping.names import parse_queue_path
 
@@ -373,6 +380,11 @@ def _read(options: SourceOptions, shape: _Shape, partition: RangePartition) -> I
             first = covered
 
 
+# A new checkpoint's batches are numbered from 0 again: a file sink skips those its output
+# has already (gateway.spark.ingest.refuse_foreign_output).
+_NEW_OUTPUT = "and a new output (a file sink skips batch numbers its output holds)"
+
+
 class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # Instances live in the driver's long-lived source runner (offsets, commit) and in
     # every executor task (read): __init__ stays cheap and does no I/O.
@@ -404,8 +416,8 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     "was unregistered, register it again where the query goes on (PUT "
                     f"/v1/queues/{queue}/consumers/{consumer} "
                     f'{{"start": {start[queue]}}}); if the queue was deleted and created '
-                    "again, run the query with a new checkpoint (registering at the "
-                    "checkpoint's offset would skip the new queue's first messages)")
+                    f"again, run the query with a new checkpoint {_NEW_OUTPUT} (registering "
+                    "at the checkpoint's offset would skip the new queue's first messages)")
             try:
                 self._client.register(queue, self.options.consumer, int(start[queue]))
             except RangeGone as exc:
@@ -458,7 +470,8 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if wrong:  # before anything moves: a commit there would free what was never read
             raise RuntimeError(f"{', '.join(wrong)}: deleted and created again at the gateway "
                                "since this query's checkpoint read it (its sequences started "
-                               "over): run the query with a new checkpoint")
+                               f"over): run the query with a new checkpoint {_NEW_OUTPUT}")
+        self._check_unstamped(start, heads)
         given = by_queue(start)
         positions = {q: given.get(q, 1) for q in self.options.queues}
         self._register(positions, given.keys())
@@ -481,6 +494,22 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         shares = fair_shares(budget, [h - lo for lo, h in zip(lows, highs)])
         return stamped({q: lo + n for q, lo, n in zip(self.options.queues, lows, shares)},
                        heads)
+
+    def _check_unstamped(self, start: Mapping[str, Any],
+                         heads: Mapping[str, Mapping[str, Any]]) -> None:
+        """An offset written without its queue's creation is taken only where the consumer
+        agrees with it: otherwise the queue may be another, created again since."""
+        consumer = self.options.consumer
+        for queue, offset in unstamped(start).items():
+            position = heads.get(queue, {}).get("consumers", {}).get(consumer)
+            if position is not None and position != offset:
+                raise RuntimeError(
+                    f"{queue}: this query's checkpoint, written before offsets named the "
+                    f"queue's creation, is at {offset} and consumer {consumer!r} at "
+                    f"{position}: if the queue was not created again since, register the "
+                    f"consumer at {offset} (PUT /v1/queues/{queue}/consumers/{consumer} "
+                    f'{{"start": {offset}}} after DELETE); else run the query with a new '
+                    f"checkpoint {_NEW_OUTPUT}")
 
     def _budget(self, limit: ReadLimit, heads: Mapping[str, Mapping[str, Any]]) -> int | None:
         if isinstance(limit, ReadMaxRows):

@@ -104,6 +104,7 @@ def test_a_queue_spelt_otherwise_keeps_its_offsets_and_its_name(
     first = _reader(spark_gateway, a.upper(), consumer="spelt")
     start = first.initialOffset()
     end = first.latestOffset(start, ReadAllAvailable())
+    first.commit(end)  # as Spark does once the batch is written
     assert (by_queue(start), by_queue(end)) == ({a: 1}, {a: 6})
     produce(spark_gateway.url, a, 5, 2, size=16)
     again = _reader(spark_gateway, a, consumer="spelt",
@@ -164,8 +165,9 @@ def test_latest_start_and_a_head_behind_the_checkpoint(spark_gateway: GatewayPro
     reader = _reader(spark_gateway, q, consumer="t3", startingOffsets="latest")
     assert by_queue(reader.initialOffset()) == {q: 5}
     assert head(spark_gateway.url, q)["consumers"] == {"t3": 5}
+    created = head(spark_gateway.url, q)["created_ms"]
     with pytest.raises(RuntimeError, match="behind the checkpoint"):
-        reader.latestOffset({q: 99}, ReadAllAvailable())
+        reader.latestOffset({q: [99, created]}, ReadAllAvailable())
 
 
 def test_a_restarted_query_whose_offset_was_trimmed_fails_loudly(
@@ -241,3 +243,19 @@ def test_unknown_queue_is_a_clear_error(spark_gateway: GatewayProcess) -> None:
 def test_bad_options_name_themselves(options: dict[str, str], fragment: str) -> None:
     with pytest.raises(SourceOptionError, match=fragment):
         SourceOptions.parse(options)
+
+
+def test_an_offset_without_the_queues_creation_must_agree_with_the_consumer(
+        spark_gateway: GatewayProcess) -> None:
+    """A checkpoint written before offsets named the queue's creation: taken where the
+    consumer is at its offset, refused where it is elsewhere (the queue may have been
+    created again), and nothing is committed then."""
+    q = _queue(spark_gateway)
+    produce(spark_gateway.url, q, 0, 8, size=16)
+    first = _reader(spark_gateway, q, consumer="t7")
+    first.commit(first.latestOffset(first.initialOffset(), ReadMaxRows(5)))  # at 6
+    assert by_queue(_reader(spark_gateway, q, consumer="t7").latestOffset(
+        {q: 6}, ReadAllAvailable())) == {q: 9}
+    with pytest.raises(RuntimeError, match="written before offsets named the queue's"):
+        _reader(spark_gateway, q, consumer="t7").latestOffset({q: 8}, ReadAllAvailable())
+    assert head(spark_gateway.url, q)["consumers"] == {"t7": 6}

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gateway.spark.ingest import IngestJob, run_ingest
+from gateway.spark.ingest import IngestJob, refuse_foreign_output, run_ingest
 from gateway.spark.report import run_report
 from tests.helpers import REPO_ROOT, GatewayProcess
 from tests.spark.support import call, create_queue, produce
@@ -210,3 +210,21 @@ def test_bodies_of_megabytes_fit_a_small_driver(spark_gateway: GatewayProcess,
     table = pq.read_table(tmp_path / "table", columns=["seq", "body"])
     assert {seq: hashlib.sha256(body).hexdigest() for seq, body in zip(
         table.column("seq").to_pylist(), table.column("body").to_pylist())} == digests
+
+
+def test_a_new_checkpoint_on_a_written_output_is_refused(tmp_path: Path) -> None:
+    """A new checkpoint numbers its batches from 0 again, and Spark's file sink skips the
+    numbers its output holds: the run's first batches would be dropped while the gateway
+    frees their messages. spark-ingest refuses before Spark starts."""
+    output, checkpoint = tmp_path / "table", tmp_path / "checkpoint"
+    (output / "_spark_metadata").mkdir(parents=True)
+    (output / "_spark_metadata" / "0").write_text("v1\n")
+    args = ["spark-ingest", "--source", "http://127.0.0.1:1", "--queue", "q", "--output",
+            str(output), "--checkpoint", str(checkpoint)]
+    done = _cli(*args)
+    assert done.returncode == 1, done.stderr
+    assert f"output {output} holds batches another checkpoint wrote" in done.stderr
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "offsets" / "0").write_text("v1\n")  # the checkpoint that wrote it
+    refuse_foreign_output(IngestJob(source="http://x", queues=("q",), output=str(output),
+                                    checkpoint=str(checkpoint)))
