@@ -446,7 +446,11 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 offsets[queue] = spec
                 continue
             position = self._client.register(queue, self.options.consumer, spec)
-            offsets[queue] = position if spec == "earliest" else int(head["next"])
+            # A new checkpoint reads from the first readable message even when the consumer
+            # is registered further on (by hand, or for a queue created again): starting at
+            # its position would leave what lies below to retention, unread.
+            offsets[queue] = (min(position, int(head["first"])) if spec == "earliest"
+                              else int(head["next"]))
         self._registered = True
         return stamped(offsets, heads)
 

@@ -259,3 +259,20 @@ def test_an_offset_without_the_queues_creation_must_agree_with_the_consumer(
     with pytest.raises(RuntimeError, match="written before offsets named the queue's"):
         _reader(spark_gateway, q, consumer="t7").latestOffset({q: 8}, ReadAllAvailable())
     assert head(spark_gateway.url, q)["consumers"] == {"t7": 6}
+
+
+def test_a_new_checkpoint_reads_from_the_first_message_whatever_the_consumer(
+        spark_gateway: GatewayProcess) -> None:
+    """startingOffsets earliest for a new checkpoint means the first readable message, even
+    where the consumer was registered further on by hand: nothing below it is left to
+    retention unread."""
+    q = _queue(spark_gateway)
+    produce(spark_gateway.url, q, 0, 8, size=16)
+    call(f"{spark_gateway.url}/v1/queues/{q}/consumers/t8", "PUT", {"start": 5})
+    reader = _reader(spark_gateway, q, consumer="t8")
+    start = reader.initialOffset()
+    assert by_queue(start) == {q: 1}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    [part] = reader.partitions(start, end)
+    assert (part.start, part.end) == (1, 9)
+    assert head(spark_gateway.url, q)["messages"] == 8
