@@ -10,8 +10,10 @@ registration is per session.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -87,7 +89,8 @@ def owned_session(master: str, app_name: str, extra: Mapping[str, str] | None = 
     from pyspark.sql import SparkSession
 
     running = SparkSession.getActiveSession()
-    session = spark_session(master, app_name, extra, source=source)
+    with _term_to_python_only():
+        session = spark_session(master, app_name, extra, source=source)
     try:
         yield session
     except Exception as exc:
@@ -100,6 +103,22 @@ def owned_session(master: str, app_name: str, extra: Mapping[str, str] | None = 
     finally:
         if running is None and jvm_exit_code(session) is None:
             session.stop()  # a dead JVM cannot be asked to stop: only py4j's error would come
+
+
+@contextmanager
+def _term_to_python_only() -> Iterator[None]:
+    """SIGTERM ignored while the JVM starts, which keeps it ignored (as PySpark has it keep
+    SIGINT ignored): a SIGTERM to the job's whole process group or cgroup (``timeout``,
+    systemd's stop) then reaches only this process, which stops the query cleanly and then
+    the JVM; a JVM left alone ends when this process's end closes its stdin."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 class JvmExited(RuntimeError):

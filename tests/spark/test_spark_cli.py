@@ -7,9 +7,11 @@ import base64
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -228,3 +230,39 @@ def test_a_new_checkpoint_on_a_written_output_is_refused(tmp_path: Path) -> None
     (checkpoint / "offsets" / "0").write_text("v1\n")  # the checkpoint that wrote it
     refuse_foreign_output(IngestJob(source="http://x", queues=("q",), output=str(output),
                                     checkpoint=str(checkpoint)))
+
+
+def test_sigterm_to_the_jobs_process_group_stops_it_cleanly(spark_gateway: GatewayProcess,
+                                                            tmp_path: Path) -> None:
+    """systemd's stop and ``timeout`` send SIGTERM to every process of the job, the JVM
+    included: the job stops its query after the current batch and prints its summary (the
+    JVM, which ignores it, is stopped by the job), as on SIGINT."""
+    create_queue(spark_gateway.url, "termfeed")
+    produce(spark_gateway.url, "termfeed", 0, 50, size=32)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "spark-ingest", "--source", spark_gateway.url,
+         "--queue", "termfeed", "--output", str(tmp_path / "table"), "--checkpoint",
+         str(tmp_path / "checkpoint"), "--master", "local[1]", "--trigger", "1s",
+         "--consumer", "termjob"], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        consumers = f"{spark_gateway.url}/v1/queues/termfeed/consumers/termjob"
+        while _position(consumers) < 51:  # the first batch is committed: the query runs
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr
+            time.sleep(0.2)
+        os.killpg(job.pid, signal.SIGTERM)
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.communicate()
+    assert job.returncode == 0, err[-3000:]
+    assert json.loads(out)["rows"] == 50
+
+
+def _position(url: str) -> int:
+    try:
+        return int(call(url)["position"])
+    except urllib.error.HTTPError:  # not registered yet
+        return 0
