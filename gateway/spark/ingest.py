@@ -179,10 +179,11 @@ class ForeignOutput(ValueError):
 
 
 def refuse_foreign_output(job: IngestJob) -> None:
-    """Raise ForeignOutput when a checkpoint that has read nothing yet meets an output that
-    holds committed batches (local paths): Spark's file sink skips a batch whose number its
-    output log already has, so this query's first batches would be dropped while the
-    gateway's consumer moves past them and retention frees their messages unread."""
+    """Raise ForeignOutput when the output holds part-files of another format, or when a
+    checkpoint that has read nothing yet meets an output that holds committed batches
+    (local paths): Spark's file sink skips a batch whose number its output log already has,
+    so this query's first batches would be dropped while the gateway's consumer moves past
+    them and retention frees their messages unread."""
     output = Path(job.output.removeprefix("file://"))
     checkpoint = Path(job.checkpoint.removeprefix("file://"))
     if "://" in str(output) or "://" in str(checkpoint):
@@ -192,12 +193,23 @@ def refuse_foreign_output(job: IngestJob) -> None:
                                        for p in log_dir.iterdir())
     offsets = checkpoint / "offsets"
     read = offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
+    others = sorted({f for p in output.glob("part-*") if (f := _format_of(p.name))} - {job.fmt})
+    if others:  # one table, one format: a reader of either would fail on the other's files
+        raise ForeignOutput(f"output {job.output} holds {', '.join(others)} part-files, not "
+                            f"{job.fmt}: write {job.fmt} to another output")
     if written and not read:
         raise ForeignOutput(f"output {job.output} holds batches another checkpoint wrote, and "
                             f"checkpoint {job.checkpoint} has read nothing: Spark would skip "
                             "this run's first batches (their numbers are taken) while their "
                             "messages leave the gateway; give a new run a new output too, or "
                             "go on with the checkpoint that wrote it")
+
+
+def _format_of(name: str) -> str | None:
+    """The format a Spark part-file's name says (``part-...c000.snappy.parquet``,
+    ``part-...c000.json`` or ``.json.gz``), None when it says neither."""
+    suffixes = name.split(".")[1:]
+    return next((f for f in ("parquet", "json") if f in suffixes), None)
 
 
 def set_aside_orphans(spark: Any, job: IngestJob) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 from mapping.errors import QueueNameError
 from mapping.names import parse_queue_path
 
-__all__ = ["by_queue", "canonical", "fair_shares", "stamped", "unstamped",
+__all__ = ["by_queue", "canonical", "fair_shares", "joining", "stamped", "unstamped",
            "wrong_incarnations"]
 
 
@@ -33,6 +33,13 @@ def by_queue(offsets: Mapping[str, Any]) -> dict[str, int]:
     canonical, still gives each queue its offset)."""
     return {canonical(str(queue)): int(value[0] if isinstance(value, list) else value)
             for queue, value in offsets.items()}
+
+
+def joining(head: Mapping[str, Any], consumer: str) -> int:
+    """Where a queue the checkpoint has not read starts: where the query's consumer left it
+    (a queue taken out of the list and put back), else at the queue's first message."""
+    position = head.get("consumers", {}).get(consumer)
+    return int(head["first"]) if position is None else int(position)
 
 
 def stamped(positions: Mapping[str, int], heads: Mapping[str, Mapping[str, Any]]

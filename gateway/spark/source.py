@@ -61,6 +61,7 @@ from gateway.spark.offsets import (
     by_queue,
     canonical,
     fair_shares,
+    joining,
     stamped,
     unstamped,
     wrong_incarnations,
@@ -477,7 +478,8 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                f"over): run the query with a new checkpoint {_NEW_OUTPUT}")
         self._check_unstamped(start, heads)
         given = by_queue(start)
-        positions = {q: given.get(q, 1) for q in self.options.queues}
+        positions = {q: given[q] if q in given else joining(heads[q], self.options.consumer)
+                     for q in self.options.queues}
         self._register(positions, given.keys())
         # Spark asks for the next batch only once the batch ending at ``start`` is in its
         # commit log: the consumer may move there (the last batch of a run included).
@@ -524,17 +526,22 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return max(1, int(limit.max_bytes) // average)
         return None
 
-    def partitions(self, start: Mapping[str, int], end: Mapping[str, int]
+    def partitions(self, start: Mapping[str, Any], end: Mapping[str, Any]
                    ) -> list[RangePartition]:
-        return _partitions(self.options, by_queue(start), by_queue(end))
+        begin, until = by_queue(start), by_queue(end)
+        for queue in until.keys() - begin.keys():  # joined the query: where latestOffset began
+            begin[queue] = joining(self._client.head(queue), self.options.consumer)
+        return _partitions(self.options, begin, until)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, RangePartition):
             return iter(())  # no ranges (empty queues): Spark reads one default partition
         return _read(self.options, self.shape, partition)
 
-    def commit(self, end: Mapping[str, int]) -> None:
-        self._commit(by_queue(end))
+    def commit(self, end: Mapping[str, Any]) -> None:
+        # Only the queues this run reads: a batch planned before a queue left the query's
+        # list ends past what of it was written, and its messages would go unread.
+        self._commit({q: p for q, p in by_queue(end).items() if q in self.options.queues})
 
     def _commit(self, positions: Mapping[str, int]) -> None:
         """Move the consumer (a retention hint: the checkpoint is the truth). A failure is

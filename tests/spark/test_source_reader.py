@@ -181,9 +181,10 @@ def test_a_restarted_query_whose_offset_was_trimmed_fails_loudly(
     restarted = _reader(spark_gateway, q, consumer="t4")  # the checkpoint says 1
     with pytest.raises(RuntimeError, match="consumer 't4' is not registered"):
         restarted.latestOffset({q: 1}, ReadAllAvailable())
-    added = _reader(spark_gateway, q, consumer="t4")  # a queue the checkpoint has not read
-    with pytest.raises(RuntimeError, match="checkpoint's offset 1 was trimmed"):
-        added.latestOffset({}, ReadAllAvailable())
+    # A queue the checkpoint has not read starts at its first message, trimmed or not.
+    added = _reader(spark_gateway, q, consumer="t4")
+    assert by_queue(added.latestOffset({}, ReadAllAvailable())) == {q: 7}
+    assert head(spark_gateway.url, q)["consumers"] == {"t4": 7}
 
 
 def test_a_queue_created_again_under_a_checkpoint_fails_loudly(
@@ -276,3 +277,28 @@ def test_a_new_checkpoint_reads_from_the_first_message_whatever_the_consumer(
     [part] = reader.partitions(start, end)
     assert (part.start, part.end) == (1, 9)
     assert head(spark_gateway.url, q)["messages"] == 8
+
+
+def test_a_queue_out_of_the_list_keeps_its_place_and_comes_back_there(
+        spark_gateway: GatewayProcess) -> None:
+    """A queue taken out of a query's list: a batch planned before (Spark replays it from
+    its write-ahead log) does not move that queue's consumer past what was written, and put
+    back, the queue goes on where its consumer is; a queue new to the checkpoint starts at
+    its first message."""
+    x, y, z = _queue(spark_gateway), _queue(spark_gateway), _queue(spark_gateway)
+    for q in (x, y):
+        produce(spark_gateway.url, q, 0, 4, size=16)
+    both = _reader(spark_gateway, f"{x},{y}", consumer="t9")
+    start = both.initialOffset()
+    end = both.latestOffset(start, ReadAllAvailable())  # planned: x and y [1, 5)
+    only_y = _reader(spark_gateway, y, consumer="t9")
+    only_y.commit(end)  # the planned batch, run with y alone
+    assert head(spark_gateway.url, x)["consumers"] == {"t9": 1}
+    assert head(spark_gateway.url, y)["consumers"] == {"t9": 5}
+    produce(spark_gateway.url, z, 0, 6, size=16)
+    call(f"{spark_gateway.url}/v1/queues/{z}/purge", "POST")
+    produce(spark_gateway.url, z, 6, 2, size=16)  # z's first is 7
+    again = _reader(spark_gateway, f"{x},{y},{z}", consumer="t9")
+    later = again.latestOffset({y: by_queue(end)[y]}, ReadAllAvailable())
+    assert [(p.queue, p.start, p.end) for p in again.partitions({y: 5}, later)] == [
+        (x, 1, 5), (z, 7, 9)]

@@ -266,3 +266,17 @@ def _position(url: str) -> int:
         return int(call(url)["position"])
     except urllib.error.HTTPError:  # not registered yet
         return 0
+
+
+def test_another_format_on_a_written_output_is_refused(tmp_path: Path) -> None:
+    """A table is one format: JSON part-files among Parquet ones make it unreadable to
+    either reader. spark-ingest refuses before Spark starts."""
+    output, checkpoint = tmp_path / "table", tmp_path / "checkpoint"
+    output.mkdir()
+    (output / "part-00000-0f0e-c000.snappy.parquet").write_bytes(b"PAR1")
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "offsets" / "0").write_text("v1\n")
+    done = _cli("spark-ingest", "--source", "http://127.0.0.1:1", "--queue", "q", "--output",
+                str(output), "--checkpoint", str(checkpoint), "--format", "json")
+    assert done.returncode == 1, done.stderr
+    assert f"output {output} holds parquet part-files, not json" in done.stderr
