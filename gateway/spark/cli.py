@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from gateway.units import parse_duration
@@ -41,8 +42,12 @@ def add_commands(commands: Any) -> None:
                         "(default), latest, or a JSON object of queue -> sequence")
     ingest.add_argument("--max-messages-per-batch", type=_count, default=0, metavar="N",
                         help="admission control: at most N messages per micro-batch")
-    ingest.add_argument("--max-messages-per-partition", type=_count, default=20_000,
-                        metavar="N", help="sequence range per Spark task (default 20000)")
+    ingest.add_argument("--max-messages-per-partition", type=_count_up_to(100_000), default=100_000,
+                        metavar="N", help="at most N messages per Spark task "
+                        "(default and most 100000)")
+    ingest.add_argument("--min-partitions", type=_count_up_to(10_000), default=0, metavar="N",
+                        help="cut each micro-batch into at least N Spark tasks (default: "
+                        "Spark's default parallelism, the cores)")
     ingest.add_argument("--token-file", metavar="FILE",
                         help="file holding the API key (else $ENTREPOT_TOKEN)")
     ingest.add_argument("--cafile", default="", help="CA bundle for an https --source")
@@ -90,6 +95,14 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _count_up_to(most: int) -> Callable[[str], int]:
+    def count(text: str) -> int:
+        if _count(text) > most:
+            raise argparse.ArgumentTypeError(f"{text!r}: at most {most}")
+        return int(text)
+    return count
+
+
 def _token(args: argparse.Namespace) -> str:
     if args.token_file:
         try:
@@ -114,6 +127,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
                     starting_offsets=args.starting_offsets,
                     max_messages_per_batch=args.max_messages_per_batch,
                     max_messages_per_partition=args.max_messages_per_partition,
+                    min_partitions=args.min_partitions,
                     driver_memory=args.driver_memory)
     try:
         summary = run_ingest(job)

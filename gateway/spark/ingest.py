@@ -59,7 +59,10 @@ class IngestJob:
     cafile: str = ""
     starting_offsets: str = "earliest"
     max_messages_per_batch: int = 0
-    max_messages_per_partition: int = 20_000
+    # A task's range: as wide as one range read may be, since every task costs a start; a
+    # batch is still cut into at least min_partitions (0: Spark's default parallelism).
+    max_messages_per_partition: int = 100_000
+    min_partitions: int = 0
     driver_memory: str = ""
 
 
@@ -86,7 +89,9 @@ def start_query(spark: Any, job: IngestJob) -> Any:
               .option("url", job.source)
               .option("queues", ",".join(job.queues)).option("consumer", job.consumer)
               .option("startingOffsets", job.starting_offsets)
-              .option("maxMessagesPerPartition", str(job.max_messages_per_partition)))
+              .option("maxMessagesPerPartition", str(job.max_messages_per_partition))
+              .option("minPartitions", str(job.min_partitions
+                                           or spark.sparkContext.defaultParallelism)))
     if job.token:
         reader = reader.option("token", job.token)
     if job.cafile:

@@ -50,26 +50,41 @@ def test_offsets_limits_partitions_and_reads(spark_gateway: GatewayProcess) -> N
     end = reader.latestOffset(start, ReadMaxRows(20))
     assert by_queue(end) == {a: 16, b: 6}, "b's whole backlog fits its share; a takes the rest"
     parts = reader.partitions(start, end)
-    assert [(p.queue, p.start, p.end) for p in parts] == [(a, 1, 9), (a, 9, 16), (b, 1, 6)]
+    assert [(p.queue, p.start, p.end) for p in parts] == [  # 4 tasks of 5, none over 8
+        (a, 1, 6), (a, 6, 11), (a, 11, 16), (b, 1, 6)]
     assert reader.partitions(end, end) == []
     [batch] = list(reader.read(parts[1]))
     rows = batch.to_pylist()
-    assert [r["seq"] for r in rows] == list(range(9, 16))
-    assert rows[0]["body"] == payload(8, 64) and rows[0]["label"] == "i8"
+    assert [r["seq"] for r in rows] == list(range(6, 11))
+    assert rows[0]["body"] == payload(5, 64) and rows[0]["label"] == "i5"
     assert rows[0]["class"] == "MQMSG_CLASS_NORMAL" and rows[0]["correlation_id"] == "corr"
     assert rows[0]["sent_at"].year == 2026 and rows[0]["arrived_at"] > rows[0]["sent_at"]
     assert rows[0]["id"].startswith("{") and rows[0]["queue"] == a
-    assert list(reader.read(RangePartition(a, 9, 16)))[0].equals(batch), "same bytes again"
+    assert list(reader.read(RangePartition(a, 6, 11)))[0].equals(batch), "same bytes again"
     # Spark asks for the next batch once this one is committed: that moves the consumer,
     # retention trims what it passed, and the range is then gone.
     assert by_queue(reader.latestOffset(end, ReadAllAvailable())) == {a: 31, b: 6}
     assert head(spark_gateway.url, a)["consumers"] == {"t1": 16}
     assert head(spark_gateway.url, a)["first"] == 16
-    with pytest.raises(RangeGone, match=r"\[9, 16\)"):
+    with pytest.raises(RangeGone, match=r"\[6, 16\) are gone"):
         list(reader.read(parts[1]))
     reader.commit({a: 31, b: 6})  # Spark's own commit call, one batch late
     assert head(spark_gateway.url, b)["consumers"] == {"t1": 6}
     assert head(spark_gateway.url, a)["first"] == 31
+
+
+def test_min_partitions_cuts_a_small_batch_for_the_cores(
+        spark_gateway: GatewayProcess) -> None:
+    """``minPartitions`` (Kafka's option): a batch is cut into at least that many tasks of
+    even sizes, each read whole."""
+    q = _queue(spark_gateway)
+    produce(spark_gateway.url, q, 0, 30, size=16)
+    reader = _reader(spark_gateway, q, consumer="t9", minPartitions="4")
+    start = reader.initialOffset()
+    parts = reader.partitions(start, reader.latestOffset(start, ReadAllAvailable()))
+    assert [(p.start, p.end) for p in parts] == [(1, 9), (9, 17), (17, 24), (24, 31)]
+    seqs = [s for p in parts for batch in reader.read(p) for s in batch.column("seq").to_pylist()]
+    assert seqs == list(range(1, 31))
 
 
 def test_a_partition_is_read_in_pieces_each_record_once(
@@ -236,6 +251,10 @@ def test_unknown_queue_is_a_clear_error(spark_gateway: GatewayProcess) -> None:
      "maxMessagesPerBatch='ten'"),
     ({"url": "http://127.0.0.1:1", "queues": "q", "maxMessagesPerPartition": "200000"},
      "at most 100000"),
+    ({"url": "http://127.0.0.1:1", "queues": "q", "minPartitions": "0"},
+     "minPartitions=0: expected at least 1"),
+    ({"url": "http://127.0.0.1:1", "queues": "q", "minPartitions": "10001"},
+     "minPartitions=10001: at most 10000"),
     ({"url": "http://127.0.0.1:1", "queues": "q", "consumer": "my job"},
      "option consumer='my job'"),
     ({"url": "http://127.0.0.1:1", "queues": "a,b,c", "maxMessagesPerBatch": "2"},

@@ -189,8 +189,8 @@ def _comm(pid: int) -> str:
 def test_bodies_of_megabytes_fit_a_small_driver(spark_gateway: GatewayProcess,
                                                 tmp_path: Path) -> None:
     """60 bodies of 3.7 MB (220 MB, random: they do not compress) into Parquet with a 512 MiB
-    driver on two cores: Parquet's size checks come often enough that no page or row group
-    holds many of them."""
+    driver on two cores, one task each: Parquet's size checks come often enough that no page
+    or row group holds many of them."""
     import pyarrow.parquet as pq
 
     create_queue(spark_gateway.url, "bigfeed")
@@ -209,6 +209,9 @@ def test_bodies_of_megabytes_fit_a_small_driver(spark_gateway: GatewayProcess,
          "--driver-memory", "512m", "--consumer", "big"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    # One task per core by default (minPartitions: Spark's default parallelism), each
+    # writing its part-file, so 512 MiB hold two tasks' pages at once.
+    assert len(list((tmp_path / "table").glob("part-*.parquet"))) == 2
     table = pq.read_table(tmp_path / "table", columns=["seq", "body"])
     assert {seq: hashlib.sha256(body).hexdigest() for seq, body in zip(
         table.column("seq").to_pylist(), table.column("body").to_pylist())} == digests
