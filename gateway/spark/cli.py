@@ -32,7 +32,8 @@ def add_commands(commands: Any) -> None:
                         help="Spark master: local[*] (default) or spark://host:7077")
     when = ingest.add_mutually_exclusive_group()
     when.add_argument("--available-now", action="store_true",
-                      help="ingest what is there now (in bounded batches), then stop")
+                      help="ingest what is there now (in batches of at most "
+                      "--max-messages-per-batch, when given), then stop")
     when.add_argument("--trigger", type=_duration, default=10.0, metavar="DURATION",
                       help="micro-batch interval when running continuously (default 10s)")
     ingest.add_argument("--consumer", default="spark",
@@ -120,6 +121,10 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         print(f"entrepot: --source {args.source!r}: expected an http(s) URL", file=sys.stderr)
         return 2
     queues = tuple(q.strip() for item in args.queue for q in item.split(",") if q.strip())
+    if 0 < args.max_messages_per_batch < len(queues):  # a share for every queue
+        print(f"entrepot: --max-messages-per-batch {args.max_messages_per_batch}: at least one "
+              f"message per queue ({len(queues)} queues)", file=sys.stderr)
+        return 2
     job = IngestJob(source=args.source, queues=queues, output=args.output,
                     checkpoint=args.checkpoint, fmt=args.format, master=args.master,
                     available_now=args.available_now, trigger_s=args.trigger,

@@ -26,6 +26,7 @@ OPTIONS = ("url", "queues", "queue", "consumer", "token", "cafile", "startingOff
            "bodyFormat")
 _KNOWN = {name.lower(): name for name in OPTIONS}
 _CONSUMER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # as the gateway takes it
+_INTEGER = re.compile(r"^-?[0-9]{1,19}$")  # what the command line takes, and negatives
 _EARLIEST, _LATEST = -2, -1  # Kafka's numbers for them in a JSON offsets map
 
 
@@ -152,10 +153,9 @@ def _int(opts: Mapping[str, str], key: str, default: int, low: int) -> int:
     raw = opts.get(key)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SourceOptionError(f"option {_KNOWN[key]}={raw!r}: expected an integer") from None
+    if not _INTEGER.match(raw):  # int() would take " 2", "+3", "1_000" and other digits
+        raise SourceOptionError(f"option {_KNOWN[key]}={raw!r}: expected an integer")
+    value = int(raw)
     if value < low:
         raise SourceOptionError(f"option {_KNOWN[key]}={value}: expected at least {low}")
     return value

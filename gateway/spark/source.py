@@ -201,9 +201,12 @@ class EntrepotDataSource(DataSource):
         return EntrepotStreamReader(self.parsed, schema)
 
     def reader(self, schema: StructType) -> EntrepotBatchReader:
-        if "latest" in self.parsed.starting.values():
-            raise SourceOptionError("option startingOffsets=latest: a batch read would be "
-                                    "empty; use earliest or a JSON map of sequences")
+        latest = [q for q, where in self.parsed.starting.items() if where == "latest"]
+        if latest:
+            raise SourceOptionError(
+                f"option startingOffsets: {', '.join(latest)} would start at latest (-1 in a "
+                "JSON map), which a batch read refuses: it reads what is there; use "
+                "earliest (-2) or a sequence")
         return EntrepotBatchReader(self.parsed, schema)
 
 

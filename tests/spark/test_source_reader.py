@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from typing import Any
 
 import pytest
@@ -71,6 +72,14 @@ def test_offsets_limits_partitions_and_reads(spark_gateway: GatewayProcess) -> N
     reader.commit({a: 31, b: 6})  # Spark's own commit call, one batch late
     assert head(spark_gateway.url, b)["consumers"] == {"t1": 6}
     assert head(spark_gateway.url, a)["first"] == 31
+
+
+def test_a_batch_read_starting_at_latest_names_the_queue() -> None:
+    source = EntrepotDataSource({"url": "http://127.0.0.1:1", "queues": "a,b",
+                                 "startingOffsets": '{"a": -2, "b": -1}'})
+    with pytest.raises(SourceOptionError, match=r"startingOffsets: b would start at latest "
+                       r"\(-1 in a JSON map\)"):
+        source.reader(source.schema())
 
 
 def test_min_partitions_cuts_a_small_batch_for_the_cores(
@@ -255,6 +264,8 @@ def test_unknown_queue_is_a_clear_error(spark_gateway: GatewayProcess) -> None:
      "minPartitions=0: expected at least 1"),
     ({"url": "http://127.0.0.1:1", "queues": "q", "minPartitions": "10001"},
      "minPartitions=10001: at most 10000"),
+    *[({"url": "http://127.0.0.1:1", "queues": "q", "minPartitions": lax},
+       re.escape(f"minPartitions={lax!r}: expected an integer")) for lax in (" 2", "+3", "1_000", "\u0663")],
     ({"url": "http://127.0.0.1:1", "queues": "q", "consumer": "my job"},
      "option consumer='my job'"),
     ({"url": "http://127.0.0.1:1", "queues": "a,b,c", "maxMessagesPerBatch": "2"},

@@ -217,6 +217,17 @@ def test_bodies_of_megabytes_fit_a_small_driver(spark_gateway: GatewayProcess,
         table.column("seq").to_pylist(), table.column("body").to_pylist())} == digests
 
 
+def test_a_batch_budget_below_the_queues_is_refused_before_spark_starts(
+        tmp_path: Path) -> None:
+    done = _cli("spark-ingest", "--source", "http://127.0.0.1:1", "--queue", "a,b,c",
+                "--output", str(tmp_path / "table"), "--checkpoint", str(tmp_path / "ck"),
+                "--max-messages-per-batch", "2")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == ("entrepot: --max-messages-per-batch 2: at least one "
+                                   "message per queue (3 queues)")
+    assert list(tmp_path.iterdir()) == [], "nothing written"
+
+
 def test_a_new_checkpoint_on_a_written_output_is_refused(tmp_path: Path) -> None:
     """A new checkpoint numbers its batches from 0 again, and Spark's file sink skips the
     numbers its output holds: the run's first batches would be dropped while the gateway
