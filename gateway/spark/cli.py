@@ -43,8 +43,8 @@ def add_commands(commands: Any) -> None:
                         "(default), latest, or a JSON object of queue -> sequence")
     ingest.add_argument("--max-messages-per-batch", type=_count, default=0, metavar="N",
                         help="admission control: at most N messages per micro-batch")
-    ingest.add_argument("--max-messages-per-partition", type=_count_up_to(100_000), default=100_000,
-                        metavar="N", help="at most N messages per Spark task "
+    ingest.add_argument("--max-messages-per-partition", type=_count_up_to(100_000),
+                        default=100_000, metavar="N", help="at most N messages per Spark task "
                         "(default and most 100000)")
     ingest.add_argument("--min-partitions", type=_count_up_to(10_000), default=0, metavar="N",
                         help="cut each micro-batch into at least N Spark tasks (default: "

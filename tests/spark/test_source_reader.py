@@ -265,7 +265,8 @@ def test_unknown_queue_is_a_clear_error(spark_gateway: GatewayProcess) -> None:
     ({"url": "http://127.0.0.1:1", "queues": "q", "minPartitions": "10001"},
      "minPartitions=10001: at most 10000"),
     *[({"url": "http://127.0.0.1:1", "queues": "q", "minPartitions": lax},
-       re.escape(f"minPartitions={lax!r}: expected an integer")) for lax in (" 2", "+3", "1_000", "\u0663")],
+       re.escape(f"minPartitions={lax!r}: expected an integer"))
+      for lax in (" 2", "+3", "1_000", "\u0663")],
     ({"url": "http://127.0.0.1:1", "queues": "q", "consumer": "my job"},
      "option consumer='my job'"),
     ({"url": "http://127.0.0.1:1", "queues": "a,b,c", "maxMessagesPerBatch": "2"},
