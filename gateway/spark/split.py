@@ -1,13 +1,14 @@
 """How a micro-batch's sequence ranges become Spark's partitions (its tasks).
 
 Every task pays a fixed cost (its Arrow stream, its part-file, its start in the JVM), so a
-batch is cut into as few partitions as the limits allow, of even sizes: at least
-``minPartitions`` (the cores that should share a batch: ``spark-ingest`` gives Spark's
-default parallelism) and, above that, enough that none spans more than
-``maxMessagesPerPartition``, their number then a multiple of ``minPartitions`` so that the
-cores finish together. Each queue's range is cut into pieces of about the same size. The cut
-depends only on the ranges and the two options, so a batch Spark replays from its log is cut
-as it was the first time.
+batch is cut into as few partitions as the limits allow: ``minPartitions`` (the cores that
+should share a batch: ``spark-ingest`` gives Spark's default parallelism) or, when a task
+would then span more than ``maxMessagesPerPartition``, the smallest multiple of it that does
+not, so that the cores finish together. A task reads one queue: the count is shared between
+the queues by their part of the batch, rounded up (every queue in the batch gets one), and
+each queue's range is cut into pieces that differ by one message at most; there is no empty
+task. The cut depends only on the ranges and the two options, so a batch Spark replays from
+its log is cut as it was the first time.
 """
 
 from __future__ import annotations
