@@ -147,10 +147,7 @@ async def _consumer(consumers: RangeConsumers, queue: Queue, name: str, method: 
         fields = _fields(body, "start")
         start = fields.get("start", "earliest")
         if start not in ("earliest", "latest"):
-            start = _int_field(fields, "start")
-            if start < 1:  # not "gone": there never is a sequence 0
-                raise ProblemError(400, f"start={start} is not a sequence number: they "
-                                   "start at 1", type_slug="bad-request")
+            start = _int_field(fields, "start", low=1)  # not "gone": there is no sequence 0
         position, created = await consumers.register(queue, name, start, owner)
         return Reply(201 if created else 200, {"name": name, "position": position}, {})
     if method in ("GET", "HEAD"):
@@ -309,9 +306,12 @@ def _fields(body: bytes, known: str) -> dict[str, object]:
     return fields
 
 
-def _int_field(body: dict[str, object], key: str) -> int:
+def _int_field(body: dict[str, object], key: str, low: int = 0) -> int:
     value = body.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**62:
         raise ProblemError(400, f"{key}: expected a sequence number, got {value!r}",
+                           type_slug="bad-request")
+    if value < low:
+        raise ProblemError(400, f"{key}={value} is not a sequence number: they start at {low}",
                            type_slug="bad-request")
     return value
