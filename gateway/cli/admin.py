@@ -406,7 +406,8 @@ def _tx_list(client: AdminClient, args: argparse.Namespace) -> int:
         print_json(transactions)
     else:
         print_table(transactions, [("id", "ID"), ("state", "STATE"), ("sends", "SENDS"),
-                                   ("receives", "RECEIVES"), ("expires_at", "EXPIRES")],
+                                   ("receives", "RECEIVES"), ("expires_at", "EXPIRES"),
+                                   ("prepared_at", "PREPARED")],
                     empty="(no transactions)")
     return 0
 

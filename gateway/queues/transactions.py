@@ -99,10 +99,14 @@ class Transaction:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # The queues its sends go to (held or prepared): none of them is deleted before it ends.
     targets: set[int] = field(default_factory=set)
+    # When it was prepared (Unix seconds): until its coordinator commits or aborts it, it holds
+    # what it received and the queues' ``next`` (range readers wait for its outcome).
+    prepared_at: float | None = None
 
     def summary(self) -> dict[str, object]:
         return {"id": self.id, "state": self.state.value, "owner": _owner_name(self.owner),
                 "expires_at": None if self.state is TxState.PREPARED else _iso(self.expires_at),
+                "prepared_at": None if self.prepared_at is None else _iso(self.prepared_at),
                 "sends": self.sent, "receives": len(self.receives)}
 
 
@@ -142,14 +146,18 @@ class Transactions:
         loop = asyncio.get_running_loop()
         names = await loop.run_in_executor(None, self._names.load)
         kept: dict[int, Named] = {}
+        found_at = time.time()
         for tx_id in sorted(self.qm.store.prepared):
             named = names.get(tx_id)
             if named is None or named.id in self._open:
-                named = Named(self._unused_id(), None)
+                named = Named(self._unused_id(), None, found_at)
                 server_log.warning("prepared transaction %d has no recorded id: it is %s, "
                                    "for the admin to commit or abort", tx_id, named.id)
+            elif named.prepared_at is None:  # recorded before times were: since this start
+                named = Named(named.id, named.owner, found_at)
             kept[tx_id] = named
-            tx = Transaction(named.id, tx_id, 0.0, TxState.PREPARED, owner=named.owner)
+            tx = Transaction(named.id, tx_id, 0.0, TxState.PREPARED, owner=named.owner,
+                             prepared_at=named.prepared_at)
             tx.targets = {r.queue_id for r in self.qm.store.prepared[tx_id].records}
             tx.sent = sum(1 for r in self.qm.store.prepared[tx_id].records  # not the journal
                           if (q := self.qm.queue_by_id_or_none(r.queue_id)) is not None
@@ -213,6 +221,15 @@ class Transactions:
         return sorted((t for t in self._open.values()
                        if principal.admin or principal.open or t.owner == owner),
                       key=lambda t: t.tx_id)
+
+    def census(self, now: float) -> tuple[int, int, float]:
+        """(active, prepared, the oldest prepared one's age in seconds, 0 with none): what
+        an operator watches, since a prepared transaction waits for its coordinator for
+        ever."""
+        prepared = [t.prepared_at for t in self._open.values()
+                    if t.state is TxState.PREPARED and t.prepared_at is not None]
+        return (len(self._open) - len(prepared), len(prepared),
+                max(0.0, now - min(prepared)) if prepared else 0.0)
 
     def _targeted(self, queue_id: int) -> bool:
         return any(queue_id in tx.targets for tx in self._open.values())
@@ -383,7 +400,8 @@ class Transactions:
             self._still_open(tx)
             specs = self._specs(tx)
             try:  # recorded first: a prepared transaction always has its id and owner
-                await self._names.put(tx.tx_id, Named(tx.id, tx.owner))
+                prepared_at = time.time()
+                await self._names.put(tx.tx_id, Named(tx.id, tx.owner, prepared_at))
             except OSError as exc:
                 raise Unavailable(f"the transaction's id and owner cannot be recorded "
                                   f"({exc}): not prepared",
@@ -393,6 +411,7 @@ class Transactions:
                                   tx_id=tx.tx_id)
             del specs  # its payloads copy the bodies: gone before the heap is trimmed
             tx.state = TxState.PREPARED
+            tx.prepared_at = prepared_at
             held = self._drop_bodies(tx)  # in the store now
         await self._give_back(held)
         return tx

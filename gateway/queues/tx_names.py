@@ -1,5 +1,5 @@
-"""The id and owner of each prepared transaction, kept beside the store in
-``<data dir>/transactions.json`` so that both survive a restart (the store knows a prepared
+"""The id, owner and time of preparation of each prepared transaction, kept beside the store
+in ``<data dir>/transactions.json`` so that they survive a restart (the store knows a prepared
 transaction by its internal number only).
 
 An entry is written, synced and renamed into place before the store prepares, so every
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ TX_ID_PATTERN = re.compile(r"tx-[A-Za-z0-9_-]{22}")
 class Named:
     id: str
     owner: str | None  # gateway.queues.transactions.owner_key; None: the admin resolves it
+    # When it was prepared (Unix seconds); None in an entry written before times were kept.
+    prepared_at: float | None = None
 
 
 class PreparedNames:
@@ -60,7 +63,8 @@ class PreparedNames:
             if (re.fullmatch(r"[0-9]{1,20}", key) and isinstance(value, dict)
                     and isinstance(value.get("id"), str) and TX_ID_PATTERN.fullmatch(value["id"])
                     and isinstance(value.get("owner"), (str, type(None)))):
-                entries[int(key)] = Named(value["id"], value["owner"])
+                entries[int(key)] = Named(value["id"], value["owner"],
+                                          _time_of(key, value.get("prepared_at")))
             else:
                 server_log.warning("%s: entry %r ignored", self.path, key)
         return entries
@@ -91,7 +95,8 @@ class PreparedNames:
 
     async def _save(self) -> None:
         async with self._lock:  # the snapshot taken under the lock: the last write wins
-            doc = {"prepared": {str(k): {"id": v.id, "owner": v.owner}
+            doc = {"prepared": {str(k): {"id": v.id, "owner": v.owner,
+                                         "prepared_at": v.prepared_at}
                                 for k, v in sorted(self._entries.items())}}
             await asyncio.get_running_loop().run_in_executor(
                 None, self._write, json.dumps(doc, indent=1).encode())
@@ -108,3 +113,15 @@ class PreparedNames:
             os.fsync(directory)
         finally:
             os.close(directory)
+
+
+def _time_of(key: str, value: object) -> float | None:
+    """An entry's ``prepared_at``: a finite, non-negative number of seconds, or None (absent,
+    or not such a number: logged; the id and owner are kept all the same)."""
+    if value is None:
+        return None
+    if (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0):
+        return float(value)
+    server_log.warning("transaction entry %r: prepared_at %r ignored", key, value)
+    return None

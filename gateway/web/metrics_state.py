@@ -1,6 +1,6 @@
 """Metrics read from the gateway's state at scrape time (a Prometheus custom collector):
 queues and what happened to their messages, links, dead letters, quota, range consumers,
-mapping reloads, the store writer's histograms.
+open transactions, mapping reloads, the store writer's histograms.
 
 Read when scraped rather than updated on every message: the hot path pays nothing, and the
 figures are exact at the moment of the scrape.
@@ -8,6 +8,7 @@ figures are exact at the moment of the scrape.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -56,6 +57,7 @@ class StateCollector(Collector):
             dead.add_metric([queue, name], count)
         yield dead
         yield _expired(self._state)
+        yield from _transactions(self._state)
         store = doc.get("store")
         if store is not None:
             for key, text in (("used_bytes", "Bytes used against the machine quota."),
@@ -82,6 +84,21 @@ def _expired(state: GatewayState) -> Metric:
     for outcome in ("dead_lettered", "discarded"):
         expired.add_metric([outcome], counts.get(outcome, 0))
     return expired
+
+
+def _transactions(state: GatewayState) -> Iterator[Metric]:
+    services = state.services
+    active, prepared, oldest = (services.transactions.census(time.time())
+                                if services is not None else (0, 0, 0.0))
+    count = GaugeMetricFamily("entrepot_transactions", "Open REST transactions, by state "
+                              "(active, prepared).", labels=["state"])
+    count.add_metric(["active"], active)
+    count.add_metric(["prepared"], prepared)
+    yield count
+    yield GaugeMetricFamily("entrepot_transaction_prepared_oldest_age_seconds",
+                            "Age of the oldest prepared transaction (0 with none): until "
+                            "its coordinator commits or aborts it, it holds what it "
+                            "received and its queues' range head.", value=oldest)
 
 
 def _heads(state: GatewayState) -> dict[str, int]:

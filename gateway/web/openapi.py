@@ -197,6 +197,10 @@ _SCHEMAS: dict[str, Any] = {
         "owner": {"type": ["string", "null"]},
         "expires_at": {"type": ["string", "null"], "format": "date-time",
                        "description": "null once prepared: a prepared one never expires"},
+        "prepared_at": {"type": ["string", "null"], "format": "date-time",
+                        "description": "when it was prepared (one restored without that "
+                                       "time: when the gateway found it at start); null "
+                                       "while active"},
         "sends": _INT, "receives": _INT}),
     "Link": _answer({
         "id": _STR, "kind": {"enum": ["messages", "receipts"]}, "destination": _STR,

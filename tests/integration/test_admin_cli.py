@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -157,6 +157,9 @@ def test_links_and_transactions(capsys: Any, gw: GatewayProcess) -> None:
     post(f"/v1/transactions/{tx}/prepare")
     code, out, _ = run(capsys, gw, "tx", "list")
     assert tx in out and "prepared" in out
+    header, row = out.splitlines()[:2]  # since when it waits for its coordinator
+    assert header.split()[-1] == "PREPARED" and re.fullmatch(
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row.split()[-1])
     code, out, _ = run(capsys, gw, "tx", "commit", tx)
     assert code == 0 and "committed" in out
     assert json.loads(run(capsys, gw, "queue", "show", "txq", "--json")[1])["messages"] == 2

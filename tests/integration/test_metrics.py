@@ -212,7 +212,7 @@ async def test_link_metrics_count_retries_with_bounded_snake_case_labels(
     for destination in (named, "_other"):
         assert _value(text, "entrepot_link_state", destination=destination,
                       state="waiting_to_connect") == 1
-    states = set(re.findall(r'state="([^"]*)"', text))
+    states = set(re.findall(r'^entrepot_link_state\{.*state="([^"]*)"', text, re.M))
     assert states == {"active", "waiting_to_connect", "inactive", "paused"}
 
 
