@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import re
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ __all__ = ["PreparedNames", "Named", "FILE_NAME", "TX_ID_PATTERN"]
 
 FILE_NAME = "transactions.json"
 TX_ID_PATTERN = re.compile(r"tx-[A-Za-z0-9_-]{22}")
+_LAST_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +116,13 @@ class PreparedNames:
 
 
 def _time_of(key: str, value: object) -> float | None:
-    """An entry's ``prepared_at``: a finite, non-negative number of seconds, or None (absent,
-    or not such a number: logged; the id and owner are kept all the same)."""
+    """An entry's ``prepared_at``: Unix seconds up to the end of year 9999 (what a date-time
+    shows), or None (absent, or not such a number: logged; the id and owner are kept all the
+    same). Compared, not converted: an integer too large for a float is refused, not raised."""
     if value is None:
         return None
     if (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value >= 0):
+            and 0 <= value <= _LAST_SECOND):  # NaN compares false
         return float(value)
     server_log.warning("transaction entry %r: prepared_at %r ignored", key, value)
     return None

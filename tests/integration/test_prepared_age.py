@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.queues.tx_names import FILE_NAME
 from gateway.settings import Settings
 from tests.helpers import ready_client
@@ -54,10 +56,14 @@ async def test_prepared_at_is_shown_and_kept_across_a_restart(
     assert (listed["id"], listed["prepared_at"]) == (tx, shown)
 
 
+@pytest.mark.parametrize("bad", ["yesterday", None, -1, 10 ** 400, 1e300, True,
+                                 float("nan"), float("inf"), [1]],
+                         ids=["text", "null", "negative", "huge-int", "huge-float", "bool",
+                              "nan", "inf", "list"])
 async def test_an_entry_without_a_time_gets_the_time_it_was_found(
-        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
-    """An entry written before times were kept (or with one that is not a time): the
-    transaction keeps its id, and its age counts from the start that found it."""
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], bad: object) -> None:
+    """An entry written before times were kept (or with one that is not a time of this
+    era): the transaction keeps its id, and its age counts from the start that found it."""
     settings = settings_factory()
     first = await ready_client(aiohttp_client, settings)
     tx, _, _ = await _prepared(first)
@@ -65,8 +71,8 @@ async def test_an_entry_without_a_time_gets_the_time_it_was_found(
     path = Path(settings.store.data_dir) / FILE_NAME
     doc = json.loads(path.read_bytes())
     [entry] = doc["prepared"].values()
-    entry["prepared_at"] = "yesterday"
-    path.write_text(json.dumps(doc))
+    entry["prepared_at"] = bad
+    path.write_text(json.dumps(doc))  # NaN and Infinity as Python's json writes them
 
     started = int(time.time())
     second = await ready_client(aiohttp_client, settings)
