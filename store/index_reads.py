@@ -1,5 +1,6 @@
 """What the store's per-queue index answers (``store.index``): records and sequence numbers
-of live messages, without reading a segment. ``MessageStore`` is one."""
+of live messages, without reading a segment, and how far a queue's sequences are resolved
+(``store.numbering``). ``MessageStore`` is one."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator, KeysView
 from store.framing import RecordFlags
 from store.index import QueueIndex
 from store.inflight import InFlight
+from store.numbering import Numbering
 from store.records import StoredRecord
 
 __all__ = ["IndexReads"]
@@ -20,6 +22,19 @@ class IndexReads:
 
     _index: QueueIndex
     _inflight: InFlight
+    _numbering: Numbering
+
+    def readable_end(self, queue_id: int) -> int:
+        """The queue's stable head: every sequence below it is resolved for good (visible,
+        removed, or never to be used), so a range read below it returns the same records
+        every time until they are removed."""
+        return self._numbering.readable_end(queue_id)
+
+    def unresolved(self, queue_id: int) -> tuple[int, frozenset[int]]:
+        """(The queue's next sequence, the sequences below it not resolved yet: sends still
+        being written, prepared transactions' records). Every other sequence below it is
+        visible, removed, or never to be used."""
+        return self._numbering.unresolved(queue_id)
 
     def holds_or_awaits(self, queue_id: int) -> bool:
         """The queue has live records, or writes into it numbered and not yet visible (a

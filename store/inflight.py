@@ -47,5 +47,9 @@ class InFlight:
         pending = self._by_queue.get(queue_id)
         return min(pending) if pending else None
 
+    def of(self, queue_id: int) -> frozenset[int]:
+        """The queue's sequences in flight now."""
+        return frozenset(self._by_queue.get(queue_id, ()))
+
     def count(self, queue_id: int) -> int:
         return len(self._by_queue.get(queue_id, ()))

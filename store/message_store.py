@@ -460,12 +460,6 @@ class MessageStore(IndexReads):
         """``release_seq`` for every numbered send of a batch that failed to be built."""
         self._numbering.forget(sends)
 
-    def readable_end(self, queue_id: int) -> int:
-        """The queue's stable head: every sequence below it is resolved for good (visible,
-        removed, or never to be used), so a range read below it returns the same records
-        every time until they are removed."""
-        return self._numbering.readable_end(queue_id)
-
     async def _submit(self, job: Job) -> Job:
         if self._writer is None:
             raise StoreClosed("the store is not started")

@@ -70,6 +70,12 @@ class Numbering:
         lowest = self.in_flight.lowest(queue_id)
         return next_seq if lowest is None else min(lowest, next_seq)
 
+    def unresolved(self, queue_id: int) -> tuple[int, frozenset[int]]:
+        """(The queue's next sequence, the sequences below it still in flight)."""
+        with self._lock:
+            next_seq = self._next_seq.get(queue_id, 1)
+        return next_seq, self.in_flight.of(queue_id)
+
     def snapshot(self) -> dict[int, int]:
         """The next sequence of every queue, for the writer thread's checkpoints."""
         with self._lock:

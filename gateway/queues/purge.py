@@ -6,8 +6,11 @@ delivery lane at the end. So messages are taken ``STEP`` at a time in sequence o
 (``gateway.queues.pages``), removed in one store commit a step (with their negative
 acknowledgements), and dropped from the heads of the delivery lanes as they go.
 
-What is purged: every message below the queue's readable end when the purge starts that is not
-being received at that step. A message that arrives meanwhile stays.
+What is purged: every message the queue holds when the purge starts (below its next sequence
+then, and resolved then) that is not being received at that step. A message that arrives
+meanwhile stays, and so do a prepared transaction's messages: they arrive at its commit. The
+purge does not stop at the readable end (the range readers' head), which a prepared
+transaction holds back until its coordinator decides.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ STEP = 1000  # messages removed per store commit (and per turn of the event loop
 async def purge_queue(qm: QueueHost, queue: Queue, reason: MessageClass) -> int:
     """Remove the waiting messages of ``queue``; return how many were removed."""
     purged = 0
-    end = qm.store.readable_end(queue.queue_id)
+    end, unresolved = qm.store.unresolved(queue.queue_id)
     async for records in pages(qm.store, queue.queue_id, STEP, below=end):
-        chosen = [r for r in records if r.seq not in queue.reserved]
+        chosen = [r for r in records
+                  if r.seq not in queue.reserved and r.seq not in unresolved]
         if not chosen:
             continue
         seqs = [r.seq for r in chosen]

@@ -101,3 +101,27 @@ async def test_metrics_count_transactions_and_age_the_oldest_prepared(
     # Prepared within [before, after], scraped after ``after + 1``.
     assert 1 <= _value(text, "entrepot_transaction_prepared_oldest_age_seconds") <= (
         scraped - before)
+
+
+async def test_a_purge_passes_a_prepared_transaction(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    """A purge removes every message the queue holds when it starts, those after a prepared
+    transaction's too; the transaction's own messages are not the queue's yet, and stay
+    (across a restart as well) for its commit."""
+    settings = settings_factory()
+    first = await ready_client(aiohttp_client, settings)
+    single = {"Mq-Transaction": "single"}
+    await first.put("/v1/queues/private$/a", json={"transactional": True})
+    assert (await first.post("/v1/queues/private$/a/messages", data=b"before",
+                             headers=single)).status == 201
+    tx, _, _ = await _prepared(first)  # sends "m" to private$/a
+    assert (await first.post("/v1/queues/private$/a/messages", data=b"after",
+                             headers=single)).status == 201
+    await first.close()
+
+    second = await ready_client(aiohttp_client, settings)
+    purged = await (await second.post("/v1/queues/private$/a/purge")).json()
+    assert purged == {"purged": 2}
+    assert (await second.post(f"/v1/transactions/{tx}/commit")).status == 200
+    page = await (await second.get("/v1/queues/private$/a/messages")).json()
+    assert [m["body_base64"] for m in page["messages"]] == ["bQ=="]  # "m"

@@ -10,17 +10,18 @@ from typing import Any
 
 import pytest
 
-from gateway.web.appkeys import STATE_KEY
-from gateway.queues.batch import send_batch
 from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties
-from gateway.queues.purge import STEP
-from gateway.queues.manager import QueueManager
+from gateway.queues import sending
+from gateway.queues.batch import send_batch
 from gateway.queues.errors import QueueError
+from gateway.queues.manager import QueueManager
+from gateway.queues.purge import STEP
 from gateway.queues.redrive import SCAN_STEP, Redrive, RedriveFilter
 from gateway.queues.seen_ids import SCAN_STEP as ID_SCAN_STEP
 from gateway.queues.seen_ids import SeenIds
 from gateway.settings import Settings
+from gateway.web.appkeys import STATE_KEY
 from tests.helpers import ready_client
 
 DEAD = "system$;deadletter"
@@ -73,6 +74,25 @@ async def test_purge_goes_in_steps_and_spares_what_arrives_meanwhile(
     assert _lanes(qm) == [late.seq], "the lanes keep only the message that came later"
     peeked = qm.peek("big")
     assert peeked is not None and peeked.body == b"late"
+
+
+async def test_purge_spares_a_send_in_flight_when_it_starts(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
+    """A send numbered before the purge starts and stored while it runs arrives meanwhile:
+    it stays, though its sequence is below those the purge removes in its later steps."""
+    qm = await _qm(aiohttp_client, settings_factory())
+    queue = qm.queue("big")
+    await _fill(qm, STEP + 10, MessageProperties())
+    seq = sending.reserve(qm.store, queue)  # in flight from now
+    await _fill(qm, STEP, MessageProperties())
+    purge = asyncio.create_task(qm.purge("big"))
+    await asyncio.sleep(0)  # the purge has fixed its end and is committing its first step
+    await sending.commit(qm.store, [sending.message(queue, MessageProperties(), b"in flight",
+                                                    seq=seq)], arrived=qm.arrived)
+    assert await purge == 2 * STEP + 10
+    assert qm.store.count(queue.queue_id) == 1
+    peeked = qm.peek("big")
+    assert peeked is not None and (peeked.seq, peeked.body) == (seq, b"in flight")
 
 
 async def test_purge_leaves_a_message_being_received_in_its_place(
