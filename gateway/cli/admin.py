@@ -405,9 +405,9 @@ def _tx_list(client: AdminClient, args: argparse.Namespace) -> int:
     if args.json:
         print_json(transactions)
     else:
-        print_table(transactions, [("id", "ID"), ("state", "STATE"), ("sends", "SENDS"),
-                                   ("receives", "RECEIVES"), ("expires_at", "EXPIRES"),
-                                   ("prepared_at", "PREPARED")],
+        print_table(transactions, [("id", "ID"), ("owner", "OWNER"), ("state", "STATE"),
+                                   ("sends", "SENDS"), ("receives", "RECEIVES"),
+                                   ("expires_at", "EXPIRES"), ("prepared_at", "PREPARED")],
                     empty="(no transactions)")
     return 0
 

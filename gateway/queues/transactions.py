@@ -100,8 +100,11 @@ class Transaction:
     # The queues its sends go to (held or prepared): none of them is deleted before it ends.
     targets: set[int] = field(default_factory=set)
     # When it was prepared (Unix seconds): until its coordinator commits or aborts it, it holds
-    # what it received and the queues' ``next`` (range readers wait for its outcome).
+    # what it received and the queues' ``next`` (range readers wait for its outcome). Its age
+    # is measured on the monotonic clock (``prepared_mono``): a wall clock set back does not
+    # make it young.
     prepared_at: float | None = None
+    prepared_mono: float = 0.0
 
     def summary(self) -> dict[str, object]:
         return {"id": self.id, "state": self.state.value, "owner": _owner_name(self.owner),
@@ -150,14 +153,23 @@ class Transactions:
         for tx_id in sorted(self.qm.store.prepared):
             named = names.get(tx_id)
             if named is None or named.id in self._open:
+                why = "no recorded id" if named is None else "the recorded id of another"
                 named = Named(self._unused_id(), None, found_at)
-                server_log.warning("prepared transaction %d has no recorded id: it is %s, "
-                                   "for the admin to commit or abort", tx_id, named.id)
-            elif named.prepared_at is None:  # recorded before times were: since this start
+                server_log.warning("prepared transaction %d has %s: it is %s, for the admin "
+                                   "to commit or abort", tx_id, why, named.id)
+            elif named.prepared_at is None or named.prepared_at > found_at:
+                if named.prepared_at is None:  # recorded before times were
+                    server_log.info("transaction %s has no recorded time of preparation: its "
+                                    "age counts from this start", named.id)
+                else:  # the clock went back, or a bad entry
+                    server_log.warning("transaction %s was prepared at %s, after now: its age "
+                                       "counts from this start", named.id,
+                                       _iso(named.prepared_at))
                 named = Named(named.id, named.owner, found_at)
             kept[tx_id] = named
             tx = Transaction(named.id, tx_id, 0.0, TxState.PREPARED, owner=named.owner,
                              prepared_at=named.prepared_at)
+            tx.prepared_mono = time.monotonic() - (found_at - (named.prepared_at or found_at))
             tx.targets = {r.queue_id for r in self.qm.store.prepared[tx_id].records}
             tx.sent = sum(1 for r in self.qm.store.prepared[tx_id].records  # not the journal
                           if (q := self.qm.queue_by_id_or_none(r.queue_id)) is not None
@@ -222,14 +234,14 @@ class Transactions:
                        if principal.admin or principal.open or t.owner == owner),
                       key=lambda t: t.tx_id)
 
-    def census(self, now: float) -> tuple[int, int, float]:
+    def census(self) -> tuple[int, int, float]:
         """(active, prepared, the oldest prepared one's age in seconds, 0 with none): what
         an operator watches, since a prepared transaction waits for its coordinator for
         ever."""
-        prepared = [t.prepared_at for t in self._open.values()
-                    if t.state is TxState.PREPARED and t.prepared_at is not None]
+        prepared = [t.prepared_mono for t in self._open.values()
+                    if t.state is TxState.PREPARED]
         return (len(self._open) - len(prepared), len(prepared),
-                max(0.0, now - min(prepared)) if prepared else 0.0)
+                max(0.0, time.monotonic() - min(prepared)) if prepared else 0.0)
 
     def _targeted(self, queue_id: int) -> bool:
         return any(queue_id in tx.targets for tx in self._open.values())
@@ -402,16 +414,17 @@ class Transactions:
             try:  # recorded first: a prepared transaction always has its id and owner
                 prepared_at = time.time()
                 await self._names.put(tx.tx_id, Named(tx.id, tx.owner, prepared_at))
-            except OSError as exc:
-                raise Unavailable(f"the transaction's id and owner cannot be recorded "
-                                  f"({exc}): not prepared",
+            except OSError as exc:  # the path and the details are the log's, not a partner's
+                server_log.error("transaction %s not prepared: %s", tx.id, exc)
+                raise Unavailable("the transaction's id and owner cannot be recorded ("
+                                  f"{exc.strerror or type(exc).__name__}): not prepared",
                                   type_slug="MQ_ERROR_SERVICE_NOT_AVAILABLE",
                                   retry_after_s=5) from exc
             await sending.prepare(self.qm.store, specs, [r for _, r in tx.receives],
                                   tx_id=tx.tx_id)
             del specs  # its payloads copy the bodies: gone before the heap is trimmed
             tx.state = TxState.PREPARED
-            tx.prepared_at = prepared_at
+            tx.prepared_at, tx.prepared_mono = prepared_at, time.monotonic()
             held = self._drop_bodies(tx)  # in the store now
         await self._give_back(held)
         return tx

@@ -14,6 +14,8 @@ import asyncio
 import json
 import os
 import re
+import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,31 +45,63 @@ class PreparedNames:
         self._lock = asyncio.Lock()
 
     def load(self) -> dict[int, Named]:
-        """The entries on disk, kept as the current ones; an unreadable file counts as none
-        (logged). Blocking."""
-        self._entries = self._read()
-        return dict(self._entries)
+        """The entries on disk, kept as the current ones. Blocking.
 
-    def _read(self) -> dict[int, Named]:
+        What cannot be read is logged and left out (an unreadable file counts as none; an
+        entry with a bad owner keeps its id, for the admin to resolve), and the file as it
+        was found is copied aside first (``transactions.json.damaged-<seconds>``): the start
+        rewrites it, and the ids the coordinators hold must not be lost with it."""
+        entries, damaged = self._read()
+        if damaged:
+            self._set_aside()
+        self._entries = entries
+        return dict(entries)
+
+    def _read(self) -> tuple[dict[int, Named], bool]:
+        """(The entries, whether anything was left out or changed.)"""
         try:
-            doc = json.loads(self.path.read_bytes())
+            doc = json.loads(self.path.read_bytes(), object_pairs_hook=_Pairs)
         except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
+            return {}, False
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: deep nesting
             server_log.warning("%s unreadable, prepared transactions get new ids: %s",
-                               self.path, exc)
-            return {}
-        entries: dict[int, Named] = {}
+                               self.path, _short(exc))
+            return {}, True
         prepared = doc.get("prepared") if isinstance(doc, dict) else None
-        for key, value in (prepared.items() if isinstance(prepared, dict) else ()):
-            if (re.fullmatch(r"[0-9]{1,20}", key) and isinstance(value, dict)
-                    and isinstance(value.get("id"), str) and TX_ID_PATTERN.fullmatch(value["id"])
-                    and isinstance(value.get("owner"), (str, type(None)))):
-                entries[int(key)] = Named(value["id"], value["owner"],
-                                          _time_of(key, value.get("prepared_at")))
-            else:
-                server_log.warning("%s: entry %r ignored", self.path, key)
-        return entries
+        if not isinstance(prepared, _Pairs):
+            server_log.warning("%s has no \"prepared\" object: prepared transactions get new "
+                               "ids", self.path)
+            return {}, True
+        damaged = False
+        entries: dict[int, Named] = {}
+        for key, value in prepared.items():
+            why = _fault(key, value, prepared.duplicates)
+            if why:
+                server_log.warning("%s: entry %s ignored: %s", self.path, _shown(key), why)
+                damaged = True
+                continue
+            assert isinstance(value, dict)
+            owner = value.get("owner")
+            if not isinstance(owner, str) and owner is not None:
+                server_log.warning("%s: entry %r: owner %s is not text: %s is the admin's to "
+                                   "resolve", self.path, key, _shown(owner), value["id"])
+                owner, damaged = None, True
+            at, bad_time = _time_of(value.get("prepared_at"))
+            if bad_time:
+                server_log.warning("%s: entry %r: prepared_at %s is not a time: its age counts "
+                                   "from this start", self.path, key, _shown(value["prepared_at"]))
+                damaged = True
+            entries[int(key)] = Named(value["id"], owner, at)
+        return entries, damaged
+
+    def _set_aside(self) -> None:
+        aside = self.path.with_name(f"{FILE_NAME}.damaged-{int(time.time())}")
+        try:
+            shutil.copyfile(self.path, aside)
+        except OSError as exc:
+            server_log.warning("%s not copied aside: %s", self.path, exc)
+        else:
+            server_log.warning("%s copied to %s as it was found", self.path, aside.name)
 
     async def replace(self, entries: dict[int, Named]) -> None:
         """Raises: OSError when the file cannot be written."""
@@ -115,14 +149,48 @@ class PreparedNames:
             os.close(directory)
 
 
-def _time_of(key: str, value: object) -> float | None:
-    """An entry's ``prepared_at``: Unix seconds up to the end of year 9999 (what a date-time
-    shows), or None (absent, or not such a number: logged; the id and owner are kept all the
-    same). Compared, not converted: an integer too large for a float is refused, not raised."""
+class _Pairs(dict[str, object]):
+    """A JSON object that remembers the keys it was given more than once (``json`` keeps the
+    last silently: which entry a damaged file meant is not known)."""
+
+    def __init__(self, pairs: list[tuple[str, object]]) -> None:
+        super().__init__(pairs)
+        seen: set[str] = set()
+        twice: set[str] = set()
+        for key, _ in pairs:
+            (twice if key in seen else seen).add(key)
+        self.duplicates = frozenset(twice)
+
+
+def _fault(key: str, value: object, duplicates: frozenset[str]) -> str:
+    """Why an entry cannot be used ("" when it can)."""
+    if not re.fullmatch(r"[0-9]{1,20}", key):
+        return "the key is not a transaction number"
+    if key in duplicates:
+        return "the number is given more than once"
+    if not isinstance(value, dict):
+        return "not an object"
+    if not (isinstance(value.get("id"), str) and TX_ID_PATTERN.fullmatch(value["id"])):
+        return f"id {_shown(value.get('id'))} is not a transaction id"
+    return ""
+
+
+def _time_of(value: object) -> tuple[float | None, bool]:
+    """An entry's ``prepared_at`` and whether it was given but is not a time. A time is Unix
+    seconds up to the end of year 9999 (what a date-time shows); it is compared, not
+    converted: an integer too large for a float is refused, not raised."""
     if value is None:
-        return None
+        return None, False
     if (isinstance(value, (int, float)) and not isinstance(value, bool)
             and 0 <= value <= _LAST_SECOND):  # NaN compares false
-        return float(value)
-    server_log.warning("transaction entry %r: prepared_at %r ignored", key, value)
-    return None
+        return float(value), False
+    return None, True
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc)[:200]
+
+
+def _shown(value: object) -> str:
+    """A value of the file for a log line, cut short: the file may hold anything."""
+    return repr(value)[:80]

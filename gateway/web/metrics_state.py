@@ -8,7 +8,6 @@ figures are exact at the moment of the scrape.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -88,7 +87,7 @@ def _expired(state: GatewayState) -> Metric:
 
 def _transactions(state: GatewayState) -> Iterator[Metric]:
     services = state.services
-    active, prepared, oldest = (services.transactions.census(time.time())
+    active, prepared, oldest = (services.transactions.census()
                                 if services is not None else (0, 0, 0.0))
     count = GaugeMetricFamily("entrepot_transactions", "Open REST transactions, by state "
                               "(active, prepared).", labels=["state"])

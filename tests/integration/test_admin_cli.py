@@ -158,7 +158,7 @@ def test_links_and_transactions(capsys: Any, gw: GatewayProcess) -> None:
     code, out, _ = run(capsys, gw, "tx", "list")
     assert tx in out and "prepared" in out
     header, row = out.splitlines()[:2]  # since when it waits for its coordinator
-    assert header.split()[-1] == "PREPARED" and re.fullmatch(
+    assert header.split()[1] == "OWNER" and header.split()[-1] == "PREPARED" and re.fullmatch(
         r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row.split()[-1])
     code, out, _ = run(capsys, gw, "tx", "commit", tx)
     assert code == 0 and "committed" in out
