@@ -41,6 +41,21 @@ async def _prepared(client: Any) -> tuple[str, float, float]:
     return tx, before, after
 
 
+async def _stopped_with_entry(aiohttp_client: Any, settings: Settings, field: str,
+                              value: object) -> tuple[str, Path, str]:
+    """(The id of a prepared transaction, the file of its stopped gateway, the file's text)
+    once the entry's ``field`` is set to ``value`` there."""
+    first = await ready_client(aiohttp_client, settings)
+    tx, _, _ = await _prepared(first)
+    await first.close()
+    path = Path(settings.store.data_dir) / FILE_NAME
+    doc = json.loads(path.read_bytes())
+    [entry] = doc["prepared"].values()
+    entry[field] = value
+    path.write_text(json.dumps(doc))  # NaN and Infinity as Python's json writes them
+    return tx, path, path.read_text()
+
+
 async def test_prepared_at_is_shown_and_kept_across_a_restart(
         aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> None:
     settings = settings_factory()
@@ -66,14 +81,7 @@ async def test_an_entry_without_a_time_gets_the_time_it_was_found(
     after now: a clock set back): the transaction keeps its id, and its age counts from the
     start that found it, not hidden as 0 by a time to come."""
     settings = settings_factory()
-    first = await ready_client(aiohttp_client, settings)
-    tx, _, _ = await _prepared(first)
-    await first.close()
-    path = Path(settings.store.data_dir) / FILE_NAME
-    doc = json.loads(path.read_bytes())
-    [entry] = doc["prepared"].values()
-    entry["prepared_at"] = bad
-    path.write_text(json.dumps(doc))  # NaN and Infinity as Python's json writes them
+    tx, path, _ = await _stopped_with_entry(aiohttp_client, settings, "prepared_at", bad)
 
     started = int(time.time())
     second = await ready_client(aiohttp_client, settings)
@@ -128,12 +136,6 @@ async def test_a_purge_passes_a_prepared_transaction(
     assert [m["body_base64"] for m in page["messages"]] == ["bQ=="]  # "m"
 
 
-def _damage(settings: Settings, text: str) -> Path:
-    path = Path(settings.store.data_dir) / FILE_NAME
-    path.write_text(text)
-    return path
-
-
 def _set_aside(path: Path) -> list[str]:
     return [p.read_text() for p in path.parent.glob(FILE_NAME + ".damaged-*")]
 
@@ -156,7 +158,7 @@ async def test_a_damaged_file_does_not_stop_the_start_and_is_kept_aside(
             "duplicate": json.dumps({"prepared": {number: entry}})[:-2]
             + f', "{number}": ' + json.dumps({**entry, "owner": "partner:mallory"}) + "}}"
             }[damage]
-    _damage(settings, text)
+    path.write_text(text)
 
     second = await ready_client(aiohttp_client, settings)
     [listed] = (await (await second.get("/v1/transactions")).json())["transactions"]
@@ -170,14 +172,7 @@ async def test_an_entry_with_a_bad_owner_keeps_its_id(
     """The id is what the coordinator holds: an owner that is not text leaves the
     transaction under its id, the admin's to resolve."""
     settings = settings_factory()
-    first = await ready_client(aiohttp_client, settings)
-    tx, _, _ = await _prepared(first)
-    await first.close()
-    path = Path(settings.store.data_dir) / FILE_NAME
-    doc = json.loads(path.read_bytes())
-    [entry] = doc["prepared"].values()
-    entry["owner"] = 5
-    found = _damage(settings, json.dumps(doc)).read_text()
+    tx, path, found = await _stopped_with_entry(aiohttp_client, settings, "owner", 5)
 
     second = await ready_client(aiohttp_client, settings)
     [listed] = (await (await second.get("/v1/transactions")).json())["transactions"]
