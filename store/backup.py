@@ -1,6 +1,8 @@
 """Backup of a data directory, with a manifest of SHA-256 checksums (restore: store.restore).
 
-A backup is a directory: ``MANIFEST.json`` plus ``storage/`` as it was copied. It can be taken
+A backup is a directory: ``MANIFEST.json`` plus ``storage/`` as it was copied, and the files of
+the data directory's root its caller names (``beside``: what the store's records depend on
+outside it, copied after them). It can be taken
 offline (the directory is locked for the copy) or online from an open ``MessageStore``. Online,
 checkpoints are held for the copy, so no space freed since the last checkpoint is reused; the
 files are copied in the order recovery reads them (checkpoint, bitmaps, registrations,
@@ -17,7 +19,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -94,8 +96,10 @@ def empty_target(path: Path, what: str) -> None:
         raise BackupError(f"{what} {path} is not empty")
 
 
-def copy_storage(storage: Path, dest: Path, progress: Progress | None = None) -> BackupReport:
-    """Copy ``storage`` into ``dest`` (which must be empty) and write the manifest.
+def copy_storage(storage: Path, dest: Path, progress: Progress | None = None,
+                 beside: Sequence[str] = ()) -> BackupReport:
+    """Copy ``storage`` into ``dest`` (which must be empty), then those of the files named
+    ``beside`` that the data directory holds, and write the manifest.
 
     Raises:
         BackupError: ``dest`` is not empty.
@@ -109,6 +113,7 @@ def copy_storage(storage: Path, dest: Path, progress: Progress | None = None) ->
     empty_target(dest, "backup destination")
     existed = dest.exists()
     files = _order(storage)
+    files += [path for name in beside if (path := storage.parent / name).is_file()]
     total = sum(p.stat().st_size for p in files)
     report = BackupReport()
     try:
@@ -146,8 +151,9 @@ def undo_copy(target: Path, existed: bool) -> None:
                 entry.unlink(missing_ok=True)
 
 
-def backup_offline(root: Path, dest: Path, progress: Progress | None = None) -> BackupReport:
-    """Back up a data directory no gateway has open.
+def backup_offline(root: Path, dest: Path, progress: Progress | None = None,
+                   beside: Sequence[str] = ()) -> BackupReport:
+    """Back up a data directory no gateway has open (``beside``: as ``copy_storage``).
 
     Raises:
         StoreLocked: a gateway has it open (back up through the gateway instead).
@@ -155,7 +161,7 @@ def backup_offline(root: Path, dest: Path, progress: Progress | None = None) -> 
     """
     lock = lock_data_dir(root)
     try:
-        return copy_storage(lock.data_dir.storage, dest, progress)
+        return copy_storage(lock.data_dir.storage, dest, progress, beside)
     finally:
         lock.release()
 

@@ -523,12 +523,13 @@ class MessageStore(IndexReads):
 
     # ---- backup --------------------------------------------------------------------------
 
-    def backup(self, dest: Path, progress: Progress | None = None) -> BackupReport:
+    def backup(self, dest: Path, progress: Progress | None = None,
+               beside: Sequence[str] = ()) -> BackupReport:
         """Copy the open store into ``dest`` consistently (see ``store.backup``). Blocking:
         call it off the event loop; writes go on meanwhile (checkpoints wait)."""
         self._engine.hold_checkpoints()
         try:
-            return copy_storage(self.data_dir.storage, dest, progress)
+            return copy_storage(self.data_dir.storage, dest, progress, beside)
         finally:
             self._engine.release_checkpoints()
 

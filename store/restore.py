@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,14 +43,16 @@ class RestoreReport:
 
 
 def restore(src: Path, root: Path, options: StoreOptions,
-            progress: Progress | None = None) -> RestoreReport:
-    """Verify the backup in ``src`` and restore it into the empty data directory ``root``.
+            progress: Progress | None = None, beside: Sequence[str] = ()) -> RestoreReport:
+    """Verify the backup in ``src`` and restore it into the empty data directory ``root``
+    (``beside``: the files of the root a backup may hold, as ``store.backup.copy_storage``
+    names them; the manifest may name no other file outside ``storage/``).
 
     Raises:
         BackupError: no manifest, a file missing or failing its checksum, or ``root`` not empty.
     """
     started = time.monotonic()
-    files = _read_manifest(src)
+    files = _read_manifest(src, frozenset(beside))
     empty_target(root, "data directory")
     total = sum(int(str(meta["size"])) for meta in files.values())
     report = RestoreReport()
@@ -84,7 +87,7 @@ def restore(src: Path, root: Path, options: StoreOptions,
     return report
 
 
-def _read_manifest(src: Path) -> dict[str, dict[str, object]]:
+def _read_manifest(src: Path, beside: frozenset[str]) -> dict[str, dict[str, object]]:
     try:
         manifest = json.loads((src / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
@@ -96,6 +99,8 @@ def _read_manifest(src: Path) -> dict[str, dict[str, object]]:
         raise BackupError(f"{src}: manifest lists no files")
     for relative in files:
         parts = Path(relative).parts
+        if relative in beside:
+            continue
         if Path(relative).is_absolute() or ".." in parts or parts[:1] != ("storage",):
             raise BackupError(f"{src}: manifest names a file outside storage/: {relative!r}")
     return files

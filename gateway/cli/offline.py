@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gateway.cli.state_queues import STATE_QUEUES
 from gateway.errors import StartupError
+from gateway.queues.identity import BACKED_UP
 from gateway.queues.state_records import why_unreadable
 from store.backup import backup_offline
 from store.check import RecordReader, check_data_dir
@@ -60,7 +61,7 @@ def run_backup(data_dir: Path, dest: Path, *, token: str = "") -> int:
         raise StartupError(f"{data_dir}: not an entrepot data directory (no storage/)")
     try:
         report = backup_offline(data_dir, dest,
-                                lambda d, t, n: _bar("backing up", d, t, n))
+                                lambda d, t, n: _bar("backing up", d, t, n), BACKED_UP)
         files, size, seconds = report.files, report.bytes, report.seconds
     except StoreLocked:
         try:
@@ -122,7 +123,7 @@ def run_restore(src: Path, data_dir: Path) -> int:
     """
     try:
         report = restore(src, data_dir, StoreOptions(),
-                         lambda d, t, n: _bar("restoring", d, t, n))
+                         lambda d, t, n: _bar("restoring", d, t, n), BACKED_UP)
     except StoreError as exc:
         raise StartupError(str(exc)) from exc
     except OSError as exc:  # DATA_DIR is left as it was (store.restore removes what it wrote)

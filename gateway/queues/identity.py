@@ -6,7 +6,14 @@ import json
 import uuid
 from pathlib import Path
 
-__all__ = ["load_guid"]
+from gateway.queues.tx_names import FILE_NAME
+
+__all__ = ["BACKED_UP", "load_guid"]
+
+# The data directory's files a backup keeps beside the store: the GUID (message ids, SRMP
+# streams and receipts carry it: a restore must not make another queue manager) and the
+# prepared transactions' ids and owners (their coordinators hold the ids).
+BACKED_UP = ("qm.json", FILE_NAME)
 
 
 def load_guid(data_dir: Path) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway.errors import ProblemError
+from gateway.queues.identity import BACKED_UP
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.auth_middleware import require_admin
 from gateway.web.rest_body import parse_json
@@ -42,7 +43,7 @@ async def backup(request: web.Request) -> web.Response:
                            type_slug="not-ready", headers={"Retry-After": "1"})
     loop = asyncio.get_running_loop()
     try:
-        report = await loop.run_in_executor(None, store.backup, Path(dest))
+        report = await loop.run_in_executor(None, store.backup, Path(dest), None, BACKED_UP)
     except BackupInside as exc:
         raise ProblemError(409, str(exc), type_slug="backup-target-inside-data-dir") from exc
     except BackupError as exc:

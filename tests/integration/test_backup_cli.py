@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -180,3 +181,52 @@ def test_backup_through_a_gateway_with_credentials_takes_the_admin_key(tmp_path:
             assert (tmp_path / name / "MANIFEST.json").exists()
     finally:
         gateway.stop()
+
+
+@pytest.mark.parametrize("online", [True, False], ids=["through-the-gateway", "offline"])
+def test_a_restore_is_the_same_queue_manager_with_its_prepared_transactions(
+        tmp_path: Path, online: bool) -> None:
+    """A restored gateway keeps the GUID (message ids, SRMP streams and receipts carry it)
+    and its prepared transactions' ids, owners and times (their coordinators hold the ids):
+    without them it would be another queue manager, its in-doubt transactions the admin's
+    under new ids."""
+    import urllib.request
+
+    def call(url: str, method: str, data: bytes = b"", tx: str = "") -> Any:
+        headers = {"Mq-Transaction": tx} if tx else {}
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            body = answer.read()
+            return json.loads(body) if body else None
+
+    data = tmp_path / "data"
+    proc = GatewayProcess(data)
+    proc.wait_ready()
+    try:
+        call(proc.url + "/v1/queues/private$/t", "PUT", b'{"transactional": true}')
+        sent = call(proc.url + "/v1/queues/private$/t/messages", "POST", b"kept", "single")
+        tx = call(proc.url + "/v1/transactions", "POST")["id"]
+        call(proc.url + "/v1/queues/private$/t/messages", "POST", b"held", tx)
+        prepared = call(f"{proc.url}/v1/transactions/{tx}/prepare", "POST")
+        if online:
+            assert _cli("backup", str(data), str(tmp_path / "bk")).returncode == 0
+    finally:
+        assert proc.stop() == 0
+    if not online:
+        assert _cli("backup", str(data), str(tmp_path / "bk")).returncode == 0
+    restored_dir = tmp_path / "restored"
+    result = _cli("restore", str(tmp_path / "bk"), str(restored_dir))
+    assert result.returncode == 0, result.stderr
+    assert (restored_dir / "qm.json").read_text() == (data / "qm.json").read_text()
+    restored = GatewayProcess(restored_dir)
+    restored.wait_ready()
+    try:
+        [shown] = call(restored.url + "/v1/transactions", "GET")["transactions"]
+        assert shown == prepared
+        page = call(restored.url + "/v1/queues/private$/t/messages", "GET")
+        assert [m["id"] for m in page["messages"]] == [sent["id"]]
+        call(f"{restored.url}/v1/transactions/{tx}/commit", "POST")
+        page = call(restored.url + "/v1/queues/private$/t/messages", "GET")
+        assert len(page["messages"]) == 2
+    finally:
+        assert restored.stop() == 0
