@@ -4,10 +4,13 @@ A backup is a directory: ``MANIFEST.json`` plus ``storage/`` as it was copied, a
 the data directory's root its caller names (``beside``: what the store's records depend on
 outside it, copied after them). It can be taken
 offline (the directory is locked for the copy) or online from an open ``MessageStore``. Online,
-checkpoints are held for the copy, so no space freed since the last checkpoint is reused; the
-files are copied in the order recovery reads them (checkpoint, bitmaps, registrations,
-segments, QMLog last). The copy then recovers like a crash at the moment the QMLog was read:
-every message acknowledged before the backup started is in it, and no transaction shows in
+checkpoints are held for the copy, so no space freed since the last checkpoint is reused, and
+the files are copied in this order: checkpoint, bitmaps, registrations, the QMLog, then the
+segments, listed once the QMLog is copied. A transaction's records are durable before its
+outcome (commit, abort, prepare) is logged, so every outcome the copied QMLog holds finds its
+records in the segments copied after it; records whose outcome came later have none in the
+copy and recover as unfinished (dead), as after a crash at the moment the QMLog was read.
+Every message acknowledged before the backup started is in it, and no transaction shows in
 part. Express (``r``) segments, ``archive/`` and ``quarantine/`` are not copied.
 """
 
@@ -62,8 +65,9 @@ class BackupReport:
     manifest: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
-def _order(storage: Path) -> list[Path]:
-    """Files to copy, in the order recovery depends on."""
+def _order(storage: Path) -> tuple[list[Path], Callable[[], list[Path]]]:
+    """The files recovery starts from (checkpoint, stream positions, bitmaps, registrations,
+    QMLog last), in that order; and how to list the segments, once those are copied."""
     def rank(path: Path) -> tuple[int, str]:
         name = path.name
         parsed = parse_segment_name(name)
@@ -75,13 +79,21 @@ def _order(storage: Path) -> list[Path]:
             return 2, name
         if path.parent.name == "lqs":
             return 3, name
-        if parsed is not None and parsed[0] in "pj":
-            return 4, name
-        return 5, name  # QMLog last
+        return 4, name  # QMLog last
 
-    files = [p for p in storage.iterdir() if p.is_file() and _wanted(p.name)]
+    def segments() -> list[Path]:
+        return sorted(p for p in storage.iterdir() if p.is_file() and _is_segment(p.name))
+
+    files = [p for p in storage.iterdir()
+             if p.is_file() and _wanted(p.name) and not _is_segment(p.name)]
     files += [p for p in (storage / "lqs").iterdir() if p.is_file() and not p.name.endswith(".tmp")]
-    return sorted(files, key=rank)
+    return sorted(files, key=rank), segments
+
+
+def _is_segment(name: str) -> bool:
+    """A message segment (``p``: recoverable, ``j``: journal), not a bitmap."""
+    parsed = parse_segment_name(name)
+    return parsed is not None and parsed[0] in "pj"
 
 
 def _wanted(name: str) -> bool:
@@ -98,8 +110,8 @@ def empty_target(path: Path, what: str) -> None:
 
 def copy_storage(storage: Path, dest: Path, progress: Progress | None = None,
                  beside: Sequence[str] = ()) -> BackupReport:
-    """Copy ``storage`` into ``dest`` (which must be empty), then those of the files named
-    ``beside`` that the data directory holds, and write the manifest.
+    """Copy ``storage`` into ``dest`` (which must be empty), with those of the files named
+    ``beside`` that the data directory holds (after the QMLog), and write the manifest.
 
     Raises:
         BackupError: ``dest`` is not empty.
@@ -112,17 +124,26 @@ def copy_storage(storage: Path, dest: Path, progress: Progress | None = None,
                            "a backup must live elsewhere (it would be lost with it)")
     empty_target(dest, "backup destination")
     existed = dest.exists()
-    files = _order(storage)
-    files += [path for name in beside if (path := storage.parent / name).is_file()]
-    total = sum(p.stat().st_size for p in files)
+    first, segments = _order(storage)
+    # The files beside the store right after the QMLog: a transaction prepared by then has
+    # its entry there (written before the store prepares), and one that ends meanwhile has
+    # little time to drop it.
+    first += [path for name in beside if (path := storage.parent / name).is_file()]
+    total = sum(p.stat().st_size for p in first + segments())  # the segments as they are now
     report = BackupReport()
+
+    def copy(path: Path) -> None:
+        relative = path.relative_to(storage.parent)
+        digest, size = copy_file(path, dest / relative, report, total, progress)
+        report.manifest[str(relative)] = {"size": size, "sha256": digest}
+        report.files += 1
+
     try:
         (dest / "storage" / "lqs").mkdir(parents=True, exist_ok=True)
-        for path in files:
-            relative = path.relative_to(storage.parent)
-            digest, size = copy_file(path, dest / relative, report, total, progress)
-            report.manifest[str(relative)] = {"size": size, "sha256": digest}
-            report.files += 1
+        for path in first:
+            copy(path)
+        for path in segments():  # listed now: one made during the copy is in it too
+            copy(path)
         manifest = {"format": FORMAT,
                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "files": report.manifest}

@@ -112,3 +112,41 @@ async def test_online_backup_under_load_keeps_everything_acknowledged_before(
     assert kept == [b"before-%d" % i for i in range(50, 300)]
     pairs = bodies.get(3, [])
     assert len(pairs) % 2 == 0, "transactions are whole in the backup"
+
+
+async def test_a_prepare_during_an_online_backup_is_whole_or_absent_in_it(
+        tmp_path: Path) -> None:
+    """A transaction prepared while the segments are being copied: the copy holds it
+    prepared with its records, or not at all, never prepared without them (a coordinator's
+    commit on the restored copy would then store nothing and succeed)."""
+    from store.message_store import MessageStore
+    from store.segment import parse_segment_name
+
+    store = await open_store(tmp_path / "data")
+    await store.create_queue("orders", {"transactional": "1"})
+    await store.append(SendSpec(1, b"before"))
+    loop = asyncio.get_running_loop()
+    prepared: list[int] = []
+
+    def progress(done: int, total: int, name: str) -> None:
+        parsed = parse_segment_name(name)
+        if prepared or parsed is None or parsed[0] != "p":
+            return
+        # The first segment is being copied: a transaction prepares (records, then its
+        # outcome in the QMLog) before the copy goes on.
+        tx_id = store.reserve_tx_id()
+        asyncio.run_coroutine_threadsafe(
+            store.prepare([SendSpec(1, b"held-1"), SendSpec(1, b"held-2")], tx_id=tx_id),
+            loop).result(timeout=60)
+        prepared.append(tx_id)
+
+    await loop.run_in_executor(None, store.backup, tmp_path / "backup", progress)
+    assert prepared, "a prepare ran during the copy"
+    await close_store(store)
+    restore(tmp_path / "backup", tmp_path / "restored", SMALL)
+    copy = MessageStore.open(tmp_path / "restored", SMALL)
+    try:
+        held = {tx: sorted(copy.read(r) for r in p.records) for tx, p in copy.prepared.items()}
+    finally:
+        copy.close()
+    assert held in ({}, {prepared[0]: [b"held-1", b"held-2"]})
