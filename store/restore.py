@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from store.options import StoreOptions
 __all__ = ["restore", "RestoreReport"]
 
 _CHUNK = 1 << 20
+_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(slots=True)
@@ -53,8 +55,9 @@ def restore(src: Path, root: Path, options: StoreOptions,
     """
     started = time.monotonic()
     files = _read_manifest(src, frozenset(beside))
+    _check_target(src, root)
     empty_target(root, "data directory")
-    total = sum(int(str(meta["size"])) for meta in files.values())
+    total = sum(int(str(meta["size"])) for meta in files.values())  # checked: integers
     report = RestoreReport()
     for relative, meta in sorted(files.items()):
         source = src / relative
@@ -88,22 +91,50 @@ def restore(src: Path, root: Path, options: StoreOptions,
 
 
 def _read_manifest(src: Path, beside: frozenset[str]) -> dict[str, dict[str, object]]:
+    """The manifest's files, by their path in the backup (``storage/...``, or a name of
+    ``beside``), each with an integer ``size`` and a hex ``sha256``.
+
+    Raises:
+        BackupError: not a manifest this version wrote, a file outside those, a path given
+            twice (``storage/./x``), or no store in it.
+    """
     try:
         manifest = json.loads((src / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise BackupError(f"{src}: no readable {MANIFEST} ({exc})") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BackupError(f"{src}: unknown backup format")
     files = manifest.get("files")
     if not isinstance(files, dict) or not all(isinstance(m, dict) for m in files.values()):
         raise BackupError(f"{src}: manifest lists no files")
-    for relative in files:
+    seen: set[Path] = set()
+    for relative, meta in files.items():
         parts = Path(relative).parts
-        if relative in beside:
-            continue
-        if Path(relative).is_absolute() or ".." in parts or parts[:1] != ("storage",):
+        if relative not in beside and (Path(relative).is_absolute() or ".." in parts
+                                       or parts[:1] != ("storage",)):
             raise BackupError(f"{src}: manifest names a file outside storage/: {relative!r}")
+        if Path(relative) in seen or Path(relative) != Path(*parts) or relative != str(
+                Path(relative)):
+            raise BackupError(f"{src}: manifest names {relative!r} twice or not plainly")
+        seen.add(Path(relative))
+        size, digest = meta.get("size"), meta.get("sha256")
+        if (not isinstance(size, int) or isinstance(size, bool) or size < 0
+                or not isinstance(digest, str) or not _HEX.fullmatch(digest)):
+            raise BackupError(f"{src}: manifest entry {relative!r} has no size and sha256")
+    if not any(name.startswith(("storage/MQTrans.", "storage/QMLog")) for name in files):
+        raise BackupError(f"{src}: manifest lists no store (no checkpoint, no QMLog)")
     return files
+
+
+def _check_target(src: Path, root: Path) -> None:
+    """Raises: BackupError when ``root`` is inside the backup, or inside a data directory
+    (a store in a store: a running gateway's own files would hold a copy of itself)."""
+    target = root.resolve()
+    if target.is_relative_to(src.resolve()):
+        raise BackupError(f"data directory {root} is inside the backup {src}")
+    for parent in target.parents:
+        if DataDir(parent).storage.is_dir() and DataDir(parent).lock_file.exists():
+            raise BackupError(f"data directory {root} is inside the data directory {parent}")
 
 
 def _hash(path: Path) -> tuple[str, int]:

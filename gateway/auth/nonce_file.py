@@ -53,8 +53,9 @@ def load_nonces(authenticator: Authenticator, data_dir: Path) -> None:
         authenticator.signed_after = float(int(now) + 1)
         ceiling = int(now + authenticator.window_s) + MARK_AHEAD_S  # no mark can be later
         if run is None:
-            log.warning("%s unreadable after a crash: every partner's signatures up to %d "
-                        "are refused", marks_path, ceiling)
+            log.warning("%s missing or unreadable (after a crash, or in a restored data "
+                        "directory): every partner's signatures made up to %d are refused, "
+                        "since replays of them cannot be told apart", marks_path, ceiling)
             marks = {name: ceiling for name in authenticator.nonces}
         authenticator.signed_after_by_partner = {
             name: min(mark, ceiling) for name, mark in marks.items()}

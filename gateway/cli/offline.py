@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gateway.cli.state_queues import STATE_QUEUES
 from gateway.errors import StartupError
-from gateway.queues.identity import BACKED_UP
+from gateway.queues.identity import BACKED_UP, QM_FILE, guid_in
 from gateway.queues.state_records import why_unreadable
 from store.backup import backup_offline
 from store.check import RecordReader, check_data_dir
@@ -121,6 +121,9 @@ def run_restore(src: Path, data_dir: Path) -> int:
     Raises:
         StartupError: a bad or damaged backup, or a target that is not empty.
     """
+    identity = src / QM_FILE
+    if identity.is_file() and guid_in(identity.read_text(errors="replace")) is None:
+        raise StartupError(f"{identity}: holds no queue manager GUID (a damaged backup)")
     try:
         report = restore(src, data_dir, StoreOptions(),
                          lambda d, t, n: _bar("restoring", d, t, n), BACKED_UP)
@@ -130,6 +133,10 @@ def run_restore(src: Path, data_dir: Path) -> int:
         print(f"entrepot: restore of {src} into {data_dir} failed: {exc}; nothing was kept "
               f"in {data_dir}", file=sys.stderr)
         return 1
+    if not (data_dir / QM_FILE).exists():
+        print(f"entrepot: {src} holds no {QM_FILE} (a backup of an older version): the restored "
+              "gateway makes a new GUID at its start, so it is another queue manager to its "
+              "peers", file=sys.stderr)
     print(f"restored {report.files} files ({report.bytes} bytes) into {data_dir}; "
           f"{report.live_records} messages recovered, {report.damaged} damaged, "
           f"{report.seconds:.1f}s")

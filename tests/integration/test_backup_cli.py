@@ -230,3 +230,31 @@ def test_a_restore_is_the_same_queue_manager_with_its_prepared_transactions(
         assert len(page["messages"]) == 2
     finally:
         assert restored.stop() == 0
+
+
+def test_restore_checks_the_identity_a_backup_holds(tmp_path: Path) -> None:
+    """A qm.json without a GUID is a damaged backup (exit 2, nothing restored); a backup
+    without one (an older version's) restores, with a warning that the restored gateway is
+    another queue manager."""
+    import hashlib
+
+    proc = GatewayProcess(tmp_path / "data")
+    proc.wait_ready()
+    assert proc.stop() == 0
+    assert _cli("backup", str(tmp_path / "data"), str(tmp_path / "bk")).returncode == 0
+    manifest_path = tmp_path / "bk" / "MANIFEST.json"
+    manifest = json.loads(manifest_path.read_text())
+    bad = b'{"guid": "not-a-guid"}'
+    (tmp_path / "bk" / "qm.json").write_bytes(bad)
+    manifest["files"]["qm.json"] = {"size": len(bad), "sha256": hashlib.sha256(bad).hexdigest()}
+    manifest_path.write_text(json.dumps(manifest))
+    refused = _cli("restore", str(tmp_path / "bk"), str(tmp_path / "r1"))
+    assert refused.returncode == 2 and "holds no queue manager GUID" in refused.stderr
+    assert not (tmp_path / "r1").exists()
+
+    (tmp_path / "bk" / "qm.json").unlink()
+    del manifest["files"]["qm.json"]
+    manifest_path.write_text(json.dumps(manifest))
+    older = _cli("restore", str(tmp_path / "bk"), str(tmp_path / "r2"))
+    assert older.returncode == 0, older.stderr
+    assert "holds no qm.json" in older.stderr and "another queue manager" in older.stderr

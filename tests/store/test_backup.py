@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from store.backup import BackupError, backup_offline
-from store.restore import restore
 from store.errors import StoreLocked
 from store.records import SendSpec
+from store.restore import restore
 from tests.store.conftest import SMALL, close_store, open_store
 
 
@@ -150,3 +151,38 @@ async def test_a_prepare_during_an_online_backup_is_whole_or_absent_in_it(
     finally:
         copy.close()
     assert held in ({}, {prepared[0]: [b"held-1", b"held-2"]})
+
+
+@pytest.mark.parametrize("change, refusal", [
+    (lambda files: files.clear(), "no store"),
+    (lambda files: files.update({"storage/./QMLog": files["storage/QMLog"]}), "twice"),
+    (lambda files: files["storage/QMLog"].update(size="big"), "no size and sha256"),
+    (lambda files: files["storage/QMLog"].update(size=True), "no size and sha256"),
+    (lambda files: files["storage/QMLog"].update(sha256=None), "no size and sha256"),
+    (lambda files: files.update({"lock": files["storage/QMLog"]}), "outside storage"),
+], ids=["empty", "twice", "size-text", "size-bool", "no-sha", "lock"])
+async def test_restore_refuses_a_manifest_that_is_not_a_backups(
+        tmp_path: Path, change: Any, refusal: str) -> None:
+    """A manifest the backup did not write is refused whole, before anything is copied:
+    not restored as an empty store, nor counted twice, nor a traceback."""
+    await _filled(tmp_path / "data")
+    backup_offline(tmp_path / "data", tmp_path / "backup")
+    manifest = tmp_path / "backup" / "MANIFEST.json"
+    doc = json.loads(manifest.read_text())
+    change(doc["files"])
+    manifest.write_text(json.dumps(doc))
+    with pytest.raises(BackupError, match=refusal):
+        restore(tmp_path / "backup", tmp_path / "restored", SMALL)
+    assert not (tmp_path / "restored").exists()
+
+
+async def test_restore_refuses_a_target_inside_the_backup_or_a_data_directory(
+        tmp_path: Path) -> None:
+    await _filled(tmp_path / "data")
+    backup_offline(tmp_path / "data", tmp_path / "backup")
+    for inside in (tmp_path / "backup" / "inner", tmp_path / "data" / "nested",
+                   tmp_path / "data" / "storage" / "nested"):
+        with pytest.raises(BackupError, match="is inside the"):
+            restore(tmp_path / "backup", inside, SMALL)
+        assert not inside.exists()
+    restore(tmp_path / "backup", tmp_path / "elsewhere", SMALL)
