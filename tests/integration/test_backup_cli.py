@@ -258,3 +258,29 @@ def test_restore_checks_the_identity_a_backup_holds(tmp_path: Path) -> None:
     older = _cli("restore", str(tmp_path / "bk"), str(tmp_path / "r2"))
     assert older.returncode == 0, older.stderr
     assert "holds no qm.json" in older.stderr and "another queue manager" in older.stderr
+
+
+@pytest.mark.parametrize("text", ['{"guid": "not-a-guid"}', "{", '{"guid": 5}'],
+                         ids=["not-a-guid", "cut", "number"])
+async def test_a_start_on_a_qm_json_without_a_guid_says_so_and_does_not_serve(
+        aiohttp_client: Any, settings_factory: Any, text: str) -> None:
+    """The GUID is in every message id: a gateway whose qm.json holds none does not serve
+    under some other name; it stays not ready and says what to do."""
+    import asyncio
+
+    from gateway.web.app import make_app
+    from gateway.web.appkeys import STATE_KEY
+
+    settings = settings_factory()
+    Path(settings.store.data_dir).mkdir(parents=True, exist_ok=True)
+    (Path(settings.store.data_dir) / "qm.json").write_text(text)
+    app = make_app(settings)
+    client = await aiohttp_client(app)
+    for _ in range(3000):  # until the start has failed (an upper bound only)
+        assert not app[STATE_KEY].ready
+        if app[STATE_KEY].failure is not None:
+            break
+        await asyncio.sleep(0.01)
+    answer = await client.get("/readyz")
+    assert answer.status == 503
+    assert "holds no queue manager GUID" in await answer.text()
