@@ -140,6 +140,10 @@ def run_restore(src: Path, data_dir: Path) -> int:
     print(f"restored {report.files} files ({report.bytes} bytes) into {data_dir}; "
           f"{report.live_records} messages recovered, {report.damaged} damaged, "
           f"{report.seconds:.1f}s")
+    if report.damaged:  # the exit code alone would leave a script to think nothing is there
+        print(f"entrepot: damaged records of {src} set aside in {data_dir}/storage/quarantine/: "
+              f"{report.damaged}; the rest is restored and kept in {data_dir} (see "
+              f"`entrepot check {data_dir}`)", file=sys.stderr)
     return 0 if report.damaged == 0 else 1
 
 

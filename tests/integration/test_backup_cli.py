@@ -284,3 +284,36 @@ async def test_a_start_on_a_qm_json_without_a_guid_says_so_and_does_not_serve(
     answer = await client.get("/readyz")
     assert answer.status == 503
     assert "holds no queue manager GUID" in await answer.text()
+
+
+def test_a_restore_with_damaged_records_says_what_it_kept(tmp_path: Path) -> None:
+    """Exit 1, and stderr says where the damaged records went and that the rest is restored
+    and kept (a script retrying would otherwise meet a DATA_DIR that is not empty)."""
+    import hashlib
+    import urllib.request
+
+    proc = GatewayProcess(tmp_path / "data")
+    proc.wait_ready()
+    try:
+        urllib.request.urlopen(urllib.request.Request(
+            proc.url + "/v1/queues/q", data=b"{}", method="PUT"), timeout=30).read()
+        for _ in range(3):
+            urllib.request.urlopen(urllib.request.Request(
+                proc.url + "/v1/queues/q/messages", data=b"B" * 4000), timeout=30).read()
+    finally:
+        assert proc.stop() == 0
+    assert _cli("backup", str(tmp_path / "data"), str(tmp_path / "bk")).returncode == 0
+    manifest_path = tmp_path / "bk" / "MANIFEST.json"
+    manifest = json.loads(manifest_path.read_text())
+    [segment] = [name for name in manifest["files"] if name.startswith("storage/p")
+                 and b"B" * 4000 in (tmp_path / "bk" / name).read_bytes()]
+    data = bytearray((tmp_path / "bk" / segment).read_bytes())
+    at = data.find(b"B" * 4000) + 2000  # inside a body: its record's CRC fails
+    data[at] ^= 0xFF
+    (tmp_path / "bk" / segment).write_bytes(data)
+    manifest["files"][segment] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    manifest_path.write_text(json.dumps(manifest))
+    result = _cli("restore", str(tmp_path / "bk"), str(tmp_path / "restored"))
+    assert result.returncode == 1, result.stderr
+    assert "quarantine/: 1;" in result.stderr
+    assert "kept in" in result.stderr and (tmp_path / "restored" / "storage").is_dir()
