@@ -2,8 +2,8 @@
 
 A backup is a directory: ``MANIFEST.json`` plus ``storage/`` as it was copied, and the files of
 the data directory's root its caller names (``beside``: what the store's records depend on
-outside it, copied after them). It can be taken
-offline (the directory is locked for the copy) or online from an open ``MessageStore``. Online,
+outside it, copied right after the QMLog). It can be taken offline (the directory is locked
+for the copy) or online from an open ``MessageStore``. Online,
 checkpoints are held for the copy, so no space freed since the last checkpoint is reused, and
 the files are copied in this order: checkpoint, bitmaps, registrations, the QMLog, then the
 segments, listed once the QMLog is copied. A transaction's records are durable before its
