@@ -75,7 +75,7 @@ def run_ingest(job: IngestJob) -> dict[str, Any]:
     extra = {"spark.driver.memory": job.driver_memory} if job.driver_memory else {}
     if job.master.startswith("local"):
         extra.setdefault("spark.sql.shuffle.partitions", "2")
-    with owned_session(job.master, "entrepot-ingest", extra) as spark:
+    with owned_session(job.master, "entrepot-ingest", extra, installed_sources=False) as spark:
         return _run(spark, job)
 
 

@@ -36,7 +36,8 @@ def run_report(input_path: str, output_path: str, *, fmt: str = "parquet",
     from gateway.spark.session import owned_session
 
     extra = {"spark.sql.shuffle.partitions": "2"} if master.startswith("local") else None
-    with owned_session(master, "entrepot-report", extra) as spark:
+    with owned_session(master, "entrepot-report", extra, source=False,
+                       installed_sources=False) as spark:
         reader = spark.read
         df = (reader.parquet(input_path) if fmt == "parquet"
               else reader.schema(_READ_SCHEMA).json(input_path))

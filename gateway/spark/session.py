@@ -33,9 +33,14 @@ def is_local(master: str) -> bool:
 
 
 def spark_session(master: str = "local[*]", app_name: str = "entrepot",
-                  extra: Mapping[str, str] | None = None, *, source: bool = True) -> Any:
+                  extra: Mapping[str, str] | None = None, *, source: bool = True,
+                  installed_sources: bool = True) -> Any:
     """A SparkSession (reused when one is running) with the ``entrepot`` source registered
-    (``source=False``: a plain session with the same settings, as a job without entrepot)."""
+    (``source=False``: a plain session with the same settings, as a job without entrepot).
+    ``installed_sources=False``: a JVM started here does not look for the Python data
+    sources installed as ``pyspark_*`` packages, which Spark does at the first registration
+    by starting a Python process and waiting for it (about 0.3 s of a job's start on two
+    cores); entrepot's own jobs need none of them."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if is_local(master):
@@ -54,7 +59,7 @@ def spark_session(master: str = "local[*]", app_name: str = "entrepot",
     settings = {_WORKER_PATH: str(WORKER_SITE), **(extra or {})}
     for key, value in settings.items():
         builder = builder.config(key, value)
-    with _jvm_path(settings[_WORKER_PATH] == str(WORKER_SITE)):
+    with _jvm_env(settings[_WORKER_PATH] == str(WORKER_SITE), installed_sources):
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("ENTREPOT_SPARK_LOG_LEVEL", "WARN"))
     if source:
@@ -62,35 +67,49 @@ def spark_session(master: str = "local[*]", app_name: str = "entrepot",
     return session
 
 
+# The JVM looks for installed Python data sources only when its PYSPARK_DRIVER_PYTHON (else
+# PYSPARK_PYTHON) names a command (`command -v`); it uses that variable for nothing else in
+# a session started from Python (workers run the interpreter each function names).
+_NO_LOOKUP = "entrepot-looks-for-no-installed-data-source"
+
+
 @contextmanager
-def _jvm_path(worker_site: bool) -> Iterator[None]:
-    """WORKER_SITE first on the ``PYTHONPATH`` of a JVM started meanwhile (the driver's own
-    environment is left as it was). The first Python data source registered makes the JVM
-    look for others by starting a Python process of its own, with the JVM's environment
-    rather than ``spark.executorEnv``: there too the installed pyspark is imported instead
-    of Spark's zip."""
-    before = os.environ.get("PYTHONPATH")
+def _jvm_env(worker_site: bool, installed_sources: bool) -> Iterator[None]:
+    """The environment of a JVM started meanwhile (the driver's own is left as it was).
+
+    WORKER_SITE first on its ``PYTHONPATH``: the lookup of installed data sources runs in a
+    Python process the JVM starts with its own environment rather than
+    ``spark.executorEnv``, and must import the installed pyspark too instead of Spark's zip.
+    ``installed_sources=False``: no lookup (``_NO_LOOKUP``)."""
+    changes: dict[str, str] = {}
     if worker_site:
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(WORKER_SITE), before) if p)
+        changes["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(WORKER_SITE), os.environ.get("PYTHONPATH")) if p)
+    if not installed_sources:
+        changes["PYSPARK_DRIVER_PYTHON"] = _NO_LOOKUP
+    before = {name: os.environ.get(name) for name in changes}
+    os.environ.update(changes)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextmanager
 def owned_session(master: str, app_name: str, extra: Mapping[str, str] | None = None, *,
-                  source: bool = True) -> Iterator[Any]:
+                  source: bool = True, installed_sources: bool = True) -> Iterator[Any]:
     """``spark_session`` for a job: stopped at the end only when the job started it (a
     notebook's or a test's running session is left running)."""
     from pyspark.sql import SparkSession
 
     running = SparkSession.getActiveSession()
     with _term_to_python_only():
-        session = spark_session(master, app_name, extra, source=source)
+        session = spark_session(master, app_name, extra, source=source,
+                                installed_sources=installed_sources)
     try:
         yield session
     except Exception as exc:
