@@ -163,7 +163,9 @@ class RangeConsumers:
 
         Raises:
             Conflict: the name is another's consumer on the queue (the names are the
-                queue's), or the queue has its most consumers.
+                queue's), the queue has its most consumers, or ``start`` is beyond the
+                queue's head.
+            Gone: ``start`` is below what retention keeps.
         """
         self._check_name(name)
         async with self._lock:
@@ -191,9 +193,9 @@ class RangeConsumers:
                     raise Gone(f"{queue.path.display}: sequence {position} is "
                                f"gone; the oldest readable is {floor}",
                                type_slug="range-trimmed", fields={"first": floor})
-                if position > end:
-                    raise BadRequest(f"start {position} is beyond the queue's head "
-                                     f"{end}", type_slug="bad-request")
+                if position > end:  # as a range or a commit beyond it: a conflict
+                    raise Conflict(f"start {position} is beyond the queue's head {end}",
+                                   type_slug="beyond-head", fields={"next": end})
             await self._save(queue, name, position, max(floor, self._saved_floor(queue)),
                              owner)
             server_log.info("range consumer %s registered on %s at %d", name,

@@ -203,7 +203,7 @@ async def test_a_range_as_wide_as_the_limit_is_served(client: Any) -> None:
 @pytest.mark.parametrize("method, path, body, status", [
     ("PUT", "consumers/bad%20name", {}, 400),
     ("PUT", "consumers/spark", {"start": "middle"}, 400),
-    ("PUT", "consumers/spark", {"start": 99}, 400),
+    ("PUT", "consumers/spark", {"start": 99}, 409),
     ("PUT", "consumers/spark", {"start": 0}, 400),
     ("POST", "consumers/ghost/commit", {"position": 1}, 404),
     ("GET", "consumers/ghost", None, 404),
@@ -335,3 +335,21 @@ async def test_a_range_from_beyond_next_is_refused(client: Any) -> None:
     assert problem["next"] == 4
     data, headers = await _range(client, 4, 9)
     assert decode_records(data) == [] and headers["Entrepot-Next"] == "4"
+
+
+async def test_a_start_outside_the_queue_is_refused_as_a_range_or_a_commit_is(
+        client: Any) -> None:
+    await _send(client, 3)
+    beyond = await _problem(await client.put(f"{Q}/consumers/late", json={"start": 5}), 409)
+    assert beyond["type"].endswith("/beyond-head") and beyond["next"] == 4
+    assert "start 5" in beyond["detail"]
+    at_head = await client.put(f"{Q}/consumers/late", json={"start": 4})
+    assert at_head.status == 201 and (await at_head.json())["position"] == 4
+    await client.put(f"{Q}/consumers/spark", json={"start": 1})
+    await client.post(f"{Q}/consumers/spark/commit", json={"position": 3})
+    await client.post(f"{Q}/consumers/late/commit", json={"position": 4})
+    assert await _count(client, 1) == 1
+    gone = await _problem(await client.put(f"{Q}/consumers/early", json={"start": 1}), 410)
+    assert gone["first"] == 3
+    listed = await (await client.get(f"{Q}/consumers")).json()
+    assert [c["name"] for c in listed["consumers"]] == ["late", "spark"], "nothing registered"
