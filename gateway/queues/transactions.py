@@ -26,7 +26,7 @@ import asyncio
 import enum
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from gateway.auth.principal import Principal
@@ -142,10 +142,11 @@ class Transactions:
         self._trimmer = HeapTrimmer()
         qm.sent_to_in_transactions = self._targeted  # a queue they send to is not deleted
 
-    async def restore_prepared(self) -> None:
+    async def restore_prepared(self, partners: Collection[str] = ()) -> None:
         """Prepared transactions found by recovery, with the ids and owners they had (one
         without a recorded entry gets a new id, for the admin to resolve); their receives
-        stay reserved."""
+        stay reserved. ``partners``: the configured partners' names; an owner no longer
+        among them is logged (only the admin can resolve its transactions)."""
         loop = asyncio.get_running_loop()
         names = await loop.run_in_executor(None, self._names.load)
         kept: dict[int, Named] = {}
@@ -166,6 +167,11 @@ class Transactions:
                                        "counts from this start", named.id,
                                        _iso(named.prepared_at))
                 named = Named(named.id, named.owner, found_at)
+            partner = (named.owner or "").removeprefix("partner:")
+            if named.owner != partner and partner not in partners:
+                server_log.warning("prepared transaction %s belongs to partner %r, which is "
+                                   "not configured: only the admin can commit or abort it",
+                                   named.id, partner)
             kept[tx_id] = named
             tx = Transaction(named.id, tx_id, 0.0, TxState.PREPARED, owner=named.owner,
                              prepared_at=named.prepared_at)

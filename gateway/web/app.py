@@ -365,7 +365,7 @@ async def _build_services(app: web.Application, store: MessageStore,
         sends_max=tx_settings.messages_max, bytes_max=tx_settings.bytes_max,
         pending_bytes_max=tx_settings.pending_bytes_max,
         pending_bytes_max_per_principal=tx_settings.pending_bytes_max_per_principal)
-    await transactions.restore_prepared()
+    await transactions.restore_prepared({p.name for p in settings.partners})
     srmp = settings.srmp
     # Links first: receipts take their routes, back-off and listing
     # (gateway.outbound.receipt_lanes).

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import calendar
+import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 
 from gateway.queues.tx_names import FILE_NAME
-from gateway.settings import Settings
+from gateway.settings import Settings, parse_settings
 from tests.helpers import ready_client
 from tests.integration.test_metrics import _value
 
@@ -196,3 +198,28 @@ async def test_a_prepare_that_cannot_be_recorded_names_no_path(
     assert FILE_NAME not in detail
     shown = await (await client.get(f"/v1/transactions/{tx}")).json()
     assert shown["state"] == "active", "not prepared"
+
+
+@pytest.mark.parametrize(("owner", "warned"), [("partner:gone", True), ("partner:a", False),
+                                                ("admin", False)])
+async def test_an_owner_no_longer_configured_is_logged(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings],
+        caplog: pytest.LogCaptureFixture, owner: str, warned: bool) -> None:
+    """A partner removed from the configuration while its transaction was prepared: only
+    the admin can resolve it now, and the start says so."""
+    settings = settings_factory()
+    tx, _, _ = await _stopped_with_entry(aiohttp_client, settings, "owner", owner)
+    keyed = parse_settings({
+        "store": {"data_dir": settings.store.data_dir},
+        "auth": {"admin_key_sha256": hashlib.sha256(b"admin-key").hexdigest()},
+        "partners": [{"name": "a", "api_key_sha256": hashlib.sha256(b"a-key").hexdigest(),
+                      "send": ["private$/a"]}]})
+    caplog.set_level(logging.WARNING, logger="gateway")
+    second = await ready_client(aiohttp_client, keyed)
+    seen = [r.getMessage() for r in caplog.records if "not configured" in r.getMessage()]
+    assert seen == ([f"prepared transaction {tx} belongs to partner 'gone', which is not "
+                     "configured: only the admin can commit or abort it"] if warned else [])
+    admin = {"Authorization": "Bearer admin-key"}
+    [listed] = (await (await second.get("/v1/transactions", headers=admin)).json())[
+        "transactions"]
+    assert listed["id"] == tx, "kept under its id, for the admin"
