@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import stat
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ def restore(src: Path, root: Path, options: StoreOptions,
     for relative, meta in sorted(files.items()):
         source = src / relative
         if not source.is_file():
-            raise BackupError(f"backup file {relative} is missing")
+            raise BackupError(f"backup file {relative} is {_instead(source)}")
         digest, size = _hash(source)
         if digest != meta["sha256"] or size != meta["size"]:
             raise BackupError(f"backup file {relative} fails its checksum (damaged backup)")
@@ -88,6 +89,19 @@ def restore(src: Path, root: Path, options: StoreOptions,
         raise
     report.seconds = time.monotonic() - started
     return report
+
+
+def _instead(path: Path) -> str:
+    """What stands where a backup file should be: nothing, or what is not a file."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "missing (a symlink to nothing)" if path.is_symlink() else "missing"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or type(exc).__name__})"
+    if stat.S_ISDIR(mode):
+        return "a directory, not a file"
+    return "a device, socket or pipe, not a file"
 
 
 def _read_manifest(src: Path, beside: frozenset[str]) -> dict[str, dict[str, object]]:

@@ -186,3 +186,25 @@ async def test_restore_refuses_a_target_inside_the_backup_or_a_data_directory(
             restore(tmp_path / "backup", inside, SMALL)
         assert not inside.exists()
     restore(tmp_path / "backup", tmp_path / "elsewhere", SMALL)
+
+
+@pytest.mark.parametrize(("instead", "said"), [
+    ("nothing", "is missing$"),
+    ("dangling", r"is missing \(a symlink to nothing\)"),
+    ("device", "is a device, socket or pipe, not a file"),
+    ("directory", "is a directory, not a file")])
+async def test_restore_says_what_stands_where_a_backup_file_should_be(
+        tmp_path: Path, instead: str, said: str) -> None:
+    await _filled(tmp_path / "data")
+    backup_offline(tmp_path / "data", tmp_path / "backup")
+    segment = next((tmp_path / "backup" / "storage").glob("p*.mq"))
+    segment.unlink()
+    if instead == "dangling":
+        segment.symlink_to(tmp_path / "nowhere")
+    elif instead == "device":
+        segment.symlink_to("/dev/null")
+    elif instead == "directory":
+        segment.mkdir()
+    with pytest.raises(BackupError, match=f"backup file storage/{segment.name} {said}"):
+        restore(tmp_path / "backup", tmp_path / "restored", SMALL)
+    assert not (tmp_path / "restored").exists() or not any((tmp_path / "restored").iterdir())
