@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -155,6 +156,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# The line a Python traceback ends with: the exception's type (a dotted name) and message.
+_RAISED = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*): (\S.*)$", re.MULTILINE)
+
+
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    """The job's failure on one line. Spark carries the error a Python process raised (the
+    source's, naming the queue and the cause) inside a message of its own, with the whole
+    traceback, the query and its state: the error's own line is what says why."""
+    text = str(exc)
+    _, found, last = text.rpartition("Traceback (most recent call last):")
+    raised = _RAISED.search(last) if found else None
+    if raised is not None:
+        text = f"{raised.group(1)}: {raised.group(2)}"
+    text = " ".join(text.split())
     return text[:2000] or type(exc).__name__

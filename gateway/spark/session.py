@@ -115,9 +115,8 @@ def owned_session(master: str, app_name: str, extra: Mapping[str, str] | None = 
     except Exception as exc:
         code = jvm_exit_code(session, wait_s=_JVM_EXIT_WAIT_S if _lost_jvm(exc) else 0.0)
         if code is not None:  # py4j's "Connection refused" says nothing of why
-            raise JvmExited(f"Spark's JVM exited ({_exit_text(code)}) while the job ran; its "
-                            "own messages are above (an out-of-memory error: raise "
-                            "--driver-memory)") from exc
+            raise JvmExited(f"Spark's JVM exited ({_exit_text(code)}) while the job ran; "
+                            f"{_why_exited(code)}") from exc
         raise
     finally:
         # A dead JVM cannot be asked to stop: only py4j's error would come.
@@ -191,6 +190,17 @@ def _lost_jvm(exc: BaseException | None) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+def _why_exited(code: int) -> str:
+    """Where to look: a signal 9 comes from outside (the kernel's out-of-memory killer or
+    another process); the JVM's own messages say the rest."""
+    hint = ("its own messages are above (if they name an OutOfMemoryError, raise "
+            "--driver-memory)")
+    if code == -signal.SIGKILL:
+        return ("it was killed by the kernel's out-of-memory killer (see dmesg: then raise the "
+                "memory or lower --driver-memory) or by another process; " + hint)
+    return hint
 
 
 def _exit_text(code: int) -> str:

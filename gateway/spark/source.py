@@ -196,8 +196,8 @@ class EntrepotDataSource(DataSource):
         return source_schema(self.parsed.body_format)
 
     def streamReader(self, schema: StructType) -> EntrepotStreamReader:
-        # endingOffsets is refused by the reader's first call, not here: PySpark's stream
-        # runner would mask an error raised here with one of its own.
+        # endingOffsets and a schema that is not a projection are refused by the reader's
+        # first call, not here: PySpark's stream runner would mask an error raised here.
         return EntrepotStreamReader(self.parsed, schema)
 
     def reader(self, schema: StructType) -> EntrepotBatchReader:
@@ -252,7 +252,13 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # every executor task (read): __init__ stays cheap and does no I/O.
     def __init__(self, options: SourceOptions, schema: Any = None) -> None:
         self.options = options
-        self.shape = _Shape(options, schema)
+        # A schema that is not a projection is refused by the first call, not here: PySpark's
+        # stream runner would mask an error raised here with one of its own.
+        self._refusal: SourceOptionError | None = None
+        try:
+            self.shape = _Shape(options, schema)
+        except SourceOptionError as exc:
+            self.shape, self._refusal = _Shape(options, None), exc
         self._client = GatewayClient(options.client)
         self._target: dict[str, int] | None = None
         self._registered = False
@@ -287,13 +293,16 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                    f"trimmed at the gateway ({exc})") from exc
         self._registered = True
 
-    def _refuse_ending(self) -> None:
+    def _refuse(self) -> None:
+        """What the source's creation could not refuse itself (see ``__init__``)."""
+        if self._refusal is not None:
+            raise self._refusal
         if self.options.ending is not None:
             raise SourceOptionError("option endingOffsets is for batch reads (spark.read); a "
                                     "stream runs on")
 
     def initialOffset(self) -> dict[str, list[int]]:
-        self._refuse_ending()
+        self._refuse()
         offsets = {}
         heads = self._heads()
         for queue, head in heads.items():
@@ -330,7 +339,7 @@ class EntrepotStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {q: int(h["next"]) for q, h in self._heads().items()}
 
     def latestOffset(self, start: Mapping[str, Any], limit: ReadLimit) -> dict[str, list[int]]:
-        self._refuse_ending()
+        self._refuse()
         heads = self._heads()
         wrong = wrong_incarnations(start, heads)
         if wrong:  # before anything moves: a commit there would free what was never read

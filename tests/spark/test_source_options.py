@@ -147,6 +147,20 @@ def test_a_schema_that_is_not_a_projection_is_refused(
         _source(spark, spark_gateway, "unprojected").schema(schema).load().collect()
 
 
+def test_a_stream_with_a_schema_that_is_not_a_projection_says_so_when_it_starts(
+        spark: Any, spark_gateway: GatewayProcess) -> None:
+    """As endingOffsets: the refusal is the query's error, not PySpark's runner's."""
+    create_queue(spark_gateway.url, "unprojected2")
+    stream = _source(spark, spark_gateway, "unprojected2", True).schema("seq INT").load()
+    with pytest.raises(PySparkException) as refused:
+        query = (stream.writeStream.format("memory").queryName("unprojected2")
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+    message = str(refused.value)
+    assert "column 'seq' is int but the source gives bigint" in message
+    assert "UnboundLocalError" not in message, message[-2000:]
+
+
 def test_a_batch_read_of_an_empty_queue_is_empty(spark: Any,
                                                  spark_gateway: GatewayProcess) -> None:
     create_queue(spark_gateway.url, "emptyq")  # first == next: nothing to read

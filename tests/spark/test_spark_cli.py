@@ -163,7 +163,23 @@ def test_a_job_whose_jvm_dies_says_so(spark_gateway: GatewayProcess, tmp_path: P
             job.kill()
             job.communicate()
     assert job.returncode == 1, err
-    assert "Spark's JVM exited (killed by signal 9)" in err, err
+    assert ("Spark's JVM exited (killed by signal 9) while the job ran; it was killed by the "
+            "kernel's out-of-memory killer" in err), err
+
+
+def test_a_failed_job_says_why_on_one_short_line(spark_gateway: GatewayProcess,
+                                                 tmp_path: Path) -> None:
+    """Spark's message carries the source's error inside its own, with the traceback, the
+    query and its state: the failure line is the source's error alone."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "spark-ingest", "--source", spark_gateway.url,
+         "--queue", "nosuchq", "--output", str(tmp_path / "table"), "--checkpoint",
+         str(tmp_path / "checkpoint"), "--master", "local[1]", "--available-now"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    [line] = [x for x in done.stderr.splitlines() if x.startswith("entrepot:")]
+    assert line == (f"entrepot: spark-ingest failed: GatewayRequestError: GET "
+                    f"{spark_gateway.url}/v1/queues/nosuchq/head: 404 no queue 'nosuchq'")
 
 
 def _children(pid: int) -> list[int]:
