@@ -147,18 +147,24 @@ def test_a_schema_that_is_not_a_projection_is_refused(
         _source(spark, spark_gateway, "unprojected").schema(schema).load().collect()
 
 
-def test_a_stream_with_a_schema_that_is_not_a_projection_says_so_when_it_starts(
-        spark: Any, spark_gateway: GatewayProcess) -> None:
-    """As endingOffsets: the refusal is the query's error, not PySpark's runner's."""
-    create_queue(spark_gateway.url, "unprojected2")
-    stream = _source(spark, spark_gateway, "unprojected2", True).schema("seq INT").load()
+def _refused_when_it_starts(stream: Any, name: str, refusal: str) -> None:
+    """The stream's query fails with ``refusal``: the query's own error, not one of
+    PySpark's stream runner masking it."""
     with pytest.raises(PySparkException) as refused:
-        query = (stream.writeStream.format("memory").queryName("unprojected2")
+        query = (stream.writeStream.format("memory").queryName(name)
                  .trigger(availableNow=True).start())
         query.awaitTermination()
     message = str(refused.value)
-    assert "column 'seq' is int but the source gives bigint" in message
+    assert refusal in message
     assert "UnboundLocalError" not in message, message[-2000:]
+
+
+def test_a_stream_with_a_schema_that_is_not_a_projection_says_so_when_it_starts(
+        spark: Any, spark_gateway: GatewayProcess) -> None:
+    create_queue(spark_gateway.url, "unprojected2")
+    stream = _source(spark, spark_gateway, "unprojected2", True).schema("seq INT").load()
+    _refused_when_it_starts(stream, "unprojected2",
+                            "column 'seq' is int but the source gives bigint")
 
 
 def test_a_batch_read_of_an_empty_queue_is_empty(spark: Any,
@@ -179,13 +185,6 @@ def test_a_queue_named_twice_in_two_spellings_is_refused(
 
 def test_ending_offsets_on_a_stream_say_so_when_it_starts(
         spark: Any, spark_gateway: GatewayProcess, tmp_path: Path) -> None:
-    """The refusal is the query's error, not an error of PySpark's runner masking it."""
     create_queue(spark_gateway.url, "endless2")
     stream = _source(spark, spark_gateway, "endless2", True, endingOffsets="latest").load()
-    with pytest.raises(PySparkException) as refused:
-        query = (stream.writeStream.format("memory").queryName("endless2")
-                 .trigger(availableNow=True).start())
-        query.awaitTermination()
-    message = str(refused.value)
-    assert "endingOffsets is for batch reads" in message
-    assert "UnboundLocalError" not in message, message[-2000:]
+    _refused_when_it_starts(stream, "endless2", "endingOffsets is for batch reads")
