@@ -35,9 +35,11 @@ from gateway.web.slow_readers import write_within
 __all__ = ["Forwarder"]
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the HTTP layer sets for the body it sends.
-# Expect too: the front has answered it (gateway.web.expect) and sends the body whole.
+# Expect too: the front has answered it (gateway.web.expect) and sends the body whole; and
+# Content-Encoding: the front sends the body as it decoded it.
 _HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer",
-                  "transfer-encoding", "upgrade", "content-length", "expect"})
+                  "transfer-encoding", "upgrade", "content-length", "expect",
+                  "content-encoding"})
 
 
 # Answers up to this size are read whole and answered with a length; larger ones and those

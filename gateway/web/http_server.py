@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
+from aiohttp.http_exceptions import ContentEncodingError, HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
@@ -34,7 +34,7 @@ class _ProblemRequestHandler(RequestHandler):
     def handle_error(self, request: BaseRequest, status: int = 500,
                      exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
-        detail = _detail(status, exc)
+        slug, detail = _detail(status, exc, request)
         if status >= 500:
             # aiohttp's own: the traceback logged; its text/plain answer is replaced.
             super().handle_error(request, status, exc, message)
@@ -43,23 +43,29 @@ class _ProblemRequestHandler(RequestHandler):
             if request.writer.output_size > 0:
                 raise ConnectionError("an answer was already started; the connection is "
                                       "closed instead")
-        response = problem_response(status, detail, type_slug="bad-http-request"
-                                    if status < 500 else "about:blank")
+        response = problem_response(status, detail, type_slug=slug)
         response.force_close()
         return response
 
 
-def _detail(status: int, exc: BaseException | None) -> str:
+def _detail(status: int, exc: BaseException | None, request: BaseRequest) -> tuple[str, str]:
+    """The problem's type and detail."""
     if status >= 500:
-        return "internal error; see the gateway log"
+        return "about:blank", "internal error; see the gateway log"
+    if isinstance(exc, ContentEncodingError):  # as gateway.web.middlewares says it later
+        # The request here may have no headers: aiohttp's message names the coding.
+        coding = request.headers.get("Content-Encoding") or str(exc.message).rsplit(" ")[-1]
+        return "bad-body", ("request body: it does not decode as its Content-Encoding says "
+                            f"({coding[:_DETAIL_CHARS_MAX]})")
     if isinstance(exc, LineTooLong):
-        return "a request line or header is over the size limit (server.header_bytes_max)"
+        return "bad-http-request", ("a request line or header is over the size limit "
+                                    "(server.header_bytes_max)")
     # aiohttp's message: a reason line ("Invalid header token:"), then the bytes it refused.
     lines = str(exc.message).strip().splitlines() if isinstance(exc, HttpProcessingError) else []
     reason = lines[0].rstrip(":")[:_DETAIL_CHARS_MAX] if lines else "refused by the parser"
     if "too many headers" in reason.lower():
         reason += " (the limit is server.header_count_max)"
-    return f"malformed HTTP request: {reason}"
+    return "bad-http-request", f"malformed HTTP request: {reason}"
 
 
 class _ProblemServer(web.Server):

@@ -189,6 +189,7 @@ def _check_headers(request: web.Request) -> None:
     on every route, so that one process and several answer alike."""
     if request.path in PROBES:
         return
+    _check_coding(request)
     seen: set[str] | None = None
     for name, value in request.headers.items():
         if not value.isascii():
@@ -206,6 +207,21 @@ def _check_headers(request: web.Request) -> None:
                                    type_slug="bad-header")
             else:
                 seen.add(lower)
+
+
+# The content codings of a request body the HTTP layer decodes (gateway.web.http_server):
+# any other would leave the body encoded, stored as if it were the message.
+_CODINGS = frozenset({"gzip", "deflate", "identity"})
+
+
+def _check_coding(request: web.Request) -> None:
+    """Raises: ProblemError 415 naming a ``Content-Encoding`` the body cannot be decoded
+    from."""
+    coding = request.headers.get("Content-Encoding")
+    if coding is not None and request.can_read_body and (
+            coding.strip().lower() not in _CODINGS):
+        raise ProblemError(415, f"Content-Encoding: {coding!r} is not taken (gzip, deflate "
+                           "or none)", type_slug="unsupported-encoding")
 
 
 async def _answer(request: web.Request, handler: Handler,
@@ -232,12 +248,17 @@ async def _answer(request: web.Request, handler: Handler,
             headers=exc.headers,
             extra=exc.extra,
         )
+    except web.RequestPayloadError as exc:  # a body its Content-Encoding does not decode
+        coding = request.headers.get("Content-Encoding")
+        detail = (f"request body: it does not decode as its Content-Encoding says ({coding})"
+                  if coding else f"request body: {exc}")
+        return problem_response(400, detail, type_slug="bad-body", instance=instance)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         problem = http_problem(exc)
         return problem_response(problem.status_hint, problem.detail, instance=instance,
-                                headers=problem.headers)
+                                headers=problem.headers, type_slug=problem.type_slug)
     except asyncio.CancelledError:
         raise
     except Exception:

@@ -10,10 +10,12 @@ and over their limits; HTTP that aiohttp's parser refuses before any handler run
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import socket
 import time
 import urllib.request
+import zlib
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -251,6 +253,65 @@ def test_a_json_key_given_twice_is_refused_naming_it(gateway: GatewayProcess, un
     # Which of the two values counts would be a guess the client cannot see.
     answer = _json(gateway, method, path, body)
     assert answer[0] == 400 and _problem(answer, named, "more than once"), answer
+
+
+# ---- content codings ----------------------------------------------------------------------
+
+BODIES = [("PUT", f"{Q}/consumers/gz"), ("POST", f"{Q}/messages"), ("POST", "/v1/batch"),
+          ("PUT", NEW_Q), ("POST", "/v1/transactions"), ("POST", "/v1/admin/backup"),
+          ("POST", "/msmq/private$/hostile")]
+
+
+@pytest.mark.parametrize("coding", [b"gzip", b"deflate", b"GZIP"])
+@pytest.mark.parametrize(("method", "path"), BODIES)
+def test_a_body_its_content_encoding_does_not_decode_is_refused_naming_it(
+        gateway: GatewayProcess, unchanged: None, method: str, path: str,
+        coding: bytes) -> None:
+    answer = _request(gateway, method, path, body=b'{"not": "compressed"}',
+                      headers=[(b"Content-Type", b"application/json"),
+                               (b"Content-Encoding", coding)])
+    assert answer[0] == 400, answer
+    assert _problem(answer, "Content-Encoding", coding.decode())["type"].endswith(
+        "/bad-body")
+
+
+@pytest.mark.parametrize("coding", [b"bogus", b"x-gzip", b"gzip, gzip", b"compress"])
+@pytest.mark.parametrize(("method", "path"), BODIES)
+def test_a_content_encoding_the_gateway_does_not_decode_is_refused_naming_it(
+        gateway: GatewayProcess, unchanged: None, method: str, path: str,
+        coding: bytes) -> None:
+    # Taken as it came, the body would be stored still encoded, as if it were the message.
+    answer = _request(gateway, method, path, body=gzip.compress(b"{}"),
+                      headers=[(b"Content-Type", b"application/json"),
+                               (b"Content-Encoding", coding)])
+    assert answer[0] == 415, answer
+    assert _problem(answer, "Content-Encoding", repr(coding.decode()), "gzip")
+
+
+def test_a_gzipped_body_is_taken_decoded(gateway: GatewayProcess) -> None:
+    made = "/v1/queues/private$/gzipped"
+    answer = _request(gateway, "PUT", made, body=gzip.compress(b'{"label": "zipped"}'),
+                      headers=[(b"Content-Type", b"application/json"),
+                               (b"Content-Encoding", b"gzip")])
+    assert answer[0] == 201, answer
+    assert json.loads(answer[2])["label"] == "zipped"
+    body = b"an order" * 100
+    sent = _request(gateway, "POST", f"{made}/messages", body=zlib.compress(body),
+                    headers=[(b"Content-Encoding", b"deflate")])
+    assert sent[0] == 201, sent
+    received = _request(gateway, "POST", f"{made}/receive")
+    [message] = json.loads(received[2])["messages"]
+    assert base64.b64decode(message["body_base64"]) == body
+
+
+def test_a_gzipped_body_over_the_limit_once_decoded_is_refused(gateway: GatewayProcess,
+                                                                 unchanged: None) -> None:
+    bomb = gzip.compress(bytes(64 << 20))  # 64 MiB of zeros in about 64 KiB
+    answer = _request(gateway, "POST", f"{Q}/messages", body=bomb,
+                      headers=[(b"Content-Encoding", b"gzip")])
+    assert answer[0] == 413, answer
+    problem = _problem(answer, "server.request_body_max")
+    assert problem["type"].endswith("/body-too-large"), problem
 
 
 # ---- paths ------------------------------------------------------------------------------------
