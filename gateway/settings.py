@@ -502,7 +502,7 @@ def _parse_landings(raw: object) -> tuple[LandingDeclaration, ...]:
         if landing.directory in directories:
             raise ConfigError(f"{prefix}.directory: {landing.directory!r} is used twice")
         directories.add(landing.directory)
-        if not re.match(r"^[A-Za-z0-9._-]{1,64}$", landing.consumer):
+        if not re.match(r"^[A-Za-z0-9._-]{1,64}\Z", landing.consumer):
             raise ConfigError(f"{prefix}.consumer: {landing.consumer!r}: use 1-64 letters, "
                               "digits, '.', '_' or '-'")
     return tuple(declared)

@@ -42,7 +42,7 @@ __all__ = [
 FORMAT_NAME_CHARS_MAX = 4096
 _GUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
                    r"[0-9a-fA-F]{12}$")
-_HOST = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+)$")
+_HOST = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+)\Z")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 

@@ -45,7 +45,7 @@ __all__ = ["SCHEME", "SignedRequest", "SignatureError", "parse_authorization",
            "covered_headers", "string_to_sign", "sign", "verify", "NonceCache"]
 
 SCHEME = "EP-HMAC-SHA256"
-_NONCE = re.compile(r"^[A-Za-z0-9_.~-]{16,64}$")
+_NONCE = re.compile(r"^[A-Za-z0-9_.~-]{16,64}\Z")
 _COVERED = frozenset({"idempotency-key", "content-type"})  # and every mq-*
 _LINE_BREAK = re.compile(r"[\r\n\x00]")
 

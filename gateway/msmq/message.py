@@ -40,7 +40,7 @@ _MAGIC = b"EM"
 _VERSION = 1
 _HEAD = struct.Struct("<2sBI")
 _SEQ_BITS = 40
-_ID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
+_ID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)\Z")
 
 
 class MessageFormatError(ValueError):

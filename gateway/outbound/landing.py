@@ -32,7 +32,7 @@ from mapping.names import parse_queue_path
 
 __all__ = ["Landing", "LandingSpec", "landed_end"]
 
-_NAME = re.compile(r"^(\d{20})-(\d{20})\.(parquet|jsonl)$")
+_NAME = re.compile(r"^(\d{20})-(\d{20})\.(parquet|jsonl)\Z")
 _POLL_S = 0.2
 
 

@@ -52,7 +52,7 @@ from store.records import StoredRecord
 
 __all__ = ["Link", "LinkOptions"]
 
-_OUR_ID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
+_OUR_ID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)\Z")
 _PULL = 256
 _BUFFERED = 65_536  # records of messages outside the link's own stream held in order
 _PLAIN_WINDOW = 8  # non-transactional messages in flight at once

@@ -49,7 +49,7 @@ __all__ = ["Outbox"]
 
 # Each record is a message payload: its properties say where and what to post.
 OUTBOX_STATE = StateQueue(OUTBOX_QUEUE, decode_payload)
-_OBJECTID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
+_OBJECTID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)\Z")
 
 
 def _original(local_id: str, srmp_id: str) -> tuple[str, str]:

@@ -31,7 +31,7 @@ from store.records import SendSpec, StoredRecord
 
 __all__ = ["RangeConsumers", "CONSUMER_NAME"]
 
-CONSUMER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+CONSUMER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
 CONSUMERS_PER_QUEUE_MAX = 64  # per queue and owner (a partner, or the admin's side)
 _TRIM_CHUNK = 5000
 K = TypeVar("K")  # records removed per store commit when retention catches up

@@ -25,8 +25,8 @@ OPTIONS = ("url", "queues", "queue", "consumer", "token", "cafile", "startingOff
            "maxMessagesPerPartition", "minPartitions", "timeoutSeconds", "attempts",
            "bodyFormat")
 _KNOWN = {name.lower(): name for name in OPTIONS}
-_CONSUMER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # as the gateway takes it
-_INTEGER = re.compile(r"^-?[0-9]{1,19}$")  # what the command line takes, and negatives
+_CONSUMER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")  # as the gateway takes it
+_INTEGER = re.compile(r"^-?[0-9]{1,19}\Z")  # what the command line takes, and negatives
 _EARLIEST, _LATEST = -2, -1  # Kafka's numbers for them in a JSON offsets map
 
 

@@ -29,7 +29,7 @@ from gateway.srmp.model import (
 
 __all__ = ["StreamPosition", "outbound_envelope", "url_of_format_name"]
 
-_OBJECTID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)$")
+_OBJECTID = re.compile(r"^\{([0-9a-fA-F-]{36})\}\\(\d+)\Z")
 _TTRQ_DEFAULT_S = 4 * 86400
 _NO_CORRELATION = objectid_to_base64("00000000-0000-0000-0000-000000000000", 0)
 _HASH_SHA1 = 32772  # CALG_SHA1, Windows' default HashAlgorithm (V02)

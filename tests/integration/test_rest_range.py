@@ -202,6 +202,7 @@ async def test_a_range_as_wide_as_the_limit_is_served(client: Any) -> None:
 
 @pytest.mark.parametrize("method, path, body, status", [
     ("PUT", "consumers/bad%20name", {}, 400),
+    ("PUT", "consumers/a%0A", {}, 400),
     ("PUT", "consumers/spark", {"start": "middle"}, 400),
     ("PUT", "consumers/spark", {"start": 99}, 409),
     ("PUT", "consumers/spark", {"start": 0}, 400),

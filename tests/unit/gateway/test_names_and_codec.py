@@ -54,6 +54,11 @@ def test_ids_round_trip(queue_id: int, seq: int) -> None:
     assert parse_id(compose_id(GUID, queue_id, seq), "other") is None
 
 
+def test_an_id_with_a_line_break_after_it_is_no_id() -> None:
+    # A regular expression's $ matches before a final newline: an id must end where it ends.
+    assert parse_id(compose_id(GUID, 3, 4) + "\n", GUID) is None
+
+
 @given(st.text(max_size=40), st.integers(0, 7), st.binary(max_size=200))
 def test_payload_round_trip(label: str, priority: int, body: bytes) -> None:
     props = MessageProperties(label=label, priority=priority, extra={"k": "v"})

@@ -103,7 +103,8 @@ def test_host_names_dns_cannot_carry_are_refused() -> None:
     from mapping.errors import FormatNameError
     from mapping.formatnames import parse_format_name
 
-    for host in ("a" * 64 + ".example", ".".join(["abcdefghi"] * 26), "a..example"):
+    for host in ("a" * 64 + ".example", ".".join(["abcdefghi"] * 26), "a..example",
+                 "host\n"):
         with pytest.raises(FormatNameError, match="not a host name"):
             parse_format_name(f"DIRECT=HTTP://{host}/msmq/q")
     assert parse_format_name("DIRECT=HTTP://" + "a" * 63 + ".example/msmq/q")
