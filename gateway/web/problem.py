@@ -71,6 +71,10 @@ def http_problem(exc: web.HTTPException) -> ProblemError:
     headers = {str(k): v for k, v in exc.headers.items()  # plain str: it may cross processes
                if k.lower() in ("allow", "retry-after")}
     detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+    if isinstance(exc, web.HTTPMethodNotAllowed):  # its text names neither method
+        allowed = headers.get("Allow") or ",".join(sorted(exc.allowed_methods))
+        return ProblemError(405, f"method {exc.method} is not served here (allowed: "
+                            f"{allowed})", headers=headers, type_slug="method-not-allowed")
     if exc.status == 413:  # aiohttp's client_max_size: a chunked or decoded body grew over
         return ProblemError(413, detail + " (the limit is server.request_body_max)",
                             headers=headers, type_slug="body-too-large")

@@ -282,6 +282,9 @@ async def test_a_method_not_served_is_405_with_every_allowed_one(
     """HEAD wherever GET, as aiohttp's own 405 on the other routes says."""
     response = await client.request(method, f"{Q}/{path}")
     assert (response.status, response.headers["Allow"]) == (405, allow)
+    problem = await _problem(response, 405)
+    assert problem["type"].endswith("/method-not-allowed")
+    assert problem["detail"] == f"method {method} is not served here (allowed: {allow})"
 
 
 async def test_a_range_stops_after_max_bytes_and_says_where(client: Any) -> None:
