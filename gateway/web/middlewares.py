@@ -181,8 +181,9 @@ _SINGLE_VALUED = frozenset({"authorization", "content-type", "idempotency-key"})
 
 def _check_headers(request: web.Request) -> None:
     """Raises: ProblemError 400 naming the first header whose value is not UTF-8 text, or
-    a single-valued header given more than once. The probes read no header: they answer
-    whatever headers they get.
+    a single-valued header given more than once; 415 for a body's Content-Encoding that is
+    not decoded (``_check_coding``). The probes read no header: they answer whatever
+    headers they get.
 
     aiohttp keeps bytes that are not UTF-8 as lone surrogates, which no store, log line,
     answer or forwarded request (gateway.fronts) can carry. Checked before anything else,
@@ -209,8 +210,9 @@ def _check_headers(request: web.Request) -> None:
                 seen.add(lower)
 
 
-# The content codings of a request body the HTTP layer decodes (gateway.web.http_server):
-# any other would leave the body encoded, stored as if it were the message.
+# The content codings of a request body that aiohttp's parser decodes (br and zstd only with
+# libraries this project does not install): it leaves any other body encoded, which would be
+# stored as if it were the message.
 _CODINGS = frozenset({"gzip", "deflate", "identity"})
 
 
