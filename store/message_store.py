@@ -196,6 +196,11 @@ class MessageStore(IndexReads):
         had to be used), or None. Reads and removals go on either way."""
         return self._engine.short
 
+    @property
+    def space_reserve_whole(self) -> bool:
+        """False: no room for the space reserve; the next checkpoint refuses new data."""
+        return self._engine.reserve is None or self._engine.reserve.whole
+
     def close(self) -> None:
         """Stop the writer, write a final checkpoint, release the directory. Blocking."""
         if self._lock is None:

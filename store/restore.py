@@ -43,6 +43,9 @@ class RestoreReport:
     live_records: int = 0
     damaged: int = 0
     seconds: float = 0.0
+    # False: the disk has no room left for the store's space reserve, so a gateway started
+    # on it refuses new messages until room is made.
+    reserve_whole: bool = True
 
 
 def restore(src: Path, root: Path, options: StoreOptions,
@@ -80,6 +83,7 @@ def restore(src: Path, root: Path, options: StoreOptions,
         try:
             report.live_records = sum(store.count(q) for q in store.queue_ids())
             report.damaged = len(store.recovery.damaged)
+            report.reserve_whole = store.space_reserve_whole
         finally:
             store.close()
     except BaseException:

@@ -20,6 +20,7 @@ from store.check import RecordReader, check_data_dir
 from store.errors import StoreError, StoreLocked
 from store.options import StoreOptions
 from store.restore import restore
+from store.space import RESERVE_BYTES
 
 __all__ = ["run_check", "run_backup", "run_restore"]
 
@@ -140,6 +141,10 @@ def run_restore(src: Path, data_dir: Path) -> int:
     print(f"restored {report.files} files ({report.bytes} bytes) into {data_dir}; "
           f"{report.live_records} messages recovered, {report.damaged} damaged, "
           f"{report.seconds:.1f}s")
+    if not report.reserve_whole:  # restored whole, but a start would refuse new messages
+        print(f"entrepot: {data_dir}'s disk has no room left for the store's space reserve "
+              f"({RESERVE_BYTES} bytes): a gateway started on it refuses new messages (507) "
+              "until room is made", file=sys.stderr)
     if report.damaged:  # the exit code alone would leave a script to think nothing is there
         print(f"entrepot: damaged records of {src} set aside in {data_dir}/storage/quarantine/: "
               f"{report.damaged}; the rest is restored and kept in {data_dir} (see "

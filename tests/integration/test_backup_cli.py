@@ -317,3 +317,28 @@ def test_a_restore_with_damaged_records_says_what_it_kept(tmp_path: Path) -> Non
     assert result.returncode == 1, result.stderr
     assert "quarantine/: 1;" in result.stderr
     assert "kept in" in result.stderr and (tmp_path / "restored" / "storage").is_dir()
+
+
+async def test_a_restore_onto_a_disk_without_room_for_the_reserve_warns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Restored whole (exit 0), but a gateway started there would refuse new messages: the
+    restore says so rather than leave it to the first 507."""
+    import errno
+
+    from gateway.cli.offline import run_restore
+    from store.backup import backup_offline
+    from tests.store.test_backup import _filled
+
+    await _filled(tmp_path / "data")
+    backup_offline(tmp_path / "data", tmp_path / "bk")
+
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("store.space.reserve_file", full)
+    assert run_restore(tmp_path / "bk", tmp_path / "restored") == 0
+    err = capsys.readouterr().err
+    assert (f"entrepot: {tmp_path / 'restored'}'s disk has no room left for the store's space "
+            "reserve (1048576 bytes): a gateway started on it refuses new messages (507) until "
+            "room is made") in err, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 from pathlib import Path
 from typing import Any
@@ -208,3 +209,18 @@ async def test_restore_says_what_stands_where_a_backup_file_should_be(
     with pytest.raises(BackupError, match=f"backup file storage/{segment.name} {said}"):
         restore(tmp_path / "backup", tmp_path / "restored", SMALL)
     assert not (tmp_path / "restored").exists() or not any((tmp_path / "restored").iterdir())
+
+
+async def test_a_restore_onto_a_disk_without_room_for_the_reserve_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    await _filled(tmp_path / "data")
+    backup_offline(tmp_path / "data", tmp_path / "backup")
+    assert restore(tmp_path / "backup", tmp_path / "roomy", SMALL).reserve_whole
+
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("store.space.reserve_file", full)
+    report = restore(tmp_path / "backup", tmp_path / "tight", SMALL)
+    assert not report.reserve_whole
+    assert report.live_records == 37 and report.damaged == 0, "restored whole all the same"
