@@ -115,6 +115,9 @@ class ServerSettings:
     # in-flight one; a partner may park at most a quarter of them (gateway.web.long_polls).
     long_polls_max: int = _int(1024, low=1, high=100_000)
     keepalive_timeout: float = _duration("75s", low="1s", high="1h")
+    # Connections open at once, idle ones included; one more is closed as it is accepted
+    # (each holds a file descriptor the store must not run out of: gateway.web.http_server).
+    connections_max: int = _int(10_000, low=16, high=1_000_000)
     # Host names (and addresses) senders use to reach this gateway; with localhost, the
     # machine's own names and the listen address they make a format name local.
     names: tuple[str, ...] = _names()

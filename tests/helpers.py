@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +72,8 @@ class GatewayProcess:
 
     def __init__(self, data_dir: Path, *, extra_args: Sequence[str] = (),
                  env: dict[str, str] | None = None, cwd: Path | None = None,
-                 cafile: Path | None = None, port: int = 0, log_dir: Path | None = None
-                 ) -> None:
+                 cafile: Path | None = None, port: int = 0, log_dir: Path | None = None,
+                 preexec: Callable[[], None] | None = None) -> None:
         self.port = port or free_port()
         self.cafile = cafile
         self.url = f"{'https' if cafile else 'http'}://127.0.0.1:{self.port}"
@@ -95,7 +95,7 @@ class GatewayProcess:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             args, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd or REPO_ROOT,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **(env or {})}, preexec_fn=preexec,
         )
         GatewayProcess.running.add(self)
 

@@ -420,7 +420,7 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
     await forwarder.start()
     runner = app_runner(make_front_app(settings, metrics, channel, forwarder, SharedCounts(
         start.counts_fd, settings.server.workers, start.index)), settings,
-        handler_cancellation=True)
+        handler_cancellation=True, sharing=settings.server.workers)
     await runner.setup()
     await web.SockSite(runner, sock, ssl_context=context).start()
     log.debug("front %d: startup objects frozen count=%d", start.index,

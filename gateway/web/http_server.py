@@ -14,7 +14,11 @@ page's recent errors. A 5xx is still aiohttp's error log with its traceback.
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import resource
+import time
+from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import ContentEncodingError, HttpProcessingError, LineTooLong
@@ -25,7 +29,7 @@ from gateway.logs import access_log, server_log
 from gateway.settings import Settings
 from gateway.web.problem import problem_response
 
-__all__ = ["ProblemAppRunner", "app_runner", "freeze_startup_objects"]
+__all__ = ["ProblemAppRunner", "app_runner", "connections_cap", "freeze_startup_objects"]
 
 _DETAIL_CHARS_MAX = 200
 
@@ -69,19 +73,77 @@ def _detail(status: int, exc: BaseException | None, request: BaseRequest) -> tup
 
 
 class _ProblemServer(web.Server):
-    def __call__(self) -> RequestHandler:
+    connections_max = 0  # 0: no cap (the owner's private socket, which only fronts reach)
+    _refused_logged = 0.0
+
+    # The loop takes any protocol from its factory; aiohttp declares only its own.
+    def __call__(self) -> asyncio.Protocol:  # type: ignore[override]
+        if self.connections_max and len(self._connections) >= self.connections_max:
+            now = time.monotonic()
+            if now - self._refused_logged >= _REFUSED_LOG_EVERY_S:
+                self._refused_logged = now
+                server_log.warning("%d connections open: new ones are closed at once "
+                                   "(server.connections_max)", len(self._connections))
+            return _Refused()
         return _ProblemRequestHandler(self, loop=self._loop, **self._kwargs)
 
 
+class _Refused(asyncio.Protocol):
+    """A connection over the cap: closed as it is accepted, so that its descriptor is free
+    again at once."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
+_REFUSED_LOG_EVERY_S = 60.0
+
+
 class ProblemAppRunner(web.AppRunner):
-    """``web.AppRunner`` whose connections answer parse errors with problem+json."""
+    """``web.AppRunner`` whose connections answer parse errors with problem+json, and whose
+    server closes a connection over ``connections_max`` (0: no cap) as it is accepted."""
+
+    def __init__(self, app: web.Application, *, connections_max: int = 0,
+                 **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self._connections_max = connections_max
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         # The app's server as aiohttp builds it (the app started and frozen, its handler
         # arguments), only making _ProblemRequestHandler connections.
         server.__class__ = _ProblemServer
+        assert isinstance(server, _ProblemServer)
+        server.connections_max = self._connections_max
         return server
+
+
+def connections_cap(connections_max: int, processes: int) -> int:
+    """The connections one serving process keeps open at most: its share of
+    ``server.connections_max``, and at most half its open-file limit (raised to the hard
+    limit first). Each connection holds a descriptor: without a cap, clients that open
+    connections and send nothing would leave the store none for its own files, which stops
+    it (a checkpoint that cannot open its file fail-stops the store)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = _FILES_WANTED if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as exc:  # a container may forbid it: the cap follows
+            server_log.info("open-file limit left at %d: %s", soft, exc)
+    share = -(-connections_max // processes)
+    if soft == resource.RLIM_INFINITY:
+        return share
+    cap = max(_CONNECTIONS_MIN, min(share, soft // 2))
+    if cap < share:
+        server_log.warning("open-file limit %d: this process keeps at most %d connections "
+                           "(server.connections_max asks %d)", soft, cap, share)
+    return cap
+
+
+_FILES_WANTED = 65_536  # the soft open-file limit asked for when the hard one is unlimited
+_CONNECTIONS_MIN = 16
 
 
 # What a front adds to a request it forwards (gateway.web.forwarded): up to three headers, one
@@ -91,15 +153,16 @@ _FORWARDED_FIELD_MAX = 256 * 1024
 
 
 def app_runner(app: web.Application, settings: Settings, *,
-               handler_cancellation: bool = False,
-               forwarded: bool = False) -> ProblemAppRunner:
+               handler_cancellation: bool = False, forwarded: bool = False,
+               sharing: int = 1) -> ProblemAppRunner:
     """The runner of ``app`` with the server section's limits (one process, or each front).
 
     ``handler_cancellation``: a handler is cancelled when its client hangs up (a front's:
     its forwarded request to the owner is then closed, and a long poll there ends without
     taking a message; the owner's and one process's handlers finish what they started).
     ``forwarded``: the store owner's runner, for requests its fronts checked against the
-    limits already and add their own headers to.
+    limits already and add their own headers to (its connections are the fronts': no cap).
+    ``sharing``: the processes that share ``server.connections_max`` (the fronts).
 
     On a stop, aiohttp gives the requests in flight its shutdown timeout to finish, then
     cancels them and gives them that timeout again: half of ``server.shutdown_grace`` each,
@@ -107,6 +170,7 @@ def app_runner(app: web.Application, settings: Settings, *,
     server = settings.server
     return ProblemAppRunner(
         app,
+        connections_max=0 if forwarded else connections_cap(server.connections_max, sharing),
         handle_signals=False,
         shutdown_timeout=server.shutdown_grace / 2,
         handler_cancellation=handler_cancellation,
