@@ -28,8 +28,22 @@ def _wait_until_flooded(proc: GatewayProcess) -> None:
     or, with no cap, its descriptors are all but spent. An upper bound only."""
     deadline = time.monotonic() + 120
     while ("new ones are closed at once (server.connections_max)" not in proc.log()
-           and len(os.listdir(f"/proc/{proc.proc.pid}/fd")) < _FILES - 4):
+           and _descriptors(proc) < _FILES - 4):
         assert time.monotonic() < deadline, proc.log()[-2000:]
+        time.sleep(0.05)
+
+
+def _descriptors(proc: GatewayProcess) -> int:
+    return len(os.listdir(f"/proc/{proc.proc.pid}/fd"))
+
+
+def _wait_until_closed(proc: GatewayProcess, descriptors: int) -> None:
+    """Until the gateway has closed the flood's connections (its descriptors are back to
+    ``descriptors``): until then it would close a new one as it accepts it. An upper bound
+    only."""
+    deadline = time.monotonic() + 120
+    while _descriptors(proc) > descriptors:
+        assert time.monotonic() < deadline, (_descriptors(proc), descriptors)
         time.sleep(0.05)
 
 
@@ -43,6 +57,7 @@ def test_idle_connections_leave_the_store_its_files(tmp_path: Path) -> None:
         admin.request("PUT", "/v1/queues/q", body=b"{}")
         made = admin.getresponse()
         assert (made.status, bool(made.read())) == (201, True)
+        before = _descriptors(proc)
         for _ in range(2 * _FILES):
             connection = socket.create_connection(("127.0.0.1", proc.port), timeout=30)
             connection.sendall(b"GET /v1/queues HTTP/1.1\r\nHost: x\r\n")  # never finished
@@ -58,6 +73,7 @@ def test_idle_connections_leave_the_store_its_files(tmp_path: Path) -> None:
     finally:
         for connection in held:
             connection.close()
+    _wait_until_closed(proc, before)
     status, _, body = http_get(proc.url + "/readyz")
     assert status == 200, body[:500]
     assert proc.stop() == 0
