@@ -91,6 +91,8 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator,
     body_max = settings.server.request_body_max
     body_timeout = settings.server.body_timeout
     subjects = PeerSubjects()
+    # A client certificate is asked for only with a CA to verify it (gateway.auth.tls).
+    certificates = bool(settings.server.tls_cert and settings.server.tls_client_ca)
 
     async def gate(request: web.Request) -> None:
         if request.path in PUBLIC_PATHS:
@@ -100,17 +102,20 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator,
         srmp = route.name is not None and route.name.startswith("srmp-")
         header = "" if srmp else request.headers.get("Authorization", "")
         signed = header.lstrip().startswith(SCHEME)
-        subject = (subjects.of_der(request[PEER_CERT]) if PEER_CERT in request
-                   else subjects.of(request.transport))
+        subject = None
+        if certificates:
+            subject = (subjects.of_der(request[PEER_CERT]) if PEER_CERT in request
+                       else subjects.of(request.transport))
         principal: Principal | None = None
         # Everything but a signature is decided on the headers, before the body is read: a
         # stranger's slow body cannot hold the in-flight slots partners need.
         if signed:
             _check(authenticator.known_signer, header)
         else:
-            principal = _check(authenticate, Credentials(
-                header, subject, request.method, request.path_qs, b"", (),
-                THROTTLED in request))
+            if header or subject is not None:  # (nothing presented: no principal)
+                principal = _check(authenticate, Credentials(
+                    header, subject, request.method, request.path_qs, b"", (),
+                    THROTTLED in request))
             if principal is None and authenticator.required and not srmp:
                 raise ProblemError(401, "a credential is required (Authorization: Bearer "
                                    f"<API key> or {SCHEME}, or a client certificate)",

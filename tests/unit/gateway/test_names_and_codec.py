@@ -99,6 +99,23 @@ def test_send_headers_deadlines_are_absolute() -> None:
     assert request.properties.reach_queue_by_ms == 61000
 
 
+@given(st.sampled_from(["application/octet-stream", "text/plain; charset=utf-8", "x/y"]),
+       st.sampled_from(["Mq-Priority", "MQ-PRIORITY", "mq-priority"]))
+def test_a_send_without_mq_headers_takes_the_defaults_the_headers_would_give(
+        content_type: str, priority: str) -> None:
+    from multidict import CIMultiDict
+
+    plain = CIMultiDict({"Host": "h", "Content-Type": content_type})
+    spelled = CIMultiDict({**plain, priority: "3", "Mq-Delivery": "recoverable",
+                           "Mq-Journal": "none"})
+    assert parse_send_headers(plain, now_ms=7) == parse_send_headers(spelled, now_ms=7)
+    # A property header in any case is read, not passed over as absent.
+    for name in ("MQ-LABEL", "mq-label"):
+        assert parse_send_headers(CIMultiDict({name: "x"}), now_ms=7).properties.label == "x"
+    assert parse_send_headers(CIMultiDict({"IDEMPOTENCY-KEY": "k"}), now_ms=7
+                              ).idempotency_key == "k"
+
+
 def test_header_error_names_the_header() -> None:
     with pytest.raises(HeaderError) as info:
         parse_send_headers({"Mq-Priority": "8"}, now_ms=0)
