@@ -48,6 +48,8 @@ class PartnerShares:
         request[_HOLDER] = name
 
     def release(self, request: web.Request) -> None:
+        if not self._held:  # (the admin's and an open gateway's requests take no place)
+            return
         name = request.get(_HOLDER)
         if name is None:
             return
