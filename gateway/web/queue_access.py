@@ -16,7 +16,7 @@ from gateway.web.auth_middleware import principal_of, require, require_admin
 from gateway.web.escapes import check_path
 from mapping.names import QueueNameError, parse_queue_path
 
-__all__ = ["authorize", "authorize_early", "split_tail"]
+__all__ = ["authorize", "authorize_early", "served", "split_tail"]
 
 _TREE = "/v1/queues/"
 
@@ -29,10 +29,36 @@ def split_tail(tail: str) -> tuple[str, list[str]]:
     return segments[0], segments[1:]
 
 
+def served(rest: list[str]) -> frozenset[str] | None:
+    """The methods a resource under a queue serves (``rest``: the path under the queue);
+    None for the range resources (gateway.web.rest_range decides) and for no resource."""
+    if not rest:
+        return _QUEUE
+    if rest == ["messages"]:
+        return _MESSAGES
+    if rest in (["receive"], ["purge"], ["requeue"]) or (
+            len(rest) == 3 and rest[0] == "messages" and rest[2] == "requeue"):
+        return _ACTION
+    if len(rest) == 2 and rest[0] == "messages":
+        return _MESSAGE
+    return None
+
+
+_QUEUE = frozenset({"GET", "HEAD", "PUT", "DELETE"})
+_MESSAGES = frozenset({"GET", "HEAD", "POST"})
+_MESSAGE = frozenset({"GET", "HEAD", "DELETE"})
+_ACTION = frozenset({"POST"})
+
+
 def authorize(request: web.Request, name: str, rest: list[str]) -> None:
     """Raises: ProblemError 403 when the principal may not do what ``request`` asks of the
-    queue ``name`` (``rest``: the path under it)."""
+    queue ``name`` (``rest``: the path under it); HTTPMethodNotAllowed first for a method
+    the resource does not serve, whoever asks (the API's methods are no secret, and a
+    partner is told what an admin is)."""
     method = request.method
+    methods = served(rest)
+    if methods is not None and method not in methods:
+        raise web.HTTPMethodNotAllowed(method, sorted(methods))
     if rest == ["messages"] and method == "POST":
         require(request, "send", name)
     elif rest in (["messages"], ["receive"]) or (len(rest) == 2 and rest[0] == "messages"):
