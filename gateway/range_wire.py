@@ -15,15 +15,21 @@ absent, and the response's ``Entrepot-Next`` header says where the covered range
 from __future__ import annotations
 
 import json
+import re
 import struct
 from typing import Any, NamedTuple
 
 from gateway.msmq.classes import MessageClass
 
-__all__ = ["CONTENT_TYPE", "END_OF_RANGE", "RangeRecord", "RangeFormatError", "RangeSpans",
-           "encode_record", "decode_records", "decode_spans", "columns_of", "COLUMN_KEYS"]
+__all__ = ["CONSUMER_NAME", "CONSUMER_NAME_RULE", "CONTENT_TYPE", "END_OF_RANGE", "RangeRecord",
+           "RangeFormatError", "RangeSpans", "encode_record", "decode_records", "decode_spans",
+           "columns_of", "COLUMN_KEYS"]
 
 CONTENT_TYPE = "application/x-entrepot-records"
+# A range consumer's name, as the gateway takes it and as a reader (Spark, a landing) checks
+# it before it asks.
+CONSUMER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
+CONSUMER_NAME_RULE = "use 1-64 letters, digits, '.', '_' or '-'"
 _HEAD = ">QIII"
 _HEAD_STRUCT = struct.Struct(_HEAD)
 _HEAD_SIZE = _HEAD_STRUCT.size

@@ -14,7 +14,6 @@ Theory of operation:
 from __future__ import annotations
 
 import dataclasses
-import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import ConfigError
+from gateway.range_wire import CONSUMER_NAME, CONSUMER_NAME_RULE
 from gateway.settings_values import Spec as _Spec
 from gateway.settings_values import convert as _convert
 from gateway.settings_values import kind_of as _kind_of
@@ -505,9 +505,8 @@ def _parse_landings(raw: object) -> tuple[LandingDeclaration, ...]:
         if landing.directory in directories:
             raise ConfigError(f"{prefix}.directory: {landing.directory!r} is used twice")
         directories.add(landing.directory)
-        if not re.match(r"^[A-Za-z0-9._-]{1,64}\Z", landing.consumer):
-            raise ConfigError(f"{prefix}.consumer: {landing.consumer!r}: use 1-64 letters, "
-                              "digits, '.', '_' or '-'")
+        if not CONSUMER_NAME.match(landing.consumer):
+            raise ConfigError(f"{prefix}.consumer: {landing.consumer!r}: {CONSUMER_NAME_RULE}")
     return tuple(declared)
 
 

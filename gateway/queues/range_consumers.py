@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -27,11 +26,11 @@ from gateway.queues.internal import CONSUMERS_QUEUE
 from gateway.queues.manager import Queue, QueueManager
 from gateway.queues.state_records import StateQueue
 from gateway.queues.store_errors import store_call
+from gateway.range_wire import CONSUMER_NAME, CONSUMER_NAME_RULE
 from store.records import SendSpec, StoredRecord
 
-__all__ = ["RangeConsumers", "CONSUMER_NAME"]
+__all__ = ["RangeConsumers"]
 
-CONSUMER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
 CONSUMERS_PER_QUEUE_MAX = 64  # per queue and owner (a partner, or the admin's side)
 _TRIM_CHUNK = 5000
 K = TypeVar("K")  # records removed per store commit when retention catches up
@@ -276,8 +275,8 @@ class RangeConsumers:
     @staticmethod
     def _check_name(name: str) -> None:
         if not CONSUMER_NAME.match(name):
-            raise BadRequest(f"consumer name {name!r}: use 1-64 letters, digits, "
-                             "'.', '_' or '-'", type_slug="bad-request")
+            raise BadRequest(f"consumer name {name!r}: {CONSUMER_NAME_RULE}",
+                             type_slug="bad-request")
 
     def _entry(self, queue: Queue, name: str, owner: str | None) -> _Entry:
         self._check_name(name)

@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gateway.range_wire import CONSUMER_NAME, CONSUMER_NAME_RULE
 from gateway.spark.client import ClientOptions
 from gateway.spark.offsets import canonical
 from mapping.errors import QueueNameError
@@ -25,7 +26,6 @@ OPTIONS = ("url", "queues", "queue", "consumer", "token", "cafile", "startingOff
            "maxMessagesPerPartition", "minPartitions", "timeoutSeconds", "attempts",
            "bodyFormat")
 _KNOWN = {name.lower(): name for name in OPTIONS}
-_CONSUMER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")  # as the gateway takes it
 _INTEGER = re.compile(r"^-?[0-9]{1,19}\Z")  # what the command line takes, and negatives
 _EARLIEST, _LATEST = -2, -1  # Kafka's numbers for them in a JSON offsets map
 
@@ -90,9 +90,8 @@ class SourceOptions:
                                attempts=_int(opts, "attempts", 8, 1),
                                cafile=opts.get("cafile", ""))
         consumer = opts.get("consumer", "spark")
-        if not _CONSUMER_NAME.match(consumer):
-            raise SourceOptionError(f"option consumer={consumer!r}: use 1-64 letters, digits, "
-                                    "'.', '_' or '-'")
+        if not CONSUMER_NAME.match(consumer):
+            raise SourceOptionError(f"option consumer={consumer!r}: {CONSUMER_NAME_RULE}")
         max_rows = _int(opts, "maxmessagesperbatch", 0, 0)
         if 0 < max_rows < len(queues):
             raise SourceOptionError(f"option maxMessagesPerBatch={max_rows}: at least one "

@@ -115,6 +115,7 @@ def test_json_lines_landing(tmp_path: Path) -> None:
     ('queue = "q"', "landings[0].directory"),
     ('queue = "q"\ndirectory = "x"\nformat = "csv"', "landings[0].format"),
     ('queue = "q"\ndirectory = "x"\nfile_messages = 0', "landings[0].file_messages"),
+    ('queue = "q"\ndirectory = "x"\nconsumer = "land\\n"', "landings[0].consumer"),
 ])
 def test_bad_landing_configuration_is_refused(tmp_path: Path, table: str,
                                               fragment: str) -> None:

@@ -269,6 +269,8 @@ def test_unknown_queue_is_a_clear_error(spark_gateway: GatewayProcess) -> None:
       for lax in (" 2", "+3", "1_000", "\u0663")],
     ({"url": "http://127.0.0.1:1", "queues": "q", "consumer": "my job"},
      "option consumer='my job'"),
+    ({"url": "http://127.0.0.1:1", "queues": "q", "consumer": "job\n"},  # as the gateway
+     re.escape("option consumer='job\\n'")),
     ({"url": "http://127.0.0.1:1", "queues": "a,b,c", "maxMessagesPerBatch": "2"},
      "maxMessagesPerBatch=2: at least one message per queue"),
 ])
