@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import re
 import resource
 import time
 from typing import Any
@@ -32,6 +33,9 @@ from gateway.web.problem import problem_response
 __all__ = ["ProblemAppRunner", "app_runner", "connections_cap", "freeze_startup_objects"]
 
 _DETAIL_CHARS_MAX = 200
+# aiohttp's parser refuses these codings before any handler when their library is missing
+# ("Can not decode content-encoding: brotli (br). Please install `Brotli`").
+_UNSUPPORTED = re.compile(r"content-encoding: \w+ \((br|zstd)\)")
 
 
 class _ProblemRequestHandler(RequestHandler):
@@ -39,6 +43,8 @@ class _ProblemRequestHandler(RequestHandler):
                      exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
         slug, detail = _detail(status, exc, request)
+        if slug == "unsupported-encoding":
+            status = 415
         if status >= 500:
             # aiohttp's own: the traceback logged; its text/plain answer is replaced.
             super().handle_error(request, status, exc, message)
@@ -58,7 +64,12 @@ def _detail(status: int, exc: BaseException | None, request: BaseRequest) -> tup
         return "about:blank", "internal error; see the gateway log"
     if isinstance(exc, ContentEncodingError):  # as gateway.web.middlewares says it later
         # The request here may have no headers: aiohttp's message names the coding.
-        coding = request.headers.get("Content-Encoding") or str(exc.message).rsplit(" ")[-1]
+        message = str(exc.message)
+        unsupported = _UNSUPPORTED.search(message)
+        if unsupported:  # a coding aiohttp decodes only with a library not installed
+            return "unsupported-encoding", (f"Content-Encoding: {unsupported[1]!r} is not "
+                                            "taken (gzip, deflate or none)")
+        coding = request.headers.get("Content-Encoding") or message.rsplit(" ")[-1]
         return "bad-body", ("request body: it does not decode as its Content-Encoding says "
                             f"({coding[:_DETAIL_CHARS_MAX]})")
     if isinstance(exc, LineTooLong):

@@ -226,6 +226,17 @@ def _check_coding(request: web.Request) -> None:
                            "or none)", type_slug="unsupported-encoding")
 
 
+async def _closing(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """``response`` sent, then the connection closed: aiohttp would otherwise read the rest
+    of a body that cannot be read (its decoding failed), and log that failure as an
+    unhandled exception, for every such request."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
+    return response
+
+
 async def _answer(request: web.Request, handler: Handler,
                   gate: Gate | None) -> web.StreamResponse:
     # An absolute-form target without a path ("GET http://host") has the path "/"
@@ -254,7 +265,8 @@ async def _answer(request: web.Request, handler: Handler,
         coding = request.headers.get("Content-Encoding")
         detail = (f"request body: it does not decode as its Content-Encoding says ({coding})"
                   if coding else f"request body: {exc}")
-        return problem_response(400, detail, type_slug="bad-body", instance=instance)
+        return await _closing(request, problem_response(400, detail, type_slug="bad-body",
+                                                        instance=instance))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
