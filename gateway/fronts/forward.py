@@ -88,7 +88,7 @@ class Forwarder:
             # it again, told that the partner's token and a signature's nonce are taken.
             await self.gate(request)
         # Read here, or already by the front's gate (then aiohttp has kept it).
-        body = await read_body(request, self._body_timeout) or await request.read()
+        body = await read_body(request, self._body_timeout, self._body_max)
         headers: CIMultiDict[str] = CIMultiDict()
         for name, value in request.headers.items():
             if name.lower() in _HOP or name.lower() in forwarded.FRONT_HEADERS:

@@ -49,6 +49,7 @@ from gateway.web.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.web.auth_middleware import (
     THROTTLED,
     Gate,
+    body_of,
     make_auth_gate,
     principal_of,
     require,
@@ -239,19 +240,19 @@ async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
         return await forwarder.forward(request)
     if send.transaction not in (None, "single", "none"):
         held = await _ask(channel, wire.Kind.TX_SEND, wire.TxSendCommand(
-            send.transaction, name, await request.read(), properties, principal_of(request)))
+            send.transaction, name, await body_of(request), properties, principal_of(request)))
         return jsonio.json_response(held, status=202)
     key = scoped_key(request, send.idempotency_key)
     if (key is None and send.transaction != "single" and only_its_record(properties)
             and not properties.message_id):
         guid = identity.guid or await identity.known()  # asked once: no await after
         if guid is not None:  # the owner stores the record as it comes
-            payload = stamp_and_encode(properties, await request.read(), guid)
+            payload = stamp_and_encode(properties, await body_of(request), guid)
             answer, replayed = await _ask(channel, wire.Kind.PUT, wire.PutCommand(
                 name, payload, properties.priority, properties.receive_by_ms,
                 send.transaction))
             return sent_response(answer, replayed)
-    command = wire.SendCommand(name, await request.read(), properties, send.transaction, key)
+    command = wire.SendCommand(name, await body_of(request), properties, send.transaction, key)
     answer, replayed = await _ask(channel, wire.Kind.SEND, command)
     return sent_response(answer, replayed)
 
@@ -314,7 +315,7 @@ async def _batch(request: web.Request, gate: Gate, channel: Channel, forwarder: 
     """A batch: checked here (its JSON, every item, the send permissions), stored by the
     owner as one ``BATCH`` command; one with reply addresses goes to the owner whole."""
     await _authenticate(request, gate, channel, limited)
-    raw = await request.read()
+    raw = await body_of(request)
     items = rest_tx.batch_items(raw)
     for queue, _, props in items:
         require(request, "send", queue)
@@ -333,7 +334,7 @@ async def _transaction(request: web.Request, gate: Gate, channel: Channel,
     by the owner for the principal (``TX``)."""
     principal = await _authenticate(request, gate, channel, limited)
     if request.method == "POST":
-        no_fields(await request.read())
+        no_fields(await body_of(request))
     action = request.match_info.get("action") or (
         "begin" if request.method == "POST" else "show")
     status, answer = await _ask(channel, wire.Kind.TX, wire.TxCommand(
@@ -364,7 +365,7 @@ async def _srmp(request: web.Request, gate: Gate, channel: Channel,
     """An SRMP request: authenticated and parsed here (the work one process gives its parse
     workers), delivered by the owner."""
     principal = await _authenticate(request, gate, channel, limited)
-    raw = await request.read()
+    raw = await body_of(request)
     content_type = request.headers.get("Content-Type", "")
     if len(raw) <= PARSE_INLINE_BYTES_MAX:
         parse_kind, parse = parse_answer(content_type, raw)

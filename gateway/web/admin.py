@@ -15,7 +15,7 @@ from aiohttp import web
 from gateway.errors import ProblemError
 from gateway.queues.identity import BACKED_UP
 from gateway.web.appkeys import STATE_KEY
-from gateway.web.auth_middleware import require_admin
+from gateway.web.auth_middleware import body_of, require_admin
 from gateway.web.rest_body import parse_json
 from store.backup import BackupError, BackupInside
 
@@ -28,7 +28,7 @@ routes = web.RouteTableDef()
 async def backup(request: web.Request) -> web.Response:
     """Take a consistent backup of the running store into ``{"dest": DIR}`` (empty or new)."""
     require_admin(request)
-    body = parse_json(await request.read())
+    body = parse_json(await body_of(request))
     dest = body.get("dest") if isinstance(body, dict) else None
     if not isinstance(dest, str) or not dest:
         raise ProblemError(400, 'body must be {"dest": "<directory>"}', type_slug="bad-request")

@@ -48,6 +48,8 @@ __all__ = [
     "make_auth_gate",
     "principal_of",
     "read_body",
+    "body_of",
+    "BODY",
     "refuse_declared_length",
     "require",
     "require_admin",
@@ -64,6 +66,8 @@ NonceTaker = Callable[[web.Request, SignedRequest], Awaitable[None]]
 PROBES = frozenset({"/healthz", "/readyz"})
 PUBLIC_PATHS = PROBES | {"/metrics", "/v1/openapi.json"}
 PRINCIPAL = web.RequestKey("principal", Principal)
+# The body the gate read (``read_body``; handlers take it with ``body_of``).
+BODY = web.RequestKey("body", bytes)
 # The client certificate (DER) a front process verified (gateway.fronts): the store owner
 # sees the front's Unix socket, not the client's TLS connection.
 PEER_CERT = web.RequestKey("peer_cert", bytes)
@@ -127,7 +131,7 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator,
             request[PRINCIPAL] = principal or (NOBODY if srmp else OPEN)
             if before_body is not None:
                 await before_body(request)
-        body = await read_body(request, body_timeout)
+        body = await read_body(request, body_timeout, body_max)
         if signed:
             credentials = Credentials(header, subject, request.method, request.path_qs, body,
                                       request.headers.items(), THROTTLED in request,
@@ -191,23 +195,42 @@ def take_nonce(authenticator: Authenticator, signed: SignedRequest, throttled: b
                                               throttled=throttled), signed)
 
 
-async def read_body(request: web.Request, timeout_s: float) -> bytes:
-    """The whole body, within ``timeout_s`` (408); a client that hangs up mid-body gets a 400
-    it will not read, and no error is logged: the fault is not the gateway's."""
+async def read_body(request: web.Request, timeout_s: float, body_max: int) -> bytes:
+    """The whole body, within ``timeout_s`` (408), at most ``body_max`` bytes (413); kept
+    for ``body_of``. A client that hangs up mid-body gets a 400 it will not read, and no
+    error is logged: the fault is not the gateway's."""
+    body: bytes | None = request.get(BODY)
+    if body is not None:
+        return body
     if not request.can_read_body:
         return b""
     try:
-        if request.content.is_eof():
-            return await request.read()  # all there already: no timer on this hot path
-        await send_continue(request)  # the checks that need no body are passed
-        async with asyncio.timeout(timeout_s):  # no task per request, unlike wait_for
-            return await request.read()
+        content = request.content
+        if content.is_eof():  # all there already: taken as it is, no timer, one copy
+            body = content.read_nowait()
+            if len(body) > body_max:  # (a chunked body: no length was declared)
+                raise web.HTTPRequestEntityTooLarge(max_size=body_max, actual_size=len(body))
+        else:
+            await send_continue(request)  # the checks that need no body are passed
+            async with asyncio.timeout(timeout_s):  # no task per request, unlike wait_for
+                body = await request.read()
     except TimeoutError:
         raise ProblemError(408, f"request body not received within {timeout_s} s",
                            type_slug="body-timeout") from None
     except ConnectionError as exc:
         raise ProblemError(400, f"the client closed the connection mid-body ({exc})",
                            type_slug="body-incomplete") from None
+    request[BODY] = body
+    return body
+
+
+async def body_of(request: web.Request) -> bytes:
+    """The request's body, as the gate read it (``read_body``), or read now (a route the
+    gate does not read for). Handlers read it here, not with ``request.read()``: the gate
+    takes a body that has all arrived from the stream as it is, leaving aiohttp's copy
+    empty."""
+    body: bytes | None = request.get(BODY)
+    return await request.read() if body is None else body
 
 
 def principal_of(request: web.Request) -> Principal:

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from aiohttp import web
 
 from gateway.errors import ProblemError
+from gateway.web.auth_middleware import body_of
 
 __all__ = ["JSON_DEPTH_MAX", "json_body", "json_number", "json_object", "names", "parse_json"]
 
@@ -79,7 +80,7 @@ def parse_json(raw: bytes) -> object:
 
 
 async def json_body(request: web.Request, *, allow_empty: bool) -> dict[str, object]:
-    return json_object(await request.read(), allow_empty=allow_empty)
+    return json_object(await body_of(request), allow_empty=allow_empty)
 
 
 def json_object(raw: bytes, *, allow_empty: bool) -> dict[str, object]:

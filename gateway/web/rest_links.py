@@ -8,7 +8,7 @@ from aiohttp import web
 from gateway.errors import ProblemError
 from gateway.outbound.links import Links
 from gateway.web.appkeys import STATE_KEY
-from gateway.web.auth_middleware import require_admin
+from gateway.web.auth_middleware import body_of, require_admin
 from gateway.web.rest_body import no_fields
 
 __all__ = ["routes"]
@@ -32,7 +32,7 @@ async def list_links(request: web.Request) -> web.Response:
 @routes.post("/v1/links/{id}/{action}")
 async def act(request: web.Request) -> web.Response:
     require_admin(request)
-    no_fields(await request.read())
+    no_fields(await body_of(request))
     links = _links(request)
     try:
         link = links.find(request.match_info["id"])

@@ -18,7 +18,13 @@ from gateway.queues.destinations import (
 from gateway.queues.manager import Queue
 from gateway.queues.wire_ids import local_id
 from gateway.web.appkeys import STATE_KEY
-from gateway.web.auth_middleware import principal_of, require, require_admin, scoped_key
+from gateway.web.auth_middleware import (
+    body_of,
+    principal_of,
+    require,
+    require_admin,
+    scoped_key,
+)
 from gateway.web.reply_addresses import check_request_replies
 from gateway.web.rest_codec import (
     REPLAYED,
@@ -59,7 +65,7 @@ async def send_by_format_name(request: web.Request) -> web.Response:
     if urls:
         require_admin(request)  # partners' allow lists name local queues only
     queues = [qm.queue(path) for path in paths]  # unknown queues refused before the body
-    body = await request.read()
+    body = await body_of(request)
     tx = send.transaction
     principal = principal_of(request)
     if tx not in (None, "single", "none"):

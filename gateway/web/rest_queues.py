@@ -27,7 +27,7 @@ from gateway.queues.transactions import Transactions
 from gateway.units import parse_size
 from gateway.web import rest_range
 from gateway.web.appkeys import STATE_KEY
-from gateway.web.auth_middleware import principal_of, scoped_key
+from gateway.web.auth_middleware import body_of, principal_of, scoped_key
 from gateway.web.long_polls import LONG_POLLS_KEY
 from gateway.web.queue_access import authorize, split_tail
 from gateway.web.reply_addresses import check_request_replies
@@ -182,11 +182,11 @@ async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Respon
         transactions = _transactions(request)
         principal = principal_of(request)
         transactions.get(send.transaction, principal, join=True)  # before the body is read
-        body = await request.read()
+        body = await body_of(request)
         return jsonio.json_response(send_in_transaction(
             qm, transactions, principal, send.transaction, name, body, send.properties),
             status=202)
-    body = await request.read()
+    body = await body_of(request)
     answer, replayed = await send_one(qm, name, body, send.properties,
                                       transaction=send.transaction,
                                       key=scoped_key(request, send.idempotency_key))

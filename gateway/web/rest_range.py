@@ -30,7 +30,7 @@ from gateway.queues.manager import Queue, QueueManager
 from gateway.queues.range_consumers import RangeConsumers
 from gateway.range_wire import CONTENT_TYPE, END_OF_RANGE, encode_record
 from gateway.web.appkeys import SETTINGS_KEY, STATE_KEY
-from gateway.web.auth_middleware import principal_of
+from gateway.web.auth_middleware import body_of, principal_of
 from gateway.web.rest_body import json_object, names
 from gateway.web.rest_codec import message_json
 from gateway.web.slow_readers import write_within
@@ -71,7 +71,7 @@ def consumers_of(request: web.Request) -> RangeConsumers:
 
 async def request_body(request: web.Request) -> bytes:
     """What ``answer`` reads of a request's body: only a PUT's or a POST's is ever parsed."""
-    return await request.read() if request.method in ("PUT", "POST") else b""
+    return await body_of(request) if request.method in ("PUT", "POST") else b""
 
 
 async def handle(request: web.Request, qm: QueueManager, name: str, rest: list[str]

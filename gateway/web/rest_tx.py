@@ -17,7 +17,13 @@ from gateway.queues.batch import batch_answer, send_batch
 from gateway.queues.manager import QueueManager
 from gateway.queues.transactions import Transactions
 from gateway.web.appkeys import STATE_KEY
-from gateway.web.auth_middleware import principal_of, require, require_admin, scoped_key
+from gateway.web.auth_middleware import (
+    body_of,
+    principal_of,
+    require,
+    require_admin,
+    scoped_key,
+)
 from gateway.web.reply_addresses import check_request_replies
 from gateway.web.rest_body import no_fields, parse_json
 from gateway.web.rest_codec import (
@@ -76,7 +82,7 @@ async def act(request: web.Request) -> web.Response:
 async def _tx_response(request: web.Request, action: str, tx_id: str) -> web.Response:
     _, transactions = _ready(request)
     if request.method == "POST":
-        no_fields(await request.read())
+        no_fields(await body_of(request))
     status, answer = await transaction_action(transactions, principal_of(request), action,
                                               tx_id)
     return jsonio.json_response(answer, status=status)
@@ -113,7 +119,7 @@ async def batch(request: web.Request) -> web.Response:
     (``label``, ``priority``, ``time_to_be_received``, ``correlation_id``, ...).
     ``Idempotency-Key`` applies as to a single send, the whole body being the request."""
     qm, _ = _ready(request)
-    raw = await request.read()
+    raw = await body_of(request)
     items = batch_items(raw)
     for index, (queue, _, props) in enumerate(items):
         require(request, "send", queue)

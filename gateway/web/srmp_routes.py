@@ -51,7 +51,7 @@ from gateway.web.appkeys import (
     SIGNERS_KEY,
     STATE_KEY,
 )
-from gateway.web.auth_middleware import principal_of
+from gateway.web.auth_middleware import body_of, principal_of
 from gateway.web.expect import defer_continue
 from gateway.web.problem import as_problem
 from gateway.web.reply_addresses import check_reply_addresses
@@ -99,7 +99,7 @@ class Sender:
 
 
 async def _srmp_post(request: web.Request) -> web.Response:
-    raw = await request.read()
+    raw = await body_of(request)
     content_type = request.headers.get("Content-Type", "")
     headers = await deliver_srmp(
         request.app, Sender(request.remote or "", principal_of(request), content_type),

@@ -6,7 +6,9 @@ sends no body; one that passes the checks gets the 100, sends its body, and is s
 from __future__ import annotations
 
 import hashlib
+import json
 import socket
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -78,6 +80,35 @@ def test_no_continue_for_a_body_over_the_limit(gateway: GatewayProcess) -> None:
                        f"Expect: 100-continue\r\nAuthorization: Bearer {KEY}\r\n")
     with sock:
         assert head.startswith(b"HTTP/1.1 413 "), head
+
+
+@pytest.mark.parametrize("size", [BODY_MAX, BODY_MAX + 1])
+def test_a_chunked_body_is_held_to_the_limit_when_it_arrives_whole(gateway: GatewayProcess,
+                                                                   size: int) -> None:
+    """No length declared, and the whole body in one write with its headers: the gate
+    takes it as it arrived, and refuses it (413, nothing stored) when it is over the
+    limit."""
+    path = "/v1/queues/private$/other"
+
+    def count() -> int:
+        asked = urllib.request.Request(gateway.url + path,
+                                       headers={"Authorization": f"Bearer {KEY}"})
+        with urllib.request.urlopen(asked, timeout=60) as answer:
+            return int(json.load(answer)["messages"])
+
+    before = count()
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=60) as sock:
+        sock.sendall((f"POST {path}/messages HTTP/1.1\r\nHost: x\r\n"
+                      f"Authorization: Bearer {KEY}\r\nTransfer-Encoding: chunked\r\n"
+                      f"Connection: close\r\n\r\n{size:x}\r\n").encode()
+                     + b"x" * size + b"\r\n0\r\n\r\n")
+        head = _read_head(sock)
+    if size > BODY_MAX:
+        assert head.startswith(b"HTTP/1.1 413 "), head
+        assert count() == before
+    else:
+        assert head.startswith(b"HTTP/1.1 201 "), head
+        assert count() == before + 1
 
 
 @pytest.mark.parametrize("method,path,body,status,key", [
