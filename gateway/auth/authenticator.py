@@ -25,6 +25,7 @@ from gateway.auth.hmac_sig import (
     NonceCache,
     SignatureError,
     SignedRequest,
+    is_signed,
     parse_authorization,
     verify,
 )
@@ -150,7 +151,7 @@ class Authenticator:
             RateLimited: the partner is over its rate limit (429).
         """
         header = creds.authorization.strip()
-        if header.startswith(SCHEME):
+        if is_signed(header):
             return self._signed(creds, now, monotonic)
         if header[:7].lower() == "bearer ":
             principal: Principal | None = self._key(header[7:].strip())

@@ -41,7 +41,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["SCHEME", "SignedRequest", "SignatureError", "parse_authorization",
+__all__ = ["SCHEME", "SignedRequest", "SignatureError", "is_signed", "parse_authorization",
            "covered_headers", "string_to_sign", "sign", "verify", "NonceCache"]
 
 SCHEME = "EP-HMAC-SHA256"
@@ -62,10 +62,17 @@ class SignedRequest:
     sig: bytes
 
 
+def is_signed(authorization: str) -> bool:
+    """The header names this scheme, in any case (RFC 9110 11.1: schemes are
+    case-insensitive)."""
+    scheme = authorization.lstrip().partition(" ")[0]
+    return len(scheme) == len(SCHEME) and scheme.upper() == SCHEME
+
+
 def parse_authorization(value: str) -> SignedRequest:
     """Raises: SignatureError naming the missing or malformed field."""
     scheme, _, rest = value.strip().partition(" ")
-    if scheme != SCHEME:
+    if scheme.upper() != SCHEME:
         raise SignatureError(f"authorization scheme is not {SCHEME}")
     fields: dict[str, str] = {}
     for item in rest.split(","):

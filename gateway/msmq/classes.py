@@ -4,6 +4,7 @@ classes, acknowledgement and journal levels"; [MS-MQMQ] §2.2.18.1.6."""
 from __future__ import annotations
 
 import enum
+import re
 
 __all__ = ["MessageClass", "AckLevel", "JournalLevel", "parse_ack_level", "parse_journal_level"]
 
@@ -55,6 +56,10 @@ class JournalLevel(enum.Enum):
     DEADLETTER = "deadletter"
 
 
+# A level as a number: decimal or 0x hexadecimal, ASCII digits only.
+_LEVEL_NUMBER = re.compile(r"0[xX][0-9A-Fa-f]+|[0-9]+", re.ASCII)
+
+
 def parse_ack_level(text: str) -> AckLevel:
     """``MQMSG_ACKNOWLEDGMENT_FULL_RECEIVE``, ``FULL_RECEIVE``, ``14`` or ``0x0E``.
 
@@ -65,6 +70,8 @@ def parse_ack_level(text: str) -> AckLevel:
     if cleaned in AckLevel.__members__:
         return AckLevel[cleaned]
     try:
+        if not _LEVEL_NUMBER.fullmatch(cleaned):  # int() would take '1_0', '５', '0b1'
+            raise ValueError
         value = int(cleaned, 0)
     except ValueError:
         raise ValueError(f"unknown acknowledgement level {text!r}") from None

@@ -24,7 +24,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from gateway.auth.authenticator import Authenticator, AuthError, Credentials, RateLimited
-from gateway.auth.hmac_sig import SCHEME, SignedRequest
+from gateway.auth.hmac_sig import SCHEME, SignedRequest, is_signed
 from gateway.auth.principal import NOBODY, OPEN, Principal
 from gateway.auth.ratelimit import TokenBucket
 from gateway.auth.tls import PeerSubjects
@@ -105,7 +105,7 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator,
         route = request.match_info.route
         srmp = route.name is not None and route.name.startswith("srmp-")
         header = "" if srmp else request.headers.get("Authorization", "")
-        signed = header.lstrip().startswith(SCHEME)
+        signed = is_signed(header)
         subject = None
         if certificates:
             subject = (subjects.of_der(request[PEER_CERT]) if PEER_CERT in request

@@ -44,13 +44,13 @@ def check_path(request: web.Request) -> None:
             try:
                 unquote_to_bytes(run).decode()
             except UnicodeDecodeError:
-                _refuse(where, f"escapes {run} are not UTF-8: a {where} is UTF-8 text, "
-                        "percent-encoded byte by byte", queue and where == "path")
+                _refuse(where, f"has escapes {run} that are not UTF-8: a {where} is UTF-8 "
+                        "text, percent-encoded byte by byte", queue and where == "path")
 
 
 def _refuse(where: str, detail: str, queue: bool) -> None:
     slug = "MQ_ERROR_ILLEGAL_QUEUE_PATHNAME" if queue else "bad-request"
-    raise ProblemError(400, f"the {where}'s {detail}", type_slug=slug)
+    raise ProblemError(400, f"the {where} {detail}", type_slug=slug)
 
 
 _ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")

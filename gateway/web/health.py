@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 
@@ -38,11 +40,13 @@ async def readyz(request: web.Request) -> web.Response:
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
     """Prometheus text exposition: to loopback clients, or with the admin or metrics key
-    (``Authorization: Bearer``); the text names queues and partners' URLs."""
+    (``Authorization: Bearer``, or Basic with the key as the password); the text names
+    queues and partners' URLs."""
     if not is_local_client(request) and not _metrics_key(request):
         return problem_response(
             403, "/metrics answers loopback clients, or the admin or metrics key "
-            "(Authorization: Bearer; auth.metrics_key_sha256)", type_slug="MQ_ERROR_ACCESS_DENIED")
+            "(Authorization: Bearer or Basic; auth.metrics_key_sha256)",
+            type_slug="MQ_ERROR_ACCESS_DENIED")
     before = request.app[STATE_KEY].before_scrape
     if before is not None:
         await before()
@@ -52,8 +56,15 @@ async def metrics(request: web.Request) -> web.Response:
 
 def _metrics_key(request: web.Request) -> bool:
     auth = request.app[SETTINGS_KEY].auth
-    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not key:
+    scheme, _, key = request.headers.get("Authorization", "").strip().partition(" ")
+    if scheme.lower() == "basic":  # a browser's: any user name, the key as the password
+        try:
+            key = base64.b64decode(key.strip(), validate=True).decode().partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+    elif scheme.lower() != "bearer":
+        return False
+    if not key.strip():
         return False
     digest = hashlib.sha256(key.strip().encode("utf-8", "surrogateescape")).hexdigest()
     return any(hmac.compare_digest(digest, known)

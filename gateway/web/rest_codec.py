@@ -29,6 +29,7 @@ REPLAYED = {"Idempotency-Replayed": "true"}
 # MSMQ's AppSpecific is a ULONG (SRMP's <App>), which .NET shows as an Int32: either view.
 _U32_MAX = 2**32 - 1
 _PLAIN_INT = re.compile(r" *-?[0-9]+ *", re.ASCII)  # int() would take '٧', '1_000', '+1'
+_PLAIN_SECONDS = re.compile(r" *[0-9]+(?:\.[0-9]+)? *", re.ASCII)
 
 _TEXT_CHARS_MAX = 1024
 
@@ -85,6 +86,10 @@ def parse_send_headers(headers: Mapping[str, str], *, now_ms: int) -> SendReques
     key = header_text(headers, "Idempotency-Key")
     if key is not None and not 0 < len(key) <= 255:
         raise HeaderError("Idempotency-Key", "must be 1..255 characters")
+    if key is not None and transaction not in (None, "single", "none"):
+        raise HeaderError("Idempotency-Key", "does not apply to a send held in a transaction "
+                          "(Mq-Transaction: an id): its commit stores the transaction's sends "
+                          "once")
     properties = MessageProperties(
         label=label,
         priority=priority,
@@ -173,10 +178,10 @@ def _deadline(headers: Mapping[str, str], name: str, now_ms: int) -> int:
     raw = header_text(headers, name)
     if raw is None:
         return 0
-    try:
-        seconds = float(raw.strip())
-    except ValueError:
-        raise HeaderError(name, f"{raw!r} is not a number of seconds") from None
+    if not _PLAIN_SECONDS.fullmatch(raw):  # float() would take '1e3', '1_0', '５', 'inf'
+        raise HeaderError(name, f"{raw!r} is not a number of seconds (ASCII digits, an "
+                          "optional fraction)")
+    seconds = float(raw)
     if not math.isfinite(seconds) or seconds < 0 or seconds > 10 * 365 * 86400:
         raise HeaderError(name, f"{raw!r} is out of range (0 .. ten years)")
     return now_ms + int(seconds * 1000)

@@ -192,3 +192,25 @@ async def test_open_management_refuses_web_pages_and_rebound_names(aiohttp_clien
     response = await client.put("/v1/queues/private$/a_new", json={},
                                 headers={"X-Test-Remote": "::ffff:203.0.113.9"})
     assert response.status == 403
+
+
+async def test_metrics_take_the_admin_key_as_bearer_or_basic_from_another_host(
+        aiohttp_client: Any, tmp_path: Path) -> None:
+    """As the status page takes it: a browser or a scraper configured with Basic
+    credentials sends the key as the password."""
+    import base64
+
+    app = make_app(_settings(tmp_path, keyed=True))
+    app.middlewares.insert(0, _remote_from_header)
+    client = await aiohttp_client(app)
+    await _until_ready(app)
+
+    def basic(user_password: str) -> str:
+        return "Basic " + base64.b64encode(user_password.encode()).decode()
+
+    for authorization, status in (("Bearer admin-key", 200), (basic("x:admin-key"), 200),
+                                  (basic(":admin-key"), 200), (basic("admin-key:"), 403),
+                                  (basic("x:a-key"), 403), ("Basic !!", 403), ("", 403)):
+        response = await client.get("/metrics", headers={"X-Test-Remote": REMOTE,
+                                                         "Authorization": authorization})
+        assert response.status == status, (authorization, await response.text())

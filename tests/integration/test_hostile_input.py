@@ -318,6 +318,16 @@ def test_a_gzipped_body_over_the_limit_once_decoded_is_refused(gateway: GatewayP
 
 # ---- paths ------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("target", [f"{Q}/messages#f", f"{Q}/messages?#f", "/v1/batch#x"])
+def test_a_request_target_with_a_fragment_is_refused(gateway: GatewayProcess,
+                                                     unchanged: None, target: str) -> None:
+    """A fragment is no part of an HTTP request (RFC 9112 3.2). Taken, it would be in what
+    a signature covers in one process and not in what a front passes on."""
+    answer = _request(gateway, "POST", target, body=b"x")
+    assert answer[0] == 400, answer
+    assert _problem(answer, "fragment", "%23")["type"].endswith("/bad-request")
+
+
 @pytest.mark.parametrize(("path", "escapes"), [
     ("/v1/queues/private$/a_%FF", "%FF"), ("/v1/queues/a%C3", "%C3"),
     ("/v1/queues/private$/hostile%ED%A0%80/messages", "%ED%A0%80"),

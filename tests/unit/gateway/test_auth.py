@@ -81,6 +81,9 @@ def test_api_keys_hmac_and_certificates_name_principals(tmp_path: Path) -> None:
     assert who(_creds(_sign()), now=1001) == acme
     with pytest.raises(AuthError, match="replayed"):
         who(_creds(_sign()), now=1002)
+    # An authentication scheme's name is case-insensitive (RFC 9110 11.1), as Bearer's is.
+    lower = _sign(nonce=NONCE[::-1]).replace("EP-HMAC-SHA256 ", "ep-hmac-sha256 ")
+    assert lower.startswith("ep-hmac-sha256 ") and who(_creds(lower), now=1001) == acme
     assert who(_creds(subject=_name([(CN, "acme.example.com")], [(O, "Acme")]))) == acme
     assert who(_creds(subject=_name([(CN, "other")]))) is None
     assert who(_creds()) is None

@@ -116,6 +116,31 @@ def test_a_send_without_mq_headers_takes_the_defaults_the_headers_would_give(
                               ).idempotency_key == "k"
 
 
+@pytest.mark.parametrize("name", ["Mq-Time-To-Be-Received", "Mq-Time-To-Reach-Queue"])
+@pytest.mark.parametrize("value", ["1e3", "1_0", "\uff15", "+1", "2.", ".5", "inf", "0x10",
+                                   "1,5"])
+def test_a_deadline_is_ascii_seconds_with_an_optional_fraction(name: str, value: str) -> None:
+    with pytest.raises(HeaderError, match=name):
+        parse_send_headers({name: value}, now_ms=0)
+    assert parse_send_headers({name: " 2.5 "}, now_ms=0).properties == parse_send_headers(
+        {name: "2.5"}, now_ms=0).properties
+
+
+@pytest.mark.parametrize("value", ["1_0", "\uff15", "0b1", "0o7", "+1", "010"])
+def test_an_acknowledgement_number_is_decimal_or_hexadecimal_in_ascii(value: str) -> None:
+    with pytest.raises(HeaderError, match="Mq-Acknowledge"):
+        parse_send_headers({"Mq-Acknowledge": value}, now_ms=0)
+
+
+def test_an_idempotency_key_is_refused_on_a_send_held_in_a_transaction() -> None:
+    with pytest.raises(HeaderError, match="Idempotency-Key") as info:
+        parse_send_headers({"Mq-Transaction": "tx-1", "Idempotency-Key": "k"}, now_ms=0)
+    assert "transaction" in info.value.detail
+    for outside in ("single", "none"):
+        assert parse_send_headers({"Mq-Transaction": outside, "Idempotency-Key": "k"},
+                                  now_ms=0).idempotency_key == "k"
+
+
 def test_header_error_names_the_header() -> None:
     with pytest.raises(HeaderError) as info:
         parse_send_headers({"Mq-Priority": "8"}, now_ms=0)
