@@ -26,6 +26,13 @@ class StartupError(GatewayError):
     """The gateway cannot start (busy port, unusable data directory)."""
 
 
+class AnswerInDoubt(GatewayError):
+    """A request was passed on and whoever carried it out went away before answering: it may
+    have been done (a message stored or taken). The client gets no answer at all, its
+    connection closed, as from a gateway that crashed, so that it is in doubt and not told
+    the request failed."""
+
+
 class ProblemError(GatewayError):
     """A request failed in a way the client must be told about.
 

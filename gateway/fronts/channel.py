@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import cast
 
-from gateway.errors import GatewayError
+from gateway.errors import AnswerInDoubt, GatewayError
 from gateway.fronts import wire
 
 __all__ = ["AnswerLost", "Channel", "ChannelLost", "Overloaded"]
@@ -28,7 +28,7 @@ class ChannelLost(GatewayError):
     """The other process is gone: requests waiting on it get no answer."""
 
 
-class AnswerLost(ChannelLost):
+class AnswerLost(ChannelLost, AnswerInDoubt):
     """The other process went away after the request was sent: it may have been carried
     out (a message stored or taken), so nobody can say it was not."""
 

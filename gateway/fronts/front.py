@@ -25,7 +25,7 @@ from typing import Any
 
 import uvloop
 from aiohttp import web
-from aiohttp.typedefs import Handler, Middleware
+from aiohttp.typedefs import Handler
 
 from gateway import jsonio
 from gateway.auth.authenticator import Authenticator
@@ -111,10 +111,13 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     polls = LongPolls(server.long_polls_max)
     app = web.Application(
         client_max_size=server.request_body_max,
-        middlewares=[*make_middlewares(metrics, shared=counts, long_polls=polls,
-                                       concurrent_requests_max=server.concurrent_requests_max,
-                                       answer_timeout=server.body_timeout, shares=shares),
-                     _to_owner(forwarder)])
+        # A path no route serves, or a method its route does not allow: the owner answers
+        # it (after authentication, as one process does: a stranger learns nothing of the
+        # routes).
+        middlewares=make_middlewares(metrics, shared=counts, long_polls=polls,
+                                     concurrent_requests_max=server.concurrent_requests_max,
+                                     answer_timeout=server.body_timeout, shares=shares,
+                                     unmatched=forwarder.forward))
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
     app[STATE_KEY] = GatewayState(local=local_host_names(server.names, server.host,
@@ -173,28 +176,6 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
 
     add_srmp_routes(app, settings.srmp.virtual_dirs, srmp)
     return app
-
-
-def _to_owner(forwarder: Forwarder) -> Middleware:
-    """A path no route serves, or a method its route does not allow: the owner answers it
-    (after authentication, as one process does: a stranger learns nothing of the routes).
-
-    A command whose owner went away before answering may have been carried out (a message
-    stored or taken): the client gets no answer at all, its connection closed, as from a
-    gateway that crashed, so that it is in doubt and not told the request failed."""
-
-    @web.middleware
-    async def to_owner(request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            if request.match_info.http_exception is not None:
-                return await forwarder.forward(request)
-            return await handler(request)
-        except AnswerLost:
-            if request.transport is not None:
-                request.transport.abort()
-            return web.Response(status=503)  # counted; never sent (the connection is gone)
-
-    return to_owner
 
 
 def _queue_path(request: web.Request) -> tuple[str, list[str]] | None:
@@ -382,7 +363,7 @@ async def _ask(channel: Channel, kind: int, value: object) -> Any:
 
     Raises:
         ProblemError: the owner's refusal, or 503 when the command could not be sent.
-        AnswerLost: the owner went away while the command waited (see _to_owner)."""
+        AnswerLost: the owner went away while the command waited (an AnswerInDoubt)."""
     try:
         answered, payload = await channel.call(kind, value)
     except AnswerLost:

@@ -9,6 +9,7 @@ cap (gateway.web.long_polls).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -16,7 +17,7 @@ from typing import Protocol
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from gateway.errors import ProblemError
+from gateway.errors import AnswerInDoubt, ProblemError
 from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.queues.errors import QueueError
@@ -76,6 +77,7 @@ def _route_label(request: web.Request) -> str:
     return canonical
 
 
+@functools.lru_cache(maxsize=256)  # a few queues take most requests; bounded
 def _queue_route(tail: str) -> str:
     segments = tail.split("/")
     rest = segments[2:] if segments[0].lower() == "private$" and len(segments) > 1 else (
@@ -97,6 +99,7 @@ def _queue_route(tail: str) -> str:
 
 def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
                      gate: Gate | None = None,
+                     unmatched: Handler | None = None,
                      long_polls: LongPolls | None = None,
                      count: bool = True,
                      shared: InFlight | None = None,
@@ -109,6 +112,8 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
     ``answer_timeout``: a large answer is written here, within it (gateway.web.slow_readers),
     so that its request keeps its place until the client has it. ``shares``: the partners'
     shares the gate takes places in; each is given back here once its request is answered.
+    ``unmatched``: what answers a path no route serves, or a method its route does not allow
+    (a front's way to the store owner), after the headers' check; else aiohttp's 404 or 405.
 
     One layer does the cap, the metrics and the error mapping: every layer is two more calls
     per request in aiohttp, and this runs for every message sent. The cap is a plain count
@@ -146,7 +151,9 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
             shared.refresh()
         status = 500
         try:
-            response = await _answer(request, handler, gate)
+            response = await _answer(request, handler if unmatched is None
+                                     or request.match_info.http_exception is None
+                                     else unmatched, gate)
             status = response.status
             if (answer_timeout is not None and isinstance(response, web.Response)
                     and (response.content_length or 0) >= WHOLE_ANSWER_MIN):
@@ -279,6 +286,10 @@ async def _answer(request: web.Request, handler: Handler,
         problem = http_problem(exc)
         return problem_response(problem.status_hint, problem.detail, instance=instance,
                                 headers=problem.headers, type_slug=problem.type_slug)
+    except AnswerInDoubt:
+        if request.transport is not None:
+            request.transport.abort()
+        return web.Response(status=503)  # counted; never sent (the connection is gone)
     except asyncio.CancelledError:
         raise
     except Exception:
