@@ -228,9 +228,8 @@ async def test_a_forwarded_request_the_owner_dropped_is_not_answered_as_failed(
     server = await asyncio.start_unix_server(vanish, path=str(socket_path))
     forwarder = Forwarder(settings_factory(), str(socket_path))
     await forwarder.start()
-    app = web.Application(middlewares=[
-        *make_middlewares(Metrics(), concurrent_requests_max=10),
-        front_process._to_owner(forwarder)])
+    app = web.Application(middlewares=make_middlewares(
+        Metrics(), concurrent_requests_max=10, unmatched=forwarder.forward))
     app.router.add_get("/v1/links", forwarder.forward)
     client = await aiohttp_client(app)
     try:
