@@ -16,7 +16,6 @@ from aiohttp import web
 
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel
-from gateway.fronts import front as front_process
 from gateway.fronts.forward import Forwarder
 from gateway.fronts.front import make_front_app
 from gateway.fronts.shared_counts import SharedCounts
