@@ -30,7 +30,8 @@ from gateway.auth.ratelimit import TokenBucket
 from gateway.auth.tls import PeerSubjects
 from gateway.errors import ProblemError
 from gateway.settings import Settings
-from gateway.web.appkeys import STATE_KEY
+from gateway.web.appkeys import SETTINGS_KEY, STATE_KEY
+from gateway.web.body_coding import BodyCodingError, BodyTooLarge, decode
 from gateway.web.expect import send_continue
 from gateway.web.partner_shares import PartnerShares
 from mapping.names import QueueNameError, parse_queue_path
@@ -196,9 +197,10 @@ def take_nonce(authenticator: Authenticator, signed: SignedRequest, throttled: b
 
 
 async def read_body(request: web.Request, timeout_s: float, body_max: int) -> bytes:
-    """The whole body, within ``timeout_s`` (408), at most ``body_max`` bytes (413); kept
-    for ``body_of``. A client that hangs up mid-body gets a 400 it will not read, and no
-    error is logged: the fault is not the gateway's."""
+    """The whole body, within ``timeout_s`` (408), decoded from its Content-Encoding
+    (gateway.web.body_coding: 400 when it does not decode), at most ``body_max`` bytes as
+    sent and once decoded (413); kept for ``body_of``. A client that hangs up mid-body gets
+    a 400 it will not read, and no error is logged: the fault is not the gateway's."""
     body: bytes | None = request.get(BODY)
     if body is not None:
         return body
@@ -214,6 +216,9 @@ async def read_body(request: web.Request, timeout_s: float, body_max: int) -> by
             await send_continue(request)  # the checks that need no body are passed
             async with asyncio.timeout(timeout_s):  # no task per request, unlike wait_for
                 body = await request.read()
+        coding = request.headers.get("Content-Encoding")
+        if coding is not None:
+            body = await _decoded(coding, body, body_max)
     except TimeoutError:
         raise ProblemError(408, f"request body not received within {timeout_s} s",
                            type_slug="body-timeout") from None
@@ -228,9 +233,31 @@ async def body_of(request: web.Request) -> bytes:
     """The request's body, as the gate read it (``read_body``), or read now (a route the
     gate does not read for). Handlers read it here, not with ``request.read()``: the gate
     takes a body that has all arrived from the stream as it is, leaving aiohttp's copy
-    empty."""
+    empty, and aiohttp's is not decoded."""
     body: bytes | None = request.get(BODY)
-    return await request.read() if body is None else body
+    if body is not None:
+        return body
+    server = request.app[SETTINGS_KEY].server
+    return await read_body(request, server.body_timeout, server.request_body_max)
+
+
+# A body larger than this (as sent) is decoded off the event loop: zlib lets go of the GIL.
+_DECODE_INLINE_BYTES_MAX = 64 << 10
+
+
+async def _decoded(coding: str, raw: bytes, body_max: int) -> bytes:
+    """Raises: ProblemError 400 when ``raw`` does not decode; HTTPRequestEntityTooLarge."""
+    try:
+        if len(raw) <= _DECODE_INLINE_BYTES_MAX:
+            return decode(coding, raw, body_max)
+        return await asyncio.get_running_loop().run_in_executor(
+            None, decode, coding, raw, body_max)
+    except BodyTooLarge:
+        raise web.HTTPRequestEntityTooLarge(max_size=body_max,
+                                            actual_size=body_max + 1) from None
+    except BodyCodingError as exc:
+        raise ProblemError(400, "request body: it does not decode as its Content-Encoding "
+                           f"says ({coding[:64]}): {exc}", type_slug="bad-body") from None
 
 
 def principal_of(request: web.Request) -> Principal:

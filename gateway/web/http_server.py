@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import re
 import resource
 import time
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import ContentEncodingError, HttpProcessingError, LineTooLong
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
@@ -33,9 +32,6 @@ from gateway.web.problem import problem_response
 __all__ = ["ProblemAppRunner", "app_runner", "connections_cap", "freeze_startup_objects"]
 
 _DETAIL_CHARS_MAX = 200
-# aiohttp's parser refuses these codings before any handler when their library is missing
-# ("Can not decode content-encoding: brotli (br). Please install `Brotli`").
-_UNSUPPORTED = re.compile(r"content-encoding: \w+ \((br|zstd)\)")
 
 
 class _ProblemRequestHandler(RequestHandler):
@@ -43,8 +39,6 @@ class _ProblemRequestHandler(RequestHandler):
                      exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
         slug, detail = _detail(status, exc, request)
-        if slug == "unsupported-encoding":
-            status = 415
         if status >= 500:
             # aiohttp's own: the traceback logged; its text/plain answer is replaced.
             super().handle_error(request, status, exc, message)
@@ -62,16 +56,6 @@ def _detail(status: int, exc: BaseException | None, request: BaseRequest) -> tup
     """The problem's type and detail."""
     if status >= 500:
         return "about:blank", "internal error; see the gateway log"
-    if isinstance(exc, ContentEncodingError):  # as gateway.web.middlewares says it later
-        # The request here may have no headers: aiohttp's message names the coding.
-        message = str(exc.message)
-        unsupported = _UNSUPPORTED.search(message)
-        if unsupported:  # a coding aiohttp decodes only with a library not installed
-            return "unsupported-encoding", (f"Content-Encoding: {unsupported[1]!r} is not "
-                                            "taken (gzip, deflate or none)")
-        coding = request.headers.get("Content-Encoding") or message.rsplit(" ")[-1]
-        return "bad-body", ("request body: it does not decode as its Content-Encoding says "
-                            f"({coding[:_DETAIL_CHARS_MAX]})")
     if isinstance(exc, LineTooLong):
         return "bad-http-request", ("a request line or header is over the size limit "
                                     "(server.header_bytes_max)")
@@ -191,6 +175,9 @@ def app_runner(app: web.Application, settings: Settings, *,
         max_field_size=(max(server.header_bytes_max, _FORWARDED_FIELD_MAX) if forwarded
                         else server.header_bytes_max),
         max_line_size=server.header_bytes_max,
+        # Bodies are decoded by the gate (gateway.web.body_coding), strictly: aiohttp takes
+        # a gzip stream cut short as whole.
+        auto_decompress=False,
     )
 
 

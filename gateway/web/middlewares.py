@@ -22,6 +22,7 @@ from gateway.logs import server_log
 from gateway.metrics import Metrics
 from gateway.queues.errors import QueueError
 from gateway.web.auth_middleware import PROBES, Gate
+from gateway.web.body_coding import CODINGS
 from gateway.web.escapes import check_path
 from gateway.web.long_polls import LongPolls
 from gateway.web.partner_shares import PartnerShares
@@ -223,10 +224,8 @@ def _check_headers(request: web.Request) -> None:
                 seen.add(lower)
 
 
-# The content codings of a request body that aiohttp's parser decodes (br and zstd only with
-# libraries this project does not install): it leaves any other body encoded, which would be
-# stored as if it were the message.
-_CODINGS = frozenset({"gzip", "deflate", "identity"})
+# Any other coding would leave the body encoded, stored as if it were the message.
+_CODINGS = CODINGS  # gateway.web.body_coding decodes these (the gate, as it reads the body)
 
 
 def _check_coding(request: web.Request) -> None:

@@ -306,6 +306,46 @@ def test_a_gzipped_body_is_taken_decoded(gateway: GatewayProcess) -> None:
     assert base64.b64decode(message["body_base64"]) == body
 
 
+_ORDER = bytes(range(256)) * 400  # 100 KiB that compress to more than a few bytes
+_GZIPPED = gzip.compress(_ORDER)
+_DEFLATED = zlib.compress(_ORDER)
+
+
+@pytest.mark.parametrize(("coding", "body", "why"), [
+    (b"gzip", _GZIPPED[: len(_GZIPPED) // 2], "cut short"),
+    (b"gzip", _GZIPPED[:-8], "cut short"),  # all the data, not the end (CRC and size)
+    (b"gzip", _GZIPPED + b"trailing", "follow the end"),  # not a second member
+    (b"gzip", _GZIPPED + _GZIPPED[:40], "cut short"),  # a second member cut short
+    (b"deflate", _DEFLATED[: len(_DEFLATED) // 2], "cut short"),
+    (b"deflate", _DEFLATED + b"trailing", "follow the end"),
+])
+def test_a_compressed_body_cut_short_or_followed_by_more_is_refused(
+        gateway: GatewayProcess, unchanged: None, coding: bytes, body: bytes,
+        why: str) -> None:
+    """An upload that stopped midway must not be stored as a shorter message."""
+    answer = _request(gateway, "POST", f"{Q}/messages", body=body,
+                      headers=[(b"Content-Encoding", coding)])
+    assert answer[0] == 400, answer
+    assert _problem(answer, "Content-Encoding", coding.decode(), why)["type"].endswith(
+        "/bad-body")
+
+
+def test_gzip_members_one_after_the_other_are_one_body(gateway: GatewayProcess) -> None:
+    """RFC 1952: a gzip body may be several members; and a bare deflate stream (no zlib
+    header, as some clients send 'deflate') is taken too."""
+    made = "/v1/queues/private$/members"
+    assert _request(gateway, "PUT", made, body=b"{}")[0] == 201
+    bare = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    for coding, body in ((b"gzip", gzip.compress(b"first ") + gzip.compress(b"second")),
+                         (b"deflate", bare.compress(b"first second") + bare.flush())):
+        sent = _request(gateway, "POST", f"{made}/messages", body=body,
+                        headers=[(b"Content-Encoding", coding)])
+        assert sent[0] == 201, sent
+        received = _request(gateway, "POST", f"{made}/receive")
+        [message] = json.loads(received[2])["messages"]
+        assert base64.b64decode(message["body_base64"]) == b"first second"
+
+
 def test_a_gzipped_body_over_the_limit_once_decoded_is_refused(gateway: GatewayProcess,
                                                                  unchanged: None) -> None:
     bomb = gzip.compress(bytes(64 << 20))  # 64 MiB of zeros in about 64 KiB
