@@ -30,6 +30,7 @@ point), and only then lets the allocator use the space freed since the previous 
 
 from __future__ import annotations
 
+import errno
 import operator
 import threading
 import time
@@ -40,7 +41,7 @@ from pathlib import Path
 from store.allocator import Allocator, Area
 from store.bitmap import GranuleBitmap
 from store.datadir import DataDir
-from store.errors import DiskFull, StoreFailed, UnknownRecord
+from store.errors import DiskFull, StoreBusy, StoreFailed, UnknownRecord
 from store.fileops import FileOps
 from store.framing import (
     SEGMENT_HEADER_SIZE,
@@ -142,7 +143,7 @@ class Engine:
         try:
             try:
                 self._ensure_log_space(sum(job.log_bytes_max() for job in others))
-            except DiskFull as exc:  # no checkpoint could be written: nothing is
+            except (DiskFull, StoreBusy) as exc:  # no checkpoint written: nothing is
                 for job in jobs:
                     job.error = exc
                 return
@@ -405,12 +406,20 @@ class Engine:
 
         Raises:
             StoreFailed: an I/O error (the engine fail-stops).
+            StoreBusy: no file descriptor for the checkpoint file; nothing changed.
+            DiskFull: no room to grow the checkpoint file; nothing of it written.
         """
         if self.failed is not None:
             raise StoreFailed(self.failed)
         with self.checkpoint_lock:
+            try:  # first: a process out of descriptors must find out with nothing changed
+                opened = self.mqtrans.open_next()
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    raise StoreBusy(f"no checkpoint now: {exc}") from exc
+                raise self._fail(f"I/O error in a checkpoint: {exc}") from exc
             try:
-                self._checkpoint(cleanup=cleanup)
+                self._checkpoint(opened, cleanup=cleanup)
             except DiskFull as exc:
                 self._set_short(f"no checkpoint written: {exc}")
                 raise
@@ -453,7 +462,33 @@ class Engine:
     def checkpoints_held(self) -> bool:
         return not self.unheld.is_set()
 
-    def _checkpoint(self, *, cleanup: bool) -> None:
+    def _checkpoint(self, opened: tuple[int, bool], *, cleanup: bool) -> None:
+        """``opened``: the checkpoint file's next copy (``PingPong.open_next``); it is
+        closed whatever happens."""
+        try:
+            payload, checkpoint, kept, doomed = self._checkpoint_made(cleanup)
+        except BaseException:
+            self.ops.close(opened[0])
+            raise
+        self.mqtrans.write(payload, opened)
+        # Durable: from here on the free space of these bitmaps may be reused.
+        self.qmlog.keep_from = checkpoint.qmlog_pos
+        for number in kept:
+            state = self.segments[number]
+            if state.bitmap_dirty:
+                assert state.lfile is not None
+                state.lfile.checkpoint_done()
+                state.bitmap_dirty = False
+        for number in doomed:
+            self._retire(number)
+        self._reset_allocators()
+
+    def _checkpoint_made(self, cleanup: bool
+                         ) -> tuple[bytes, Checkpoint, list[int], list[int]]:
+        """Everything of a checkpoint before its record is written: the data synced, the
+        record made, the bitmaps written for the next epoch (in the slots the durable
+        checkpoint does not use). (The record, the one made, the segments kept and those
+        to delete.)"""
         grouped, self.grouped = self.grouped, []
         for number in settle({n: s.segment for n, s in self.segments.items()}, grouped):
             self.segments[number].data_dirty = True
@@ -479,18 +514,7 @@ class Engine:
             if state.bitmap_dirty:
                 assert state.lfile is not None
                 state.lfile.write(self.epoch, state.bitmap)
-        self.mqtrans.write(payload)
-        # Durable: from here on the free space of these bitmaps may be reused.
-        self.qmlog.keep_from = checkpoint.qmlog_pos
-        for number in kept:
-            state = self.segments[number]
-            if state.bitmap_dirty:
-                assert state.lfile is not None
-                state.lfile.checkpoint_done()
-                state.bitmap_dirty = False
-        for number in doomed:
-            self._retire(number)
-        self._reset_allocators()
+        return payload, checkpoint, kept, doomed
 
     def _empty_segments(self) -> list[int]:
         """Empty segments to delete, keeping the newest empty one of each kind as a spare —
@@ -550,7 +574,8 @@ class Engine:
         if self.failed is None:
             try:
                 self.checkpoint()
-            except DiskFull as exc:  # the next start recovers from the last one and the log
+            except (DiskFull, StoreBusy) as exc:
+                # The next start recovers from the last checkpoint and the log.
                 commit_log.warning("no final checkpoint: %s", exc)
         for state in self.segments.values():
             state.segment.close()

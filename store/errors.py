@@ -42,6 +42,7 @@ __all__ = [
     "UnknownRecord",
     "QueueDeleted",
     "CheckpointError",
+    "StoreBusy",
 ]
 
 
@@ -123,6 +124,12 @@ class UnknownRecord(StoreError):
 class QueueDeleted(StoreError):
     """A write into a queue ``delete_queue`` is deleting or deleted: refused, as its record
     would outlive the queue (and come back at the next start in a recovered queue)."""
+
+
+class StoreBusy(StoreError):
+    """The process has no file descriptor left (EMFILE, ENFILE) for a file the store must
+    open: nothing was written or changed, the store goes on, and the checkpoint (or the
+    write that needed one) can be tried again."""
 
 
 class CheckpointError(StoreError):

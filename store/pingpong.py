@@ -111,19 +111,36 @@ class PingPong:
             raise DiskFull(f"no room to grow {self.paths[0].stem} to {2 * needed} bytes a "
                            "copy") from exc
 
-    def write(self, payload: bytes) -> None:
+    def open_next(self) -> tuple[int, bool]:
+        """The next copy's file, opened (created when missing): (fd, created). A checkpoint
+        opens it before it changes anything, so that a process out of file descriptors
+        finds out while nothing has changed.
+
+        Raises:
+            OSError: EMFILE and the like, or an I/O error.
+        """
+        path = self.paths[self.next_index]
+        created = not path.exists()
+        return self.ops.open(path, create=True), created
+
+    def write(self, payload: bytes, opened: tuple[int, bool] | None = None) -> None:
         """Write the next copy over the older one and make it durable; then, on a reserved
         pair with less than half of it left, grow it (a full disk only sets ``short``).
+        ``opened``: the copy's file from ``open_next``, closed here whatever happens.
 
         Raises:
             DiskFull: the copy does not fit and the pair cannot grow (nothing written).
             OSError: an I/O error.
         """
-        self.make_room(len(payload))
-        self.sequence += 1
+        try:
+            self.make_room(len(payload))
+        except BaseException:
+            if opened is not None:
+                self.ops.close(opened[0])
+            raise
+        fd, created = opened if opened is not None else self.open_next()
         path = self.paths[self.next_index]
-        created = not path.exists()
-        fd = self.ops.open(path, create=True)
+        self.sequence += 1
         try:
             self.ops.pwrite(fd, encode_copy(self.sequence, payload), 0)
             self.ops.fdatasync(fd)

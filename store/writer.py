@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from store.engine import Engine
-from store.errors import StoreClosed, StoreError, StoreFailed
+from store.errors import StoreBusy, StoreClosed, StoreError, StoreFailed
 from store.logs import commit_log
 from store.records import Job
 from store.stats import BATCH_BUCKETS, SYNC_BUCKETS_S, Histogram
@@ -191,6 +191,8 @@ class GroupCommitter:
                 cleanup = now - self._engine.last_cleanup >= options.cleanup_interval_s
                 try:
                     self._engine.checkpoint(cleanup=cleanup)
+                except StoreBusy as exc:  # nothing changed: tried again at the next interval
+                    commit_log.warning("checkpoint put off: %s", exc)
                 except StoreError as exc:
                     # The engine fail-stopped and logged it critically; every later job is
                     # refused with StoreFailed, so there is nothing more to do here.

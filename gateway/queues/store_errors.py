@@ -25,6 +25,7 @@ from store.errors import (
     QueueJournalQuotaExceeded,
     QueueQuotaExceeded,
     QueueQuotaTooSmall,
+    StoreBusy,
     StoreClosed,
     StoreError,
     StoreFailed,
@@ -67,6 +68,9 @@ def queue_error(exc: StoreError) -> QueueError | None:
         return BadRequest(str(exc), type_slug="bad-request")
     if isinstance(exc, MessageTooLarge):
         return TooLarge(str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES")
+    if isinstance(exc, StoreBusy):  # out of file descriptors for a moment
+        return Unavailable(str(exc), type_slug="MQ_ERROR_INSUFFICIENT_RESOURCES",
+                           retry_after_s=5)
     if isinstance(exc, (StoreFailed, StoreClosed)):
         return Unavailable(f"the store takes no writes: {exc}",
                            type_slug="MQ_ERROR_SERVICE_NOT_AVAILABLE", retry_after_s=5)

@@ -26,6 +26,9 @@ class FaultyFileOps(RealFileOps):
         self.torn_write_bytes: int | None = None  # next pwritev writes this much, then "dies"
         self.torn_on_pwrite = False  # the torn write is the next pwrite (not pwritev)
         self.syncs = 0
+        # Opening a file whose name starts with this fails as a process out of file
+        # descriptors fails (EMFILE).
+        self.emfile_opening: str | None = None
         self._lock = threading.Lock()
 
     def allocate(self, fd: int, length: int) -> None:
@@ -98,4 +101,6 @@ class FaultyFileOps(RealFileOps):
         super().pwritev(fd, buffers, offset)
 
     def open(self, path: Path, *, create: bool = False, exclusive: bool = False) -> int:
+        if self.emfile_opening is not None and path.name.startswith(self.emfile_opening):
+            raise OSError(errno.EMFILE, "Too many open files (injected)", str(path))
         return super().open(path, create=create, exclusive=exclusive)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from store.errors import DiskFull, StoreFailed
+from store.errors import DiskFull, StoreBusy, StoreFailed
 from store.message_store import MessageStore
 from store.options import StoreOptions
 from store.records import SendSpec
@@ -85,6 +85,28 @@ async def test_enospc_inside_a_transaction_leaves_no_trace(tmp_path: Path) -> No
     store = await open_store(tmp_path, OPTIONS)
     assert store.count(2) == 0
     assert store.count(1) == 1
+    await close_store(store)
+
+
+async def test_a_checkpoint_out_of_file_descriptors_is_put_off_and_nothing_is_lost(
+        tmp_path: Path) -> None:
+    """EMFILE is the process's state, not the disk's: the checkpoint changes nothing and is
+    tried again, the store keeps taking writes, and what it took is there after a restart."""
+    ops = FaultyFileOps()
+    store = await open_store(tmp_path, OPTIONS, ops)
+    await store.append(SendSpec(1, b"before"))
+    ops.emfile_opening = "MQTrans"
+    with pytest.raises(StoreBusy):
+        await asyncio.to_thread(store._engine.checkpoint)
+    assert store.failed is None
+    await store.append(SendSpec(1, b"meanwhile"))
+    ops.emfile_opening = None
+    await asyncio.to_thread(store._engine.checkpoint)  # the next one is taken
+    await store.append(SendSpec(1, b"after"))
+    ops.emfile_opening = "MQTrans"  # the final checkpoint too: the next start reads the log
+    await close_store(store)
+    store = await open_store(tmp_path, OPTIONS)
+    assert _bodies(store, 1) == [b"before", b"meanwhile", b"after"]
     await close_store(store)
 
 
