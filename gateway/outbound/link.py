@@ -414,8 +414,9 @@ class Link:
         if 200 <= status < 500:
             self._failures.succeeded()
             self.state = "active"
-            if status >= 300:
-                self.last_error = problem
+            # Delivered: what went wrong before is no longer shown as current (the log
+            # keeps it).
+            self.last_error = problem if status >= 300 else ""
             return status, verdict
         self.retries += 1
         self._counts.count(self.destination, "retries")

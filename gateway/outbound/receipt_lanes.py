@@ -110,8 +110,9 @@ class ReceiptLane:
         if 200 <= status < 500:
             self.failures.succeeded()
             self.state = "active"
-            if status >= 300:
-                self.last_error = problem
+            # A delivered receipt ends what went wrong before: no error is shown as current
+            # on a lane that works (the log keeps it).
+            self.last_error = problem if status >= 300 else ""
             return
         if status < 0:  # not an http(s) URL: nothing to retry
             self.last_error = problem

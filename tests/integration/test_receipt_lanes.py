@@ -178,6 +178,7 @@ async def test_a_failing_receipt_lane_is_visible_logged_once_and_drains(
     lane = await _until(drained)
     assert lane is not None, (await _lane(client), _kinds(relay))
     assert lane["state"] == "active" and lane["sent"] == 2
+    assert lane["last_error"] == "", lane  # recovered: no error shown as current
     assert _kinds(relay) == {Kind.STREAM_RECEIPT: ("/msmq", ORDER_ACKS),
                              Kind.DELIVERY_RECEIPT: ("/msmq", ADMIN)}
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING
