@@ -188,10 +188,10 @@ _SINGLE_VALUED = frozenset({"authorization", "content-type", "idempotency-key"})
 
 
 def _check_headers(request: web.Request) -> None:
-    """Raises: ProblemError 400 naming the first header whose value is not UTF-8 text, or
-    a single-valued header given more than once; 415 for a body's Content-Encoding that is
-    not decoded (``_check_coding``). The probes read no header: they answer whatever
-    headers they get.
+    """Raises: ProblemError 400 for a request target with a fragment, naming the first
+    header whose value is not UTF-8 text, or a single-valued header given more than once;
+    415 for a body's Content-Encoding that is not decoded (``_check_coding``). The probes
+    read no header: they answer whatever headers they get.
 
     aiohttp keeps bytes that are not UTF-8 as lone surrogates, which no store, log line,
     answer or forwarded request (gateway.fronts) can carry. Checked before anything else,
@@ -224,23 +224,19 @@ def _check_headers(request: web.Request) -> None:
                 seen.add(lower)
 
 
-# Any other coding would leave the body encoded, stored as if it were the message.
-_CODINGS = CODINGS  # gateway.web.body_coding decodes these (the gate, as it reads the body)
-
-
 def _check_coding(request: web.Request) -> None:
     """Raises: ProblemError 415 naming a ``Content-Encoding`` the body cannot be decoded
     from."""
     coding = request.headers.get("Content-Encoding")
     if coding is not None and request.can_read_body and (
-            coding.strip().lower() not in _CODINGS):
+            coding.strip().lower() not in CODINGS):  # (another would be stored encoded)
         raise ProblemError(415, f"Content-Encoding: {coding!r} is not taken (gzip, deflate "
                            "or none)", type_slug="unsupported-encoding")
 
 
 async def _closing(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
     """``response`` sent, then the connection closed: aiohttp would otherwise read the rest
-    of a body that cannot be read (its decoding failed), and log that failure as an
+    of a body that cannot be read (its chunks do not parse), and log that failure as an
     unhandled exception, for every such request."""
     response.force_close()
     await response.prepare(request)
@@ -273,11 +269,9 @@ async def _answer(request: web.Request, handler: Handler,
             headers=exc.headers,
             extra=exc.extra,
         )
-    except web.RequestPayloadError as exc:  # a body its Content-Encoding does not decode
-        coding = request.headers.get("Content-Encoding")
-        detail = (f"request body: it does not decode as its Content-Encoding says ({coding})"
-                  if coding else f"request body: {exc}")
-        return await _closing(request, problem_response(400, detail, type_slug="bad-body",
+    except web.RequestPayloadError as exc:  # a body aiohttp cannot read (a chunk, cut)
+        return await _closing(request, problem_response(400, f"request body: {exc}",
+                                                        type_slug="bad-body",
                                                         instance=instance))
     except web.HTTPException as exc:
         if exc.status < 400:
