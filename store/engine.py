@@ -487,8 +487,8 @@ class Engine:
                          ) -> tuple[bytes, Checkpoint, list[int], list[int]]:
         """Everything of a checkpoint before its record is written: the data synced, the
         record made, the bitmaps written for the next epoch (in the slots the durable
-        checkpoint does not use). (The record, the one made, the segments kept and those
-        to delete.)"""
+        checkpoint does not use). Returns the record's bytes, the record, the segments
+        kept and those to delete."""
         grouped, self.grouped = self.grouped, []
         for number in settle({n: s.segment for n, s in self.segments.items()}, grouped):
             self.segments[number].data_dirty = True
