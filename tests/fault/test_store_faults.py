@@ -110,6 +110,32 @@ async def test_a_checkpoint_out_of_file_descriptors_is_put_off_and_nothing_is_lo
     await close_store(store)
 
 
+async def test_a_write_that_needs_a_checkpoint_is_refused_while_no_descriptor_is_left(
+        tmp_path: Path) -> None:
+    """A full QMLog needs a checkpoint before the next logged write: with no descriptor for
+    it, that write is refused (StoreBusy, 503 at the API) and nothing else changes."""
+    ops = FaultyFileOps()
+    options = replace(OPTIONS, qmlog_size=64 << 10)
+    store = await open_store(tmp_path, options, ops)
+    await store.append(SendSpec(1, b"kept"))
+    ops.emfile_opening = "MQTrans"
+    refused = None
+    for _ in range(20_000):  # a removal is logged: the 64 KiB log fills within a few thousand
+        record = await store.append(SendSpec(1, b"taken"))
+        try:
+            await store.remove([record])
+        except StoreBusy:
+            refused = record
+            break
+    assert refused is not None and store.failed is None
+    ops.emfile_opening = None
+    await store.remove([refused])  # the checkpoint is taken now, and the write with it
+    await close_store(store)
+    store = await open_store(tmp_path, options)
+    assert _bodies(store, 1) == [b"kept"]
+    await close_store(store)
+
+
 async def test_eio_on_sync_fail_stops_and_is_never_retried(tmp_path: Path) -> None:
     ops = FaultyFileOps()
     store = await open_store(tmp_path, OPTIONS, ops)
