@@ -36,7 +36,7 @@ from gateway.errors import ConfigError
 from gateway.settings import Settings
 
 __all__ = ["AuthError", "Authenticator", "Credentials", "MARK_AHEAD_S", "RateLimited",
-           "read_secret"]
+           "presented_key", "read_secret"]
 
 # A mark covers signatures up to this many seconds beyond the one that made it: a partner
 # whose clock runs ahead has one written every so often, not one per request, and after a
@@ -88,6 +88,26 @@ class Credentials:
     # A signed request's nonce was used up already: by the front that passed it on, at the
     # store owner (``Authenticator.take_nonce``).
     nonce_taken: bool = False
+
+
+def presented_key(authorization: str) -> str | None:
+    """The API key an Authorization header carries: ``Bearer <key>``, or Basic credentials
+    with the key as the password (browsers: the status page; any user name). None for
+    another scheme or no header.
+
+    Raises:
+        AuthError: Basic credentials that are not base64 of UTF-8 text.
+    """
+    header = authorization.strip()
+    if header[:7].lower() == "bearer ":
+        return header[7:].strip()
+    if header[:6].lower() == "basic ":
+        try:
+            decoded = base64.b64decode(header[6:].strip(), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise AuthError("malformed Basic credentials") from None
+        return decoded.partition(":")[2]
+    return None
 
 
 class Authenticator:
@@ -153,15 +173,9 @@ class Authenticator:
         header = creds.authorization.strip()
         if is_signed(header):
             return self._signed(creds, now, monotonic)
-        if header[:7].lower() == "bearer ":
-            principal: Principal | None = self._key(header[7:].strip())
-        elif header[:6].lower() == "basic ":
-            # Browsers (the status page): any user name, the API key as the password.
-            try:
-                decoded = base64.b64decode(header[6:].strip(), validate=True).decode()
-            except (binascii.Error, UnicodeDecodeError):
-                raise AuthError("malformed Basic credentials") from None
-            principal = self._key(decoded.partition(":")[2])
+        key = presented_key(header)
+        if key is not None:
+            principal: Principal | None = self._key(key)
         elif header:
             raise AuthError(f"unsupported authorization scheme (use Bearer, Basic or {SCHEME})")
         elif creds.cert_subject is not None:

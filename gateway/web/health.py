@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
 
 from aiohttp import web
 
+from gateway.auth.authenticator import AuthError, presented_key
 from gateway.metrics import CONTENT_TYPE_LATEST
 from gateway.web.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.web.auth_middleware import is_local_client
@@ -56,15 +55,11 @@ async def metrics(request: web.Request) -> web.Response:
 
 def _metrics_key(request: web.Request) -> bool:
     auth = request.app[SETTINGS_KEY].auth
-    scheme, _, key = request.headers.get("Authorization", "").strip().partition(" ")
-    if scheme.lower() == "basic":  # a browser's: any user name, the key as the password
-        try:
-            key = base64.b64decode(key.strip(), validate=True).decode().partition(":")[2]
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-    elif scheme.lower() != "bearer":
+    try:
+        key = presented_key(request.headers.get("Authorization", ""))
+    except AuthError:
         return False
-    if not key.strip():
+    if key is None or not key.strip():
         return False
     digest = hashlib.sha256(key.strip().encode("utf-8", "surrogateescape")).hexdigest()
     return any(hmac.compare_digest(digest, known)
