@@ -11,7 +11,6 @@ import asyncio
 import ipaddress
 import json
 import os
-import shutil
 import signal
 import socket
 import ssl
@@ -26,7 +25,6 @@ from gateway.cli.sdnotify import Notifier
 from gateway.errors import StartupError
 from gateway.fronts.commands import Commands
 from gateway.fronts.cpus import usable_cpus
-from gateway.fronts.owner_dir import SOCKET_NAME, make_owner_dir
 from gateway.fronts.supervisor import Fronts
 from gateway.logs import server_log
 from gateway.settings import Settings
@@ -85,7 +83,7 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
     owner = settings.server.workers > 1
     app = make_app(settings, behind_fronts=owner)
     loop.add_signal_handler(signal.SIGHUP, app[STATE_KEY].reload_mapping.set)
-    runner = app_runner(app, settings, forwarded=owner)
+    runner = app_runner(app, settings)
     await runner.setup()
     fronts: Fronts | None = None
     gave_up = asyncio.Event()  # a front could not be started again: exit 1
@@ -93,21 +91,17 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
     def give_up() -> None:
         gave_up.set()
         stop.set()
-    if owner:
-        owner_dir = make_owner_dir(settings.store.data_dir)  # 0700: this user only
-        site: web.BaseSite = web.UnixSite(runner, str(owner_dir / SOCKET_NAME))
-        await site.start()
+    if owner:  # the app serves no HTTP itself: its fronts send it commands
         state = app[STATE_KEY]
         state.fronts_started = False
         commands = Commands(app)
-        fronts = Fronts(settings, str(owner_dir / SOCKET_NAME), commands,
+        fronts = Fronts(settings, commands,
                         on_all_serving=lambda: setattr(state, "fronts_started", True),
                         metrics=app[METRICS_KEY], on_give_up=give_up)
         state.before_scrape = fronts.take_counts
         fronts.start()
     else:
-        site = web.SockSite(runner, sock, ssl_context=context)
-        await site.start()
+        await web.SockSite(runner, sock, ssl_context=context).start()
     marker = _write_marker(settings, tls=context is not None)
     if settings.server.host not in ("127.0.0.1", "::1", "localhost"):
         _warn_if_open(settings)
@@ -141,7 +135,6 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
         await commands.drain()
     await runner.cleanup()
     if owner:
-        shutil.rmtree(owner_dir, ignore_errors=True)
         sock.close()
     notifier.close()
     server_log.info("stopped")

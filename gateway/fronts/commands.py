@@ -29,7 +29,9 @@ from gateway.srmp.parsed import ParsedRequest
 from gateway.web import rest_range
 from gateway.web.appkeys import AUTHENTICATOR_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.web.auth_middleware import take_nonce, throttle
+from gateway.web.calls import OPERATIONS
 from gateway.web.problem import as_problem, http_problem
+from gateway.web.reply_addresses import check_principal_replies
 from gateway.web.rest_queues import (
     browse_page,
     receive_messages,
@@ -115,6 +117,8 @@ class Commands:
             work = self._log(channel, payload)
         elif kind == wire.Kind.MORE:
             work = self._more(channel, payload)
+        elif kind == wire.Kind.CALL:
+            work = self._call(payload)
         else:
             channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer(
                 500, f"unknown command kind {kind}", "about:blank", None, {}, {}))
@@ -174,8 +178,7 @@ class Commands:
             else:
                 _reply(channel, request_id, *_refusal(stored))
 
-    @staticmethod
-    def _plain(qm: QueueManager, kind: int, payload: bytes
+    def _plain(self, qm: QueueManager, kind: int, payload: bytes
                ) -> PlainSend | Coroutine[object, None, object]:
         """A send's record for ``send_plain``, or else the whole send to run."""
         if kind == wire.Kind.PUT:
@@ -189,6 +192,8 @@ class Commands:
             return send_one(qm, put.queue, message.body, message.properties,
                             transaction=put.transaction, key=None)
         command = wire.send_command(payload)
+        if command.replies_of is not None:
+            check_principal_replies(self._state, command.replies_of, command.properties)
         send = None if command.dedup_key is not None else plain_send(
             qm, command.queue, command.body, command.properties, command.transaction)
         if send is not None:
@@ -222,12 +227,17 @@ class Commands:
     async def _tx_send(self, payload: bytes) -> object:
         command = wire.tx_send_command(payload)
         services = self._state.serving()
+        check_principal_replies(self._state, command.principal, command.properties)
         return send_in_transaction(services.queue_manager, services.transactions,
                                    command.principal, command.transaction, command.queue,
                                    command.body, command.properties)
 
     async def _batch(self, payload: bytes) -> object:
         command = wire.batch_command(payload)
+        if command.replies_of is not None:
+            for index, (_, _, props) in enumerate(command.items):
+                check_principal_replies(self._state, command.replies_of, props,
+                                        where=f"messages[{index}].properties.")
         return await store_batch(self._state.serving().queue_manager, command.items,
                                  command.key, command.raw)
 
@@ -235,6 +245,15 @@ class Commands:
         command = wire.tx_command(payload)
         return await transaction_action(self._state.serving().transactions, command.principal,
                                         command.action, command.transaction)
+
+    async def _call(self, payload: bytes) -> object:
+        """A management operation, run as one process runs it (gateway.web.calls)."""
+        call = wire.call_command(payload)
+        run = OPERATIONS.get(call.op)
+        if run is None:
+            raise ProblemError(500, f"no operation {call.op!r}")
+        reply = await run(self._app, call)
+        return (reply.status, reply.body, reply.headers)
 
     async def _browse(self, payload: bytes) -> object:
         queue, asked = wire.decode(payload)

@@ -3,8 +3,8 @@
 It listens on the gateway's port beside the other fronts (SO_REUSEPORT), authenticates and
 checks requests (HMAC signatures too: the owner, which holds the nonces, uses each one up)
 and hands each to the owner as one command (gateway.fronts.wire: sends, receives, browses,
-transactions, batches, range reads and consumers, SRMP requests it parsed), and forwards the
-others (management) to the owner as HTTP (gateway.fronts.forward). It stops on SIGTERM or
+transactions, batches, range reads and consumers, SRMP requests it parsed, and management
+operations: gateway.web.calls). It stops on SIGTERM or
 SIGINT after finishing its requests, and at once when the owner is gone (its end of the
 channel closes).
 """
@@ -34,7 +34,6 @@ from gateway.auth.principal import Principal
 from gateway.errors import GatewayError, ProblemError
 from gateway.fronts import wire
 from gateway.fronts.channel import AnswerLost, Channel, ChannelLost, Overloaded
-from gateway.fronts.forward import Forwarder
 from gateway.fronts.shared_counts import SharedCounts
 from gateway.fronts.supervisor import FrontStart
 from gateway.inbound.parse_pool import parse_answer
@@ -56,13 +55,14 @@ from gateway.web.auth_middleware import (
     require_admin,
     scoped_key,
 )
+from gateway.web.calls import OPERATOR_KEY, Call, Reply, operate
 from gateway.web.expect import defer_continue
 from gateway.web.http_server import app_runner, freeze_startup_objects
 from gateway.web.listener import bind, tls_context
 from gateway.web.long_polls import LongPolls
 from gateway.web.middlewares import make_middlewares
 from gateway.web.partner_shares import PartnerShares, may_wait
-from gateway.web.queue_access import authorize_early, split_tail
+from gateway.web.queue_access import authorize, authorize_early, split_tail
 from gateway.web.rest_body import no_fields
 from gateway.web.rest_codec import HeaderError, parse_send_headers
 from gateway.web.rest_queues import browse_query, receive_query, sent_response
@@ -80,10 +80,11 @@ _PUSH_S = 1.0
 
 
 def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
-                   forwarder: Forwarder, counts: SharedCounts) -> web.Application:
+                   counts: SharedCounts) -> web.Application:
     """The front's application: the owner's routes (so that the metric labels are the
-    same), each forwarded but the sends the front answers itself; a path or method no route
-    serves is forwarded too. ``counts``: every front's requests in flight, which
+    same), with the front's handlers for those it makes commands of, and the others'
+    own handlers (answered here, or by a management operation the owner runs) behind the
+    front's authentication. ``counts``: every front's requests in flight, which
     ``server.concurrent_requests_max`` caps together."""
     server = settings.server
     shares = PartnerShares(server.concurrent_requests_max, processes=server.workers)
@@ -102,42 +103,49 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
 
     gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False), shares,
                           before_body=before_body, take_nonce=take_nonce)
-    # A forwarded request passes the same checks here first (the owner is told the token
-    # is taken), so that it is refused before its body is read, as in one process.
-    forwarder.gate = gate
+
+    async def unmatched(request: web.Request) -> web.StreamResponse:
+        # After authentication, as in one process: a stranger learns nothing of the routes.
+        await _authenticate(request, gate, channel, limited)
+        assert request.match_info.http_exception is not None
+        raise request.match_info.http_exception
+
     identity = _Identity(channel)
     # Receives that may wait: the owner parks them (and caps them); here they are kept out of
     # the in-flight cap as they are there.
     polls = LongPolls(server.long_polls_max)
     app = web.Application(
         client_max_size=server.request_body_max,
-        # A path no route serves, or a method its route does not allow: the owner answers
-        # it (after authentication, as one process does: a stranger learns nothing of the
-        # routes).
         middlewares=make_middlewares(metrics, shared=counts, long_polls=polls,
                                      concurrent_requests_max=server.concurrent_requests_max,
                                      answer_timeout=server.body_timeout, shares=shares,
-                                     unmatched=forwarder.forward))
+                                     unmatched=unmatched))
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
     app[STATE_KEY] = GatewayState(local=local_host_names(server.names, server.host,
                                                          server.port,
                                                          settings.srmp.virtual_dirs))
 
+    async def run_by_owner(call: Call) -> Reply:
+        status, body, headers = await _ask(channel, wire.Kind.CALL, call)
+        return Reply(status, body, headers)
+
+    app[OPERATOR_KEY] = run_by_owner
+
     async def queue_tree(request: web.Request) -> web.StreamResponse:
         found = _queue_path(request)
-        if found is None:
-            return await forwarder.forward(request)
-        name, rest = found
+        name, rest = found if found is not None else split_tail(request.match_info["tail"])
         method = request.method
         if rest == ["messages"] and method == "POST":
-            return await _send(request, name, gate, channel, forwarder, limited, identity)
+            return await _send(request, name, gate, channel, limited, identity)
         if rest == ["messages"] and method in ("GET", "HEAD"):
             return await _browse(request, name, gate, channel, limited)
-        if rest[0] in _LOG_RESOURCES:
+        if rest and rest[0] in _LOG_RESOURCES:
             return await _log(request, name, rest, gate, channel, limited)
         if rest != ["receive"] or method != "POST":
-            return await forwarder.forward(request)
+            await _authenticate(request, gate, channel, limited)
+            authorize(request, name, rest)
+            return await operate(request, "queue")
         if not may_wait(request):
             return await _receive(request, name, gate, channel, limited)
         polls.parked += 1
@@ -159,7 +167,13 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
                                                wire.principal_values(principal)))
 
     async def batch(request: web.Request) -> web.StreamResponse:
-        return await _batch(request, gate, channel, forwarder, limited)
+        return await _batch(request, gate, channel, limited)
+
+    def authenticated(handler: Handler) -> Handler:
+        async def checked(request: web.Request) -> web.StreamResponse:
+            await _authenticate(request, gate, channel, limited)
+            return await handler(request)
+        return checked
 
     own: dict[object, Handler] = {rest_queues.queue_tree: queue_tree, rest_tx.begin: transaction,
                                   rest_tx.show: transaction, rest_tx.act: transaction,
@@ -167,7 +181,7 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
     for table in ROUTE_TABLES:
         for route in table:
             assert isinstance(route, web.RouteDef)
-            handler = own.get(route.handler, forwarder.forward)
+            handler = own.get(route.handler) or authenticated(route.handler)
             web.RouteDef(route.method, route.path, handler,
                          {**route.kwargs, "expect_handler": defer_continue}
                          ).register(app.router)
@@ -179,8 +193,9 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
 
 
 def _queue_path(request: web.Request) -> tuple[str, list[str]] | None:
-    """(queue, the rest of the path) of a request under ``/v1/queues/<q>/`` the front may
-    answer with a command: a plain path (nothing percent-encoded)."""
+    """(queue, the rest of the path) of a request under ``/v1/queues/<q>/`` from its raw
+    path: a plain path (nothing percent-encoded) with something under the queue, which is
+    most sends (else None: the route's own decoding)."""
     path = request.raw_path.partition("?")[0]
     if not path.startswith(_QUEUES) or "%" in path:
         return None
@@ -207,8 +222,7 @@ class _Identity:
 
 
 async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
-                forwarder: Forwarder, limited: frozenset[str],
-                identity: _Identity) -> web.StreamResponse:
+                limited: frozenset[str], identity: _Identity) -> web.StreamResponse:
     await _authenticate(request, gate, channel, limited)
     require(request, "send", name)
     try:
@@ -216,16 +230,15 @@ async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
     except HeaderError as exc:
         raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
     properties = send.properties
-    if properties.response_queue or properties.admin_queue:
-        # Reply addresses are checked against the owner's state: it does all of it.
-        return await forwarder.forward(request)
+    # Reply addresses are checked against the owner's state: by the owner.
+    replies = bool(properties.response_queue or properties.admin_queue)
     if send.transaction not in (None, "single", "none"):
         held = await _ask(channel, wire.Kind.TX_SEND, wire.TxSendCommand(
             send.transaction, name, await body_of(request), properties, principal_of(request)))
         return jsonio.json_response(held, status=202)
     key = scoped_key(request, send.idempotency_key)
-    if (key is None and send.transaction != "single" and only_its_record(properties)
-            and not properties.message_id):
+    if (key is None and send.transaction != "single" and not replies
+            and only_its_record(properties) and not properties.message_id):
         guid = identity.guid or await identity.known()  # asked once: no await after
         if guid is not None:  # the owner stores the record as it comes
             payload = stamp_and_encode(properties, await body_of(request), guid)
@@ -233,7 +246,8 @@ async def _send(request: web.Request, name: str, gate: Gate, channel: Channel,
                 name, payload, properties.priority, properties.receive_by_ms,
                 send.transaction))
             return sent_response(answer, replayed)
-    command = wire.SendCommand(name, await body_of(request), properties, send.transaction, key)
+    command = wire.SendCommand(name, await body_of(request), properties, send.transaction, key,
+                               principal_of(request) if replies else None)
     answer, replayed = await _ask(channel, wire.Kind.SEND, command)
     return sent_response(answer, replayed)
 
@@ -291,21 +305,20 @@ async def _log(request: web.Request, name: str, rest: list[str], gate: Gate,
     return response
 
 
-async def _batch(request: web.Request, gate: Gate, channel: Channel, forwarder: Forwarder,
+async def _batch(request: web.Request, gate: Gate, channel: Channel,
                  limited: frozenset[str]) -> web.StreamResponse:
     """A batch: checked here (its JSON, every item, the send permissions), stored by the
-    owner as one ``BATCH`` command; one with reply addresses goes to the owner whole."""
-    await _authenticate(request, gate, channel, limited)
+    owner as one ``BATCH`` command, which checks reply addresses against its state."""
+    principal = await _authenticate(request, gate, channel, limited)
     raw = await body_of(request)
     items = rest_tx.batch_items(raw)
     for queue, _, props in items:
         require(request, "send", queue)
-    if any(props.response_queue or props.admin_queue for _, _, props in items):
-        return await forwarder.forward(request)  # checked against the owner's state
+    replies = any(props.response_queue or props.admin_queue for _, _, props in items)
     key = rest_tx.batch_key(request)
     answer, replayed = await _ask(channel, wire.Kind.BATCH, wire.BatchCommand(
         [(queue, body, props) for queue, body, props in items], key,
-        raw if key is not None else b""))
+        raw if key is not None else b"", principal if replies else None))
     return rest_tx.batch_response(answer, replayed)
 
 
@@ -398,9 +411,7 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
         sock=socket.socket(fileno=channel_fd))
     context: ssl.SSLContext | None = tls_context(settings)
     sock = bind(settings.server.host, settings.server.port, reuse_port=True)
-    forwarder = Forwarder(settings, start.owner_socket)
-    await forwarder.start()
-    runner = app_runner(make_front_app(settings, metrics, channel, forwarder, SharedCounts(
+    runner = app_runner(make_front_app(settings, metrics, channel, SharedCounts(
         start.counts_fd, settings.server.workers, start.index)), settings,
         handler_cancellation=True, sharing=settings.server.workers)
     await runner.setup()
@@ -415,7 +426,6 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
         log.error("front %d: the owner process is gone; stopping", start.index)
         return 1  # nothing here is worth a graceful stop: no request can be answered
     await runner.cleanup()
-    await forwarder.close()
     channel.send(0, wire.Kind.COUNTS, counts())  # the last requests, counted
     await asyncio.sleep(0)  # the frame leaves on this pass, before the close
     channel.close()

@@ -1,10 +1,10 @@
 """The owner starts its fronts, restarts one that dies, and stops them before itself.
 
 Each front is ``python -m gateway.fronts.front FD``: FD is its end of a socket pair (the
-command channel), and its standard input brings the settings and the path of the owner's
-socket for forwarded requests. A front that exits while the owner runs is started again
-after a pause that doubles up to ``_RESTART_MAX_S`` (back to the least once it has served);
-one that cannot start ``_START_FAILURES_MAX`` times in a row stops the gateway.
+command channel), and its standard input brings the settings. A front that exits while the
+owner runs is started again after a pause that doubles up to ``_RESTART_MAX_S`` (back to
+the least once it has served); one that cannot start ``_START_FAILURES_MAX`` times in a row
+stops the gateway.
 """
 
 from __future__ import annotations
@@ -42,13 +42,12 @@ class FrontStart:
     """What a front reads from its standard input."""
 
     settings: Settings
-    owner_socket: str
     index: int
     counts_fd: int  # gateway.fronts.shared_counts
 
 
 class Fronts:
-    def __init__(self, settings: Settings, owner_socket: str, commands: Commands,
+    def __init__(self, settings: Settings, commands: Commands,
                  on_all_serving: Callable[[], None], metrics: Metrics,
                  on_give_up: Callable[[], None]) -> None:
         """``on_give_up``: a front could not start ``_START_FAILURES_MAX`` times in a row
@@ -56,7 +55,6 @@ class Fronts:
         fewer fronts while saying nothing but warnings."""
         self.count = settings.server.workers
         self._settings = settings
-        self._owner_socket = owner_socket
         self._commands = commands
         self._on_all_serving = on_all_serving
         self._on_give_up = on_give_up
@@ -114,8 +112,8 @@ class Fronts:
             theirs.close()
         self._processes[index] = process
         assert process.stdin is not None
-        process.stdin.write(pickle.dumps(FrontStart(self._settings, self._owner_socket,
-                                                    index, self.counts.fd), 5))
+        process.stdin.write(pickle.dumps(FrontStart(self._settings, index,
+                                                    self.counts.fd), 5))
         with contextlib.suppress(ConnectionError):
             await process.stdin.drain()
         process.stdin.close()

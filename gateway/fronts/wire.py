@@ -21,10 +21,11 @@ from gateway.auth.principal import NOBODY, Principal
 from gateway.errors import ProblemError
 from gateway.inbound.parse_pool import FrameReader
 from gateway.msmq.message import MessageProperties, properties_of, property_values
+from gateway.web.calls import Call
 
 __all__ = ["HEAD", "Kind", "BatchCommand", "LogCommand", "NonceCommand", "ProblemAnswer",
            "PutCommand", "ReceiveCommand", "SendCommand", "SrmpCommand", "TxCommand",
-           "TxSendCommand", "batch_command", "decode", "encode", "log_command",
+           "TxSendCommand", "batch_command", "call_command", "decode", "encode", "log_command",
            "nonce_command", "principal_of", "principal_values", "problem_answer",
            "put_command", "reader", "receive_command", "send_command", "srmp_command",
            "tx_command", "tx_send_command"]
@@ -55,11 +56,14 @@ class Kind:
     PUT = 18  # front -> owner: a send the front stamped and encoded (PutCommand)
     NONCE = 19  # front -> owner: use up a verified signature's nonce (NonceCommand; OK or
     # 401, 429, 503), taking the partner's rate token unless it is taken
+    CALL = 20  # front -> owner: a management operation, checked by the front
+    # (gateway.web.calls.Call)
     OK = 100  # SEND, PUT: (the 201's JSON answer, whether it replays an earlier send); SRMP: the
     # 200's headers (or None); RECEIVE: the messages as JSON objects; BROWSE: the page;
     # TX_SEND: the 202's answer; TX: (status, answer); BATCH: (answer, replayed); TX_LIST:
     # the answer; LOG: (status, JSON body or None, headers, first piece, cursor), the piece
-    # None but for a range's records; MORE: the next piece, b"" after the last, None: cut
+    # None but for a range's records; MORE: the next piece, b"" after the last, None: cut;
+    # CALL: the Reply's (status, body, headers)
     PROBLEM = 101  # the answer is an error the front turns into problem+json
 
 
@@ -72,6 +76,9 @@ class SendCommand:
     properties: MessageProperties
     transaction: str | None  # None, "single" or "none"
     dedup_key: str | None  # the Idempotency-Key in its principal's space
+    # The sender, whose reply addresses the owner checks against its state; None: none
+    # named (gateway.web.reply_addresses).
+    replies_of: Principal | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +127,7 @@ class BatchCommand:
     items: list[tuple[str, bytes, MessageProperties]]
     key: str | None
     raw: bytes
+    replies_of: Principal | None = None  # as SendCommand's
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,14 +221,16 @@ def principal_of(values: tuple[Any, ...] | None) -> Principal:
 # value is plain data far more often than not, the owner's answers above all).
 _FLATTEN: dict[type, Callable[[Any], tuple[Any, ...]]] = {
     SendCommand: lambda v: (v.queue, v.body, property_values(v.properties), v.transaction,
-                            v.dedup_key),
+                            v.dedup_key, _replies_values(v.replies_of)),
     PutCommand: lambda v: (v.queue, v.payload, v.priority, v.receive_by_ms, v.transaction),
     SrmpCommand: lambda v: (v.remote, principal_values(v.principal), v.content_type, v.raw,
                             v.parse_kind, v.parse),
     TxSendCommand: lambda v: (v.transaction, v.queue, v.body, property_values(v.properties),
                               principal_values(v.principal)),
     BatchCommand: lambda v: ([(q, b, property_values(p)) for q, b, p in v.items], v.key,
-                             v.raw),
+                             v.raw, _replies_values(v.replies_of)),
+    Call: lambda v: (v.op, v.method, v.match, v.query, v.headers, v.body,
+                     principal_values(v.principal), v.local),
     TxCommand: lambda v: (v.action, v.transaction, principal_values(v.principal)),
     ReceiveCommand: lambda v: (v.queue, v.asked, principal_values(v.principal)),
     LogCommand: lambda v: (v.queue, v.rest, v.method, v.query, v.body, v.owner),
@@ -233,9 +243,19 @@ def decode(payload: bytes) -> Any:
     return marshal.loads(payload)
 
 
+def _replies_values(principal: Principal | None) -> tuple[object, ...] | None:
+    """``replies_of`` as a command carries it (NOBODY itself is None: a 1-tuple then)."""
+    return None if principal is None else (principal_values(principal),)
+
+
+def _replies_of(values: tuple[Any, ...] | None) -> Principal | None:
+    return None if values is None else principal_of(values[0])
+
+
 def send_command(payload: bytes) -> SendCommand:
-    queue, body, values, transaction, key = marshal.loads(payload)
-    return SendCommand(queue, body, properties_of(values), transaction, key)
+    queue, body, values, transaction, key, replies = marshal.loads(payload)
+    return SendCommand(queue, body, properties_of(values), transaction, key,
+                       _replies_of(replies))
 
 
 def put_command(payload: bytes) -> PutCommand:
@@ -253,8 +273,15 @@ def tx_send_command(payload: bytes) -> TxSendCommand:
 
 
 def batch_command(payload: bytes) -> BatchCommand:
-    items, key, raw = marshal.loads(payload)
-    return BatchCommand([(q, b, properties_of(v)) for q, b, v in items], key, raw)
+    items, key, raw, replies = marshal.loads(payload)
+    return BatchCommand([(q, b, properties_of(v)) for q, b, v in items], key, raw,
+                        _replies_of(replies))
+
+
+def call_command(payload: bytes) -> Call:
+    op, method, match, query, headers, body, principal, local = marshal.loads(payload)
+    return Call(op, method, match, [tuple(q) for q in query], [tuple(h) for h in headers],
+                body, principal_of(principal), local)
 
 
 def tx_command(payload: bytes) -> TxCommand:

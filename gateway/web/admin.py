@@ -15,7 +15,8 @@ from aiohttp import web
 from gateway.errors import ProblemError
 from gateway.queues.identity import BACKED_UP
 from gateway.web.appkeys import STATE_KEY
-from gateway.web.auth_middleware import body_of, require_admin
+from gateway.web.auth_middleware import require_admin
+from gateway.web.calls import Call, Reply, json_reply, operate, operation
 from gateway.web.rest_body import parse_json
 from store.backup import BackupError, BackupInside
 
@@ -28,7 +29,12 @@ routes = web.RouteTableDef()
 async def backup(request: web.Request) -> web.Response:
     """Take a consistent backup of the running store into ``{"dest": DIR}`` (empty or new)."""
     require_admin(request)
-    body = parse_json(await body_of(request))
+    return await operate(request, "backup")
+
+
+@operation("backup")
+async def _backup(app: web.Application, call: Call) -> Reply:
+    body = parse_json(call.body)
     dest = body.get("dest") if isinstance(body, dict) else None
     if not isinstance(dest, str) or not dest:
         raise ProblemError(400, 'body must be {"dest": "<directory>"}', type_slug="bad-request")
@@ -36,7 +42,7 @@ async def backup(request: web.Request) -> web.Response:
         # Relative to wherever the gateway was started: never what the caller meant.
         raise ProblemError(400, f"dest {dest!r} must be an absolute directory path",
                            type_slug="bad-request")
-    state = request.app[STATE_KEY]
+    state = app[STATE_KEY]
     store = state.store
     if store is None or not state.ready:
         raise ProblemError(503, state.not_ready_reason() or "store not open",
@@ -52,5 +58,5 @@ async def backup(request: web.Request) -> web.Response:
         status = 507 if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else 500
         raise ProblemError(status, f"backup failed, nothing kept in {dest}: {exc}",
                            type_slug="backup-failed") from exc
-    return web.json_response({"dest": dest, "files": report.files, "bytes": report.bytes,
-                              "seconds": round(report.seconds, 3)})
+    return json_reply({"dest": dest, "files": report.files, "bytes": report.bytes,
+                       "seconds": round(report.seconds, 3)})

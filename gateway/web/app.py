@@ -35,7 +35,17 @@ from gateway.queues.range_consumers import RangeConsumers
 from gateway.queues.redrive import Redrive
 from gateway.queues.transactions import Transactions
 from gateway.settings import Settings, StoreSettings
-from gateway.web import admin, health, openapi, rest_links, rest_messages, rest_queues, rest_tx, ui
+from gateway.web import (
+    admin,
+    health,
+    openapi,
+    queue_admin,
+    rest_links,
+    rest_messages,
+    rest_queues,
+    rest_tx,
+    ui,
+)
 from gateway.web.appkeys import (
     AUTHENTICATOR_KEY,
     FILE_OPS_KEY,
@@ -47,7 +57,6 @@ from gateway.web.appkeys import (
 )
 from gateway.web.auth_middleware import make_auth_gate
 from gateway.web.expect import defer_continue
-from gateway.web.forwarded import from_front
 from gateway.web.long_polls import LONG_POLLS_KEY, LongPolls
 from gateway.web.metrics_state import StateCollector
 from gateway.web.middlewares import make_middlewares
@@ -67,7 +76,8 @@ __all__ = ["ROUTE_TABLES", "make_app", "store_options"]
 # Every route but SRMP's (one a virtual directory: add_srmp_routes); a front process
 # (gateway.fronts) builds the same router, so that routes and their metric labels match.
 ROUTE_TABLES = (health.routes, admin.routes, openapi.routes, rest_tx.routes,
-                rest_messages.routes, rest_links.routes, rest_queues.routes, ui.routes)
+                rest_messages.routes, rest_links.routes, queue_admin.routes, rest_queues.routes,
+                ui.routes)
 
 
 def store_options(settings: StoreSettings) -> StoreOptions:
@@ -91,8 +101,8 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
     """Build the gateway application; nothing is opened until the app starts.
 
     ``file_ops`` is the store's file seam (tests inject faults through it).
-    ``behind_fronts``: the store owner's app, serving what front processes forward
-    (gateway.fronts), with the client's address and certificate from their headers.
+    ``behind_fronts``: the store owner's app, which serves no HTTP: it runs the commands
+    its front processes send (gateway.fronts.commands).
     """
     metrics = Metrics()
     load_webhooks(settings)  # a webhook's unreadable secret stops the start (exit 2)
@@ -105,10 +115,10 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
     metrics.http_long_polls.set_function(lambda: long_polls.parked)
     app = web.Application(
         client_max_size=settings.server.request_body_max,
-        middlewares=[*([from_front] if behind_fronts else []), *make_middlewares(
+        # Behind fronts the app serves no HTTP: its fronts send it commands (gateway.fronts).
+        middlewares=[] if behind_fronts else make_middlewares(
             metrics, concurrent_requests_max=settings.server.concurrent_requests_max, gate=gate,
-            long_polls=long_polls, count=not behind_fronts,
-            answer_timeout=settings.server.body_timeout, shares=shares)],
+            long_polls=long_polls, answer_timeout=settings.server.body_timeout, shares=shares),
     )
     app[AUTHENTICATOR_KEY] = authenticator
     app[LONG_POLLS_KEY] = long_polls

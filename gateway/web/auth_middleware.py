@@ -48,6 +48,8 @@ __all__ = [
     "is_loopback",
     "make_auth_gate",
     "principal_of",
+    "require_admin_of",
+    "require_may",
     "read_body",
     "body_of",
     "BODY",
@@ -55,6 +57,7 @@ __all__ = [
     "require",
     "require_admin",
     "scoped_key",
+    "scoped_key_of",
     "take_nonce",
     "throttle",
 ]
@@ -271,15 +274,22 @@ def principal_of(request: web.Request) -> Principal:
 def scoped_key(request: web.Request, key: str | None) -> str | None:
     """An ``Idempotency-Key`` in its principal's own space: one partner's keys can neither
     block nor reveal another's."""
-    if key is None:
-        return None
-    return f"{principal_of(request).scope}\0{key}"
+    return scoped_key_of(principal_of(request), key)
+
+
+def scoped_key_of(principal: Principal, key: str | None) -> str | None:
+    """``scoped_key`` for ``principal``."""
+    return None if key is None else f"{principal.scope}\0{key}"
 
 
 def require(request: web.Request, action: str, queue: str) -> None:
     """Raises: ProblemError 403 when the principal may not ``action`` ("send"/"receive")
     on ``queue``. An invalid queue name passes here: its handler says what is wrong."""
-    principal = principal_of(request)
+    require_may(principal_of(request), action, queue)
+
+
+def require_may(principal: Principal, action: str, queue: str) -> None:
+    """``require`` for ``principal``."""
     try:
         canonical = parse_queue_path(queue).canonical
     except QueueNameError:
@@ -293,12 +303,18 @@ def require_admin(request: web.Request) -> None:
     """Raises: ProblemError 403 unless the admin, or a loopback client of an open gateway
     (no credentials configured: management stays on the machine itself)."""
     principal = principal_of(request)
+    require_admin_of(principal, principal.admin or not principal.open
+                     or is_local_client(request))
+
+
+def require_admin_of(principal: Principal, local: bool) -> None:
+    """``require_admin`` for ``principal``, ``local`` telling a client on this machine."""
     if principal.admin:
         return
     if not principal.open:
         raise ProblemError(403, "this needs the admin credential",
                            type_slug="MQ_ERROR_ACCESS_DENIED")
-    if not is_local_client(request):
+    if not local:
         raise ProblemError(403, "management answers only clients on this machine (loopback, "
                            "a Host naming this gateway, no Origin of another site) while no "
                            "credentials are configured (set auth.admin_key_sha256)",

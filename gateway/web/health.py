@@ -8,9 +8,11 @@ import hmac
 from aiohttp import web
 
 from gateway.auth.authenticator import AuthError, presented_key
+from gateway.errors import ProblemError
 from gateway.metrics import CONTENT_TYPE_LATEST
 from gateway.web.appkeys import METRICS_KEY, SETTINGS_KEY, STATE_KEY
 from gateway.web.auth_middleware import is_local_client
+from gateway.web.calls import Call, Reply, json_reply, operate, operation
 from gateway.web.problem import problem_response
 
 __all__ = ["routes"]
@@ -28,12 +30,17 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     """200 only once the store is open and recovered, every front process has started
     (server.workers > 1), and nothing has fail-stopped the store."""
-    state = request.app[STATE_KEY]
+    return await operate(request, "readyz")
+
+
+@operation("readyz")
+async def _readyz(app: web.Application, call: Call) -> Reply:
+    state = app[STATE_KEY]
     reason = state.not_ready_reason() or (
         "" if state.fronts_started else "the front processes are starting")
     if reason:
-        return problem_response(503, reason, type_slug="not-ready", headers={"Retry-After": "1"})
-    return web.json_response({"status": "ready"})
+        raise ProblemError(503, reason, type_slug="not-ready", headers={"Retry-After": "1"})
+    return json_reply({"status": "ready"})
 
 
 @routes.get("/metrics")
@@ -46,11 +53,15 @@ async def metrics(request: web.Request) -> web.Response:
             403, "/metrics answers loopback clients, or the admin or metrics key "
             "(Authorization: Bearer or Basic; auth.metrics_key_sha256)",
             type_slug="MQ_ERROR_ACCESS_DENIED")
-    before = request.app[STATE_KEY].before_scrape
+    return await operate(request, "metrics")
+
+
+@operation("metrics")
+async def _metrics(app: web.Application, call: Call) -> Reply:
+    before = app[STATE_KEY].before_scrape
     if before is not None:
         await before()
-    body = request.app[METRICS_KEY].render()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return Reply(200, app[METRICS_KEY].render(), {"Content-Type": CONTENT_TYPE_LATEST})
 
 
 def _metrics_key(request: web.Request) -> bool:

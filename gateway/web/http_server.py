@@ -141,22 +141,13 @@ _FILES_WANTED = 65_536  # the soft open-file limit asked for when the hard one i
 _CONNECTIONS_MIN = 16
 
 
-# What a front adds to a request it forwards (gateway.web.forwarded): up to three headers, one
-# a client certificate in base64 (a chain of tens of KiB at most, as TLS carries it).
-_FORWARDED_HEADERS = 3
-_FORWARDED_FIELD_MAX = 256 * 1024
-
-
 def app_runner(app: web.Application, settings: Settings, *,
-               handler_cancellation: bool = False, forwarded: bool = False,
-               sharing: int = 1) -> ProblemAppRunner:
+               handler_cancellation: bool = False, sharing: int = 1) -> ProblemAppRunner:
     """The runner of ``app`` with the server section's limits (one process, or each front).
 
     ``handler_cancellation``: a handler is cancelled when its client hangs up (a front's:
-    its forwarded request to the owner is then closed, and a long poll there ends without
-    taking a message; the owner's and one process's handlers finish what they started).
-    ``forwarded``: the store owner's runner, for requests its fronts checked against the
-    limits already and add their own headers to (its connections are the fronts': no cap).
+    its command is cancelled at the owner, and a long poll there ends without taking a
+    message; one process's handlers finish what they started).
     ``sharing``: the processes that share ``server.connections_max`` (the fronts).
 
     On a stop, aiohttp gives the requests in flight its shutdown timeout to finish, then
@@ -165,15 +156,14 @@ def app_runner(app: web.Application, settings: Settings, *,
     server = settings.server
     return ProblemAppRunner(
         app,
-        connections_max=0 if forwarded else connections_cap(server.connections_max, sharing),
+        connections_max=connections_cap(server.connections_max, sharing),
         handle_signals=False,
         shutdown_timeout=server.shutdown_grace / 2,
         handler_cancellation=handler_cancellation,
         access_log=access_log if settings.log.access else None,
         keepalive_timeout=server.keepalive_timeout,
-        max_headers=server.header_count_max + (_FORWARDED_HEADERS if forwarded else 0),
-        max_field_size=(max(server.header_bytes_max, _FORWARDED_FIELD_MAX) if forwarded
-                        else server.header_bytes_max),
+        max_headers=server.header_count_max,
+        max_field_size=server.header_bytes_max,
         max_line_size=server.header_bytes_max,
         # Bodies are decoded by the gate (gateway.web.body_coding), strictly: aiohttp takes
         # a gzip stream cut short as whole.

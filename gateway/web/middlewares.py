@@ -102,19 +102,18 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
                      gate: Gate | None = None,
                      unmatched: Handler | None = None,
                      long_polls: LongPolls | None = None,
-                     count: bool = True,
                      shared: InFlight | None = None,
                      answer_timeout: float | None = None,
                      shares: PartnerShares | None = None) -> list[Middleware]:
     """Build the middleware chain, outermost first; ``gate`` (authentication, body limits)
-    is awaited before every handler, inside the error mapping. ``count=False``: requests
-    are counted elsewhere (the store owner's forwarded requests, by the fronts). ``shared``:
+    is awaited before every handler, inside the error mapping. ``shared``:
     the cap is on the sum of every front's requests in flight (gateway.fronts).
     ``answer_timeout``: a large answer is written here, within it (gateway.web.slow_readers),
     so that its request keeps its place until the client has it. ``shares``: the partners'
     shares the gate takes places in; each is given back here once its request is answered.
     ``unmatched``: what answers a path no route serves, or a method its route does not allow
-    (a front's way to the store owner), after the headers' check; else aiohttp's 404 or 405.
+    (a front's: after its authentication), after the headers' check; else aiohttp's 404 or
+    405.
 
     One layer does the cap, the metrics and the error mapping: every layer is two more calls
     per request in aiohttp, and this runs for every message sent. The cap is a plain count
@@ -124,9 +123,8 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
     in_flight = 0  # parked long polls included: the gauge shows every request being handled
     exempt = 0  # of which health, readiness and metrics: never refused, never counted against
     polls = long_polls if long_polls is not None else LongPolls(1)
-    if count:
-        metrics.in_flight_now = lambda: in_flight
-        metrics.http_in_flight.set_function(metrics.in_flight_now)
+    metrics.in_flight_now = lambda: in_flight
+    metrics.http_in_flight.set_function(metrics.in_flight_now)
     record = metrics.http.record
     if shared is not None:
         shared.watch(lambda: in_flight - polls.parked - exempt)
@@ -175,8 +173,7 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
             _count(request, status, time.perf_counter() - started)
 
     def _count(request: web.Request, status: int, seconds: float) -> None:
-        if count:  # else another process counts it (a front, for the store owner)
-            record(_route_label(request), request.method, status, seconds)
+        record(_route_label(request), request.method, status, seconds)
 
     return [observe]
 
@@ -194,13 +191,13 @@ def _check_headers(request: web.Request) -> None:
     read no header: they answer whatever headers they get.
 
     aiohttp keeps bytes that are not UTF-8 as lone surrogates, which no store, log line,
-    answer or forwarded request (gateway.fronts) can carry. Checked before anything else,
+    answer or command (gateway.fronts) can carry. Checked before anything else,
     on every route, so that one process and several answer alike."""
     if request.path in PROBES:
         return
     if "#" in request.raw_path:
-        # aiohttp would keep it in path_qs (what a signature covers) but not in the path a
-        # front passes on: one process and several would judge the request differently.
+        # aiohttp keeps it in path_qs (what a signature covers) but not in the path the
+        # routes match: a signature would cover a target other than the one served.
         raise ProblemError(400, "the request target has a fragment (#...), which HTTP does "
                            "not send (RFC 9112 3.2): write a '#' in a name as %23",
                            type_slug="bad-request")

@@ -31,11 +31,13 @@ from gateway.queues.internal import is_internal
 from gateway.queues.local_names import LocalNames
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.auth_middleware import principal_of
+from gateway.web.state import GatewayState
 from mapping.errors import FormatNameError
 from mapping.formatnames import DirectFormatName, MultipleFormatName, parse_format_name
 from mapping.names import DEADLETTER, DEADXACT, MACHINE_JOURNAL, QueueNameError, parse_queue_path
 
-__all__ = ["ReplyTarget", "reply_targets", "check_reply_addresses", "check_request_replies"]
+__all__ = ["ReplyTarget", "reply_targets", "check_reply_addresses", "check_request_replies",
+           "check_principal_replies"]
 
 # Who may send to a local queue: "" when the sender may, else why not.
 SendCheck = Callable[[str], str]
@@ -134,9 +136,13 @@ def _check_local(name: str, value: str, canonical: str, *, may_send: SendCheck) 
 def check_request_replies(request: web.Request, props: MessageProperties, *,
                           where: str = "") -> None:
     """``check_reply_addresses`` for a REST request, with its principal's send permission."""
-    state = request.app[STATE_KEY]
-    principal = principal_of(request)
+    check_principal_replies(request.app[STATE_KEY], principal_of(request), props, where=where)
 
+
+def check_principal_replies(state: GatewayState, principal: Principal,
+                            props: MessageProperties, *, where: str = "") -> None:
+    """``check_request_replies`` for ``principal``'s send (one process, or the store owner
+    for a front's command)."""
     def may_send(canonical: str) -> str:
         if principal.may("send", canonical):
             return ""

@@ -11,27 +11,22 @@ import functools
 import re
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
-from urllib.parse import unquote
 
 from aiohttp import web
 
 from gateway import jsonio
 from gateway.auth.principal import Principal
 from gateway.errors import ProblemError
-from gateway.msmq.classes import MessageClass
 from gateway.msmq.message import MessageProperties
-from gateway.queues.manager import Park, QueueManager, QueueSettings, ReceivedMessage
-from gateway.queues.redrive import Redrive, RedriveFilter
+from gateway.queues.manager import Park, QueueManager, ReceivedMessage
 from gateway.queues.transactions import Transactions
-from gateway.units import parse_size
 from gateway.web import rest_range
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.auth_middleware import body_of, principal_of, scoped_key
+from gateway.web.calls import operate
 from gateway.web.long_polls import LONG_POLLS_KEY
 from gateway.web.queue_access import authorize, split_tail
 from gateway.web.reply_addresses import check_request_replies
-from gateway.web.rest_body import json_body, names
 from gateway.web.rest_codec import (
     REPLAYED,
     HeaderError,
@@ -40,7 +35,6 @@ from gateway.web.rest_codec import (
     message_location,
     parse_send_headers,
 )
-from mapping.names import MACHINE_JOURNAL, QueueNameError, parse_queue_path
 
 __all__ = ["routes"]
 
@@ -55,68 +49,25 @@ def _transactions(request: web.Request) -> Transactions:
     return request.app[STATE_KEY].serving().transactions
 
 
-def _queue_json(qm: QueueManager, name: str) -> dict[str, object]:
-    queue = qm.queue(name)
-    s = queue.settings
-    return {"path": queue.path.display, "transactional": s.transactional, "quota": s.quota,
-            "journal": s.journal, "journal_quota": s.journal_quota, "label": s.label,
-            "anonymous": s.anonymous, "authenticate": s.authenticate,
-            "system": queue.path.system or queue.is_dead_letter
-            or queue.path.canonical == MACHINE_JOURNAL, "messages": qm.store.count(
-                queue.queue_id), "bytes": qm.store.queue_bytes(queue.queue_id)}
-
-
-def _message(m: ReceivedMessage) -> dict[str, object]:
+def message_answer(m: ReceivedMessage) -> dict[str, object]:
     return message_json(message_id=m.message_id, queue=m.queue, seq=m.seq,
                         properties=m.properties, body=m.body)
-
-
-@routes.get("/v1/queues")
-async def list_queues(request: web.Request) -> web.Response:
-    qm = _qm(request)
-    principal = principal_of(request)
-    return jsonio.json_response({"queues": [
-        _queue_json(qm, q.path.canonical) for q in qm.queues()
-        if principal.may("send", q.path.canonical)
-        or principal.may("receive", q.path.canonical)]})
 
 
 # Every character, a line break too (``.`` would leave it to a bare 404): the name rule names it.
 @routes.route("*", "/v1/queues/{tail:[\\s\\S]+}")
 async def queue_tree(request: web.Request) -> web.StreamResponse:
-    qm = _qm(request)
     name, rest = split_tail(request.match_info["tail"])
     method = request.method
     authorize(request, name, rest)
-    if not rest:
-        return await _dispatch(method, {"GET": _show, "PUT": _put, "DELETE": _delete},
-                               request, qm, name)
     if rest == ["messages"]:
+        qm = _qm(request)
         return await _dispatch(method, {"GET": _browse, "POST": _send}, request, qm, name)
     if rest == ["receive"]:
-        return await _dispatch(method, {"POST": _receive}, request, qm, name)
-    if rest == ["purge"]:
-        return await _dispatch(method, {"POST": _purge}, request, qm, name)
-    if rest[0] in ("head", "range", "consumers"):
-        return await rest_range.handle(request, qm, name, rest)
-    if rest == ["requeue"]:
-        return await _dispatch(method, {"POST": _requeue_bulk}, request, qm, name)
-    if len(rest) == 3 and rest[0] == "messages" and rest[2] == "requeue":
-        if method != "POST":
-            raise web.HTTPMethodNotAllowed(method, ["POST"])
-        body = await json_body(request, allow_empty=True)
-        moved = await _redrive(request).one(name, unquote(rest[1]), _target(body))
-        return jsonio.json_response({"id": moved.message_id, "queue": moved.queue})
-    if len(rest) == 2 and rest[0] == "messages":
-        message_id = unquote(rest[1])
-        if method in ("GET", "HEAD"):
-            return jsonio.json_response(_message(await qm.get(name, message_id)))
-        if method == "DELETE":
-            await qm.delete(name, message_id)
-            return web.Response(status=204)
-        raise web.HTTPMethodNotAllowed(method, ["DELETE", "GET", "HEAD"])
-    raise ProblemError(404, f"no resource {'/'.join(rest)!r} under queue {name!r}",
-                       type_slug="not-found")
+        return await _dispatch(method, {"POST": _receive}, request, _qm(request), name)
+    if rest and rest[0] in ("head", "range", "consumers"):
+        return await rest_range.handle(request, _qm(request), name, rest)
+    return await operate(request, "queue")  # the queue itself, its messages one by one
 
 
 async def _dispatch(method: str, table: dict[str, object], request: web.Request,
@@ -128,47 +79,6 @@ async def _dispatch(method: str, table: dict[str, object], request: web.Request,
                                                                  else [])}))
     response: web.StreamResponse = await handler(request, qm, name)  # type: ignore[operator]
     return response
-
-
-async def _show(request: web.Request, qm: QueueManager, name: str) -> web.Response:
-    return jsonio.json_response(_queue_json(qm, name))
-
-
-async def _put(request: web.Request, qm: QueueManager, name: str) -> web.Response:
-    body = await json_body(request, allow_empty=True)
-    known = {"transactional", "quota", "journal", "journal_quota", "label", "anonymous",
-             "authenticate"}
-    unknown = set(body) - known
-    if unknown:
-        raise ProblemError(400, f"unknown queue properties: {names(unknown)}",
-                           type_slug="bad-request")
-    if "\x7f" in name and qm.lookup(parse_queue_path(name).canonical) is None:
-        # MS-MQMQ allows DEL in a queue name, but no HTTP header (Mq-Destination,
-        # Mq-Response-Queue) can carry it: such a queue could not be addressed by format name.
-        # Existing ones (stores written before) keep being served.
-        raise ProblemError(400, f"queue name {name!r} has a character a new queue may not "
-                           f"have: {chr(0x7F)!r} (DEL: no header can carry it)",
-                           type_slug="MQ_ERROR_ILLEGAL_QUEUE_PATHNAME")
-    settings = QueueSettings(
-        transactional=_bool(body, "transactional"), quota=_size(body, "quota"),
-        journal=_bool(body, "journal"), journal_quota=_size(body, "journal_quota"),
-        label=_label(body), anonymous=_bool(body, "anonymous"),
-        authenticate=_bool(body, "authenticate"))
-    queue, created = await qm.create_queue(name, settings)
-    return jsonio.json_response(_queue_json(qm, queue.path.canonical), status=201 if created
-                             else 200)
-
-
-async def _delete(request: web.Request, qm: QueueManager, name: str) -> web.Response:
-    queue = qm.queue(name)
-    await qm.delete_queue(name)
-    await rest_range.consumers_of(request).drop_queue(queue)
-    return web.Response(status=204)
-
-
-async def _purge(request: web.Request, qm: QueueManager, name: str) -> web.Response:
-    return jsonio.json_response({"purged": await rest_range.consumers_of(request).purge(
-        qm.queue(name))})
 
 
 async def _send(request: web.Request, qm: QueueManager, name: str) -> web.Response:
@@ -283,7 +193,7 @@ async def receive_messages(app: web.Application, principal: Principal, name: str
     else:
         messages = await services.queue_manager.receive(
             name, max_messages=max_messages, wait_s=wait, park=park, gone=gone)
-    return [_message(m) for m in messages]
+    return [message_answer(m) for m in messages]
 
 
 def _hung_up(request: web.Request) -> bool:
@@ -310,94 +220,7 @@ def browse_page(qm: QueueManager, name: str, asked: tuple[int, int]) -> dict[str
     and where the next page starts."""
     after, limit = asked
     messages, last = qm.browse(name, after=after, limit=limit)
-    return {"messages": [_message(m) for m in messages], "next": last}
-
-
-def _redrive(request: web.Request) -> Redrive:
-    return request.app[STATE_KEY].serving().redrive
-
-
-def _target(body: dict[str, object]) -> str | None:
-    target = body.get("queue")
-    if target is not None and not isinstance(target, str):
-        raise ProblemError(400, "queue: expected a queue path", type_slug="bad-request")
-    return target
-
-
-_CLASS_NAMES = frozenset(c.msmq_name for c in MessageClass)
-
-
-async def _requeue_bulk(request: web.Request, qm: QueueManager, name: str) -> web.Response:
-    """Body: optional ``queue`` (target), ``class``, ``source_queue``, ``after`` and ``before``
-    (ISO 8601 times of dead-lettering), ``limit`` (<= 10000)."""
-    body = await json_body(request, allow_empty=True)
-    unknown = set(body) - {"queue", "class", "source_queue", "after", "before", "limit"}
-    if unknown:
-        raise ProblemError(400, f"unknown filter fields: {', '.join(sorted(unknown))}",
-                           type_slug="bad-request")
-    limit = body.get("limit", 1000)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        raise ProblemError(400, "limit: expected an integer 1..10000", type_slug="bad-request")
-    cls, source = body.get("class"), body.get("source_queue")
-    if cls is not None and not isinstance(cls, str) or source is not None and not isinstance(
-            source, str):
-        raise ProblemError(400, "class and source_queue must be strings",
-                           type_slug="bad-request")
-    if cls is not None and cls not in _CLASS_NAMES:
-        raise ProblemError(400, f"class: {cls!r} is not an MSMQ message class (such as "
-                           "MQMSG_CLASS_NACK_RECEIVE_TIMEOUT)", type_slug="bad-request")
-    if source is not None:
-        try:
-            parse_queue_path(source)
-        except QueueNameError as exc:
-            raise ProblemError(400, f"source_queue: {source!r} is not a queue path ({exc})",
-                               type_slug="bad-request") from exc
-    flt = RedriveFilter(message_class=cls, source_queue=source, limit=limit,
-                        after_ms=_time_ms(body, "after"), before_ms=_time_ms(body, "before"))
-    moved = await _redrive(request).bulk(name, flt, _target(body))
-    return jsonio.json_response({"requeued": moved})
-
-
-def _time_ms(body: dict[str, object], key: str) -> int:
-    value = body.get(key)
-    if value is None:
-        return 0
-    try:
-        if not isinstance(value, str):
-            raise ValueError("not a string")
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ProblemError(400, f"{key}: expected an ISO 8601 time ({exc})",
-                           type_slug="bad-request") from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
-
-
-def _bool(body: dict[str, object], key: str) -> bool:
-    value = body.get(key, False)
-    if not isinstance(value, bool):
-        raise ProblemError(400, f"{key}: expected true or false, got {value!r}",
-                           type_slug="bad-request")
-    return value
-
-
-def _size(body: dict[str, object], key: str) -> int:
-    value = body.get(key, 0)
-    try:
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise ValueError(f"expected bytes or a size such as '4MiB', got {value!r}")
-        return parse_size(value)
-    except ValueError as exc:
-        raise ProblemError(400, f"{key}: {exc}", type_slug="bad-request") from exc
-
-
-def _label(body: dict[str, object]) -> str:
-    value = body.get("label", "")
-    if not isinstance(value, str) or len(value) > 124:
-        raise ProblemError(400, "label: expected a string of at most 124 characters",
-                           type_slug="bad-request")
-    return value
+    return {"messages": [message_answer(m) for m in messages], "next": last}
 
 
 def _query_int(request: web.Request, key: str, default: int, low: int, high: int) -> int:

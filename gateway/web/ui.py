@@ -11,6 +11,7 @@ from aiohttp import web
 
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.auth_middleware import require_admin
+from gateway.web.calls import Call, Reply, json_reply, operate, operation
 from gateway.web.status import DeadLetterClasses, MessageRates, RecentErrors, snapshot
 from gateway.web.ui_page import PAGE
 
@@ -35,6 +36,10 @@ async def page(request: web.Request) -> web.Response:
 @routes.get("/ui/status.json")
 async def status(request: web.Request) -> web.Response:
     require_admin(request)
-    app = request.app
-    return web.json_response(snapshot(app[STATE_KEY], app[UI_DEAD], app[UI_ERRORS],
-                                      app[UI_RATES]), headers={"Cache-Control": "no-store"})
+    return await operate(request, "status")
+
+
+@operation("status")
+async def _status(app: web.Application, call: Call) -> Reply:
+    return json_reply(snapshot(app[STATE_KEY], app[UI_DEAD], app[UI_ERRORS], app[UI_RATES]),
+                      headers={"Cache-Control": "no-store"})

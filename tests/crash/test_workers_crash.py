@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import socket
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -154,19 +153,10 @@ def test_the_owner_killed_ends_the_fronts_and_a_restart_has_everything(
     # A send waiting on the owner when it died may have been stored: it gets no answer
     # (its connection closed), never an error that says it failed. One sent after is 503.
     assert refused <= {503}, refused
-    # The owner's socket directory: under the data directory, or the temporary one when
-    # the data directory's path is too long for a socket address (pytest's often is).
-    bases = [tmp_path / "data" / "run", Path(tempfile.gettempdir())]
-    left = [d for base in bases if base.is_dir()
-            for d in base.glob(f"entrepot-owner-{gateway.proc.pid}-*")]
-    assert left, "the killed owner leaves its socket directory"
-    # Started again before the killed owner is reaped (still a zombie, as right after a
-    # crash): its directory is stale all the same.
     again = start_workers(tmp_path / "data")
     gateway.stop()
     lost = acked - stored(again.url)
     assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {sorted(lost)[:3]}"
-    assert not any(d.exists() for d in left), "a new owner clears what a killed one left"
     assert again.stop() == 0
 
 

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from gateway.auth.principal import OPEN
 from gateway.fronts import wire
 from gateway.fronts.commands import Commands
 from gateway.settings import Settings
+from gateway.web.calls import Call
 from gateway.web.rest_codec import parse_send_headers
 from tests.helpers import ready_client
 
@@ -225,3 +228,70 @@ async def test_a_send_the_front_encoded_is_stored_as_one_process_stores_it(
     assert encoded == plain
     [held] = (await (await client.get("/v1/queues/orders/messages")).json())["messages"]
     assert (held["priority"], held["properties"]["transactional"]) == (0, True)
+
+
+def _call(op: str, method: str, match: dict[str, str], body: bytes = b"", *,
+          headers: list[tuple[str, str]] | None = None) -> Call:
+    return Call(op, method, match, [], headers or [], body, OPEN, True)
+
+
+async def test_an_operation_answers_as_the_same_request_in_one_process(
+        owner: tuple[Any, Commands]) -> None:
+    """A management operation a front sends (``CALL``) is what one process does with the
+    same request: its status, body and headers; a refusal is the same problem."""
+    client, commands = owner
+    channel = _Channel()
+    kind, (status, made, _) = await channel.call(commands, 1, wire.Kind.CALL, _call(
+        "queue", "PUT", {"tail": "fresh"}, b'{"label": "L", "quota": "1MiB"}'))
+    assert (kind, status) == (wire.Kind.OK, 201)
+    assert json.loads(made) == await (await client.get("/v1/queues/fresh")).json()
+    cases = [(_call("queue", "GET", {"tail": "feed"}), Q),
+             (_call("queues", "GET", {}), "/v1/queues"),
+             (_call("links", "GET", {}), "/v1/links"),
+             (_call("readyz", "GET", {}), "/readyz")]
+    for request_id, (call, path) in enumerate(cases, 2):
+        kind, (status, answer, headers) = await channel.call(commands, request_id,
+                                                             wire.Kind.CALL, call)
+        one = await client.get(path)
+        assert (kind, status) == (wire.Kind.OK, one.status), call
+        assert headers["Content-Type"] == one.headers["Content-Type"]
+        assert json.loads(answer) == await one.json(), call
+    kind, problem = await channel.call(commands, 9, wire.Kind.CALL,
+                                       _call("queue", "GET", {"tail": "nowhere"}))
+    one = await client.get("/v1/queues/nowhere")
+    assert (kind, problem.status) == (wire.Kind.PROBLEM, one.status)
+    assert problem.detail == (await one.json())["detail"]
+    kind, problem = await channel.call(commands, 10, wire.Kind.CALL,
+                                       _call("queue", "POST", {"tail": "feed/messages/x/y"}))
+    assert (kind, problem.status) == (wire.Kind.PROBLEM, 404)
+    kind, problem = await channel.call(commands, 11, wire.Kind.CALL, _call("nothing", "GET", {}))
+    assert (kind, problem.status) == (wire.Kind.PROBLEM, 500)
+
+
+async def test_the_owner_checks_the_reply_addresses_of_a_send_and_a_batch(
+        owner: tuple[Any, Commands]) -> None:
+    """A send or batch naming reply addresses comes with its sender (``replies_of``): the
+    owner checks them against its state and refuses as one process does, naming the
+    header; the same send without them is stored."""
+    client, commands = owner
+    channel = _Channel()
+    elsewhere = "DIRECT=HTTP://elsewhere.example/msmq/private$/acks"
+    properties = parse_send_headers({"Mq-Admin-Queue": elsewhere},
+                                    now_ms=int(time.time() * 1000)).properties
+    kind, problem = await channel.call(commands, 1, wire.Kind.SEND, wire.SendCommand(
+        "feed", b"r", properties, None, None, OPEN))
+    one = await client.post(f"{Q}/messages", data=b"r", headers={"Mq-Admin-Queue": elsewhere})
+    assert (kind, problem.status, one.status) == (wire.Kind.PROBLEM, 403, 403)
+    assert problem.detail == (await one.json())["detail"]
+    kind, problem = await channel.call(commands, 2, wire.Kind.BATCH, wire.BatchCommand(
+        [("feed", b"a", properties)], None, b"", OPEN))
+    assert (kind, problem.status) == (wire.Kind.PROBLEM, 403)
+    assert "messages[0].properties.Mq-Admin-Queue" in problem.detail
+    kind, problem = await channel.call(commands, 3, wire.Kind.TX_SEND, wire.TxSendCommand(
+        "tx-none", "feed", b"a", properties, OPEN))
+    assert (kind, problem.status) == (wire.Kind.PROBLEM, 403)
+    local = parse_send_headers({"Mq-Response-Queue": "feed"},
+                               now_ms=int(time.time() * 1000)).properties
+    kind, (answer, _) = await channel.call(commands, 4, wire.Kind.SEND, wire.SendCommand(
+        "feed", b"r", local, None, None, OPEN))
+    assert kind == wire.Kind.OK and answer["queue"] == "feed"

@@ -95,8 +95,8 @@ def test_a_request_signed_before_a_restart_is_not_taken_again(tmp_path: Path,
 def test_a_nonce_is_used_up_whichever_front_a_replay_reaches(tmp_path: Path) -> None:
     """Fronts check signatures themselves and have the owner, which holds the nonces, use
     each one up: a replay is refused on every connection (each may reach another front), on
-    a route the fronts answer (a send) and on one they pass on to the owner (a queue's
-    settings), also when it claims what only a front may tell the owner."""
+    a route the fronts answer (a send) and on one the owner runs as an operation (a queue's
+    settings), also when it claims that a front has taken its nonce already."""
     gateway = _start(tmp_path)
     try:
         for captured in (_signed_send(b"once"),

@@ -101,9 +101,9 @@ def test_a_partners_rate_limit_holds_across_the_fronts(
 
 def test_a_client_cannot_claim_its_token_was_taken(
         gateway: tuple[GatewayProcess, Path]) -> None:
-    # A front tells the owner when it took a request's token; a client saying so itself
-    # (here on signed requests, whose token the owner takes when it uses up their nonce) is
-    # not believed.
+    # Whether a request's token is taken is the front's own knowledge; a client saying so
+    # itself (here on signed requests, whose token the owner takes when it uses up their
+    # nonce) is not believed.
     started = time.monotonic()
     statuses = []
     for n in range(12):
