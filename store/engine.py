@@ -30,7 +30,6 @@ point), and only then lets the allocator use the space freed since the previous 
 
 from __future__ import annotations
 
-import errno
 import operator
 import threading
 import time
@@ -41,7 +40,7 @@ from pathlib import Path
 from store.allocator import Allocator, Area
 from store.bitmap import GranuleBitmap
 from store.datadir import DataDir
-from store.errors import DiskFull, StoreBusy, StoreFailed, UnknownRecord
+from store.errors import DiskFull, StoreBusy, StoreFailed, UnknownRecord, out_of_descriptors
 from store.fileops import FileOps
 from store.framing import (
     SEGMENT_HEADER_SIZE,
@@ -201,6 +200,7 @@ class Engine:
 
         Raises:
             DiskFull: no room for a new segment.
+            StoreBusy: no file descriptor for a new segment.
         """
         place = self.allocators[kind].allocate(size)
         if place is None:
@@ -224,6 +224,8 @@ class Engine:
                         commit_log.warning("disk full: %s; writes that need one are refused "
                                            "(507), reads and removals go on", full)
                     raise full from exc
+                if out_of_descriptors(exc):  # make_segment left nothing behind
+                    raise StoreBusy(f"no new {kind} segment now: {exc}") from exc
                 raise
             self.next_segment += 1
         if self.segments_short:
@@ -414,9 +416,7 @@ class Engine:
         with self.checkpoint_lock:
             try:  # first: a process out of descriptors must find out with nothing changed
                 opened = self.mqtrans.open_next()
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE):
-                    raise StoreBusy(f"no checkpoint now: {exc}") from exc
+            except OSError as exc:  # not StoreBusy: nothing changed, tried again later
                 raise self._fail(f"I/O error in a checkpoint: {exc}") from exc
             try:
                 self._checkpoint(opened, cleanup=cleanup)

@@ -24,6 +24,8 @@ them (``store.recovery``).
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "StoreError",
     "StoreLocked",
@@ -43,6 +45,7 @@ __all__ = [
     "QueueDeleted",
     "CheckpointError",
     "StoreBusy",
+    "out_of_descriptors",
 ]
 
 
@@ -130,6 +133,12 @@ class StoreBusy(StoreError):
     """The process has no file descriptor left (EMFILE, ENFILE) for a file the store must
     open: nothing was written or changed, the store goes on, and the checkpoint (or the
     write that needed one) can be tried again."""
+
+
+def out_of_descriptors(exc: BaseException) -> bool:
+    """An error that says the process (or the system) has no file descriptor left: the
+    state of the process, not of the disk, and over once descriptors are closed."""
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
 class CheckpointError(StoreError):

@@ -545,13 +545,13 @@ class MessageStore(IndexReads):
 
         The gateway's exactly-once receiver encodes the payload; the store keeps it whole.
 
-        Raises:
-            DiskFull: it outgrew the space allocated for it and the disk is full (the saved
-                state is the previous one).
+        Raises (the saved state is the previous one):
+            DiskFull: it outgrew the space allocated for it and the disk is full.
+            StoreBusy: no file descriptor for the copy.
         """
-        assert self._streams is not None
-        async with self._streams_lock:
-            await self._blocking(self._streams.write, payload)
+        assert (streams := self._streams) is not None
+        async with self._streams_lock:  # the copy's file opened first: see open_next
+            await self._blocking(lambda: streams.write(payload, streams.open_next()))
             self.stream_state = payload
 
     # ---- queue registration (lqs/) -------------------------------------------------------

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from store.crc import crc32
-from store.errors import DiskFull
+from store.errors import DiskFull, StoreBusy, out_of_descriptors
 from store.fileops import FileOps
 from store.space import Reserve, is_full, reserve_file
 
@@ -117,11 +117,17 @@ class PingPong:
         finds out while nothing has changed.
 
         Raises:
-            OSError: EMFILE and the like, or an I/O error.
+            StoreBusy: no file descriptor for it (EMFILE, ENFILE).
+            OSError: an I/O error.
         """
         path = self.paths[self.next_index]
         created = not path.exists()
-        return self.ops.open(path, create=True), created
+        try:
+            return self.ops.open(path, create=True), created
+        except OSError as exc:
+            if out_of_descriptors(exc):
+                raise StoreBusy(f"{path.name} not written now: {exc}") from exc
+            raise
 
     def write(self, payload: bytes, opened: tuple[int, bool] | None = None) -> None:
         """Write the next copy over the older one and make it durable; then, on a reserved
@@ -130,6 +136,7 @@ class PingPong:
 
         Raises:
             DiskFull: the copy does not fit and the pair cannot grow (nothing written).
+            StoreBusy: no file descriptor for the copy (nothing written).
             OSError: an I/O error.
         """
         try:

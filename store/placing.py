@@ -18,7 +18,7 @@ from typing import Protocol
 
 from store.allocator import Allocator
 from store.crc import crc32
-from store.errors import DiskFull, MessageTooLarge
+from store.errors import DiskFull, MessageTooLarge, StoreBusy
 from store.framing import (
     GRANULE,
     GROUP_MAX,
@@ -94,7 +94,7 @@ def place(engine: Placement, job: Job, writes: dict[int, list[tuple[int, Parts]]
             kind = "r" if op == "express" else "j" if send.journal else "p"
             size = record_size(len(send.payload))
             places.append((*engine.allocate(kind, size), size))
-        except DiskFull as exc:
+        except (DiskFull, StoreBusy) as exc:
             job.error = exc
             break
     plain = op in ("append", "express")
@@ -208,7 +208,7 @@ def _place_appends_python(engine: Placement, jobs: Sequence[Job],
         else:
             try:
                 place_number, offset = engine.allocate("j" if journal else "p", size)
-            except DiskFull as exc:
+            except (DiskFull, StoreBusy) as exc:
                 job.error = exc
                 continue
             area = allocator_p.current()

@@ -18,13 +18,14 @@ disk then. Any other error is an I/O error of the store and is fatal, like every
 
 from __future__ import annotations
 
-import errno
 import threading
 from collections.abc import Callable
 
+from store.errors import out_of_descriptors
 from store.lfile import LFile
 from store.logs import commit_log
 from store.segment import Segment
+from store.space import is_full
 
 __all__ = ["SegmentPreparer", "Made"]
 
@@ -90,7 +91,8 @@ class SegmentPreparer:
                 except Exception as exc:  # any failure here stops the store
                     with self._lock:
                         del self._wanted[kind]
-                    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    if is_full(exc) or out_of_descriptors(exc):
+                        # Made when it is needed, or refused then (DiskFull, StoreBusy).
                         commit_log.info("no %s segment made ahead: %s", kind, exc)
                         continue
                     with self._lock:

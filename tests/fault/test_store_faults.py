@@ -110,6 +110,49 @@ async def test_a_checkpoint_out_of_file_descriptors_is_put_off_and_nothing_is_lo
     await close_store(store)
 
 
+async def test_a_segment_out_of_file_descriptors_refuses_the_write_and_the_store_goes_on(
+        tmp_path: Path) -> None:
+    """EMFILE when a segment must be made, ahead or for a write that needs it: the segment
+    maker does not stop the store, the write is refused (StoreBusy, 503 at the API) with
+    nothing changed, and writes go on once descriptors are back."""
+    ops = FaultyFileOps()
+    store = await open_store(tmp_path, OPTIONS, ops)
+    kept = [await store.append(SendSpec(1, bytes([i]) * 20000)) for i in range(3)]
+    await made_ahead(store)
+    ops.emfile_opening = "p0"  # data segments (p0000001.mq, ...) and their .tmp
+    # The segment made ahead takes three more; the next one ahead cannot be made.
+    kept += [await store.append(SendSpec(1, bytes([i]) * 20000)) for i in range(3, 6)]
+    used, end = store.quotas.machine_used, store.readable_end(1)
+    with pytest.raises(StoreBusy):
+        await store.append(SendSpec(1, bytes(20000)))
+    assert store.failed is None
+    assert (store.quotas.machine_used, store.readable_end(1)) == (used, end + 1)
+    ops.emfile_opening = None
+    await store.append(SendSpec(1, b"after"))
+    await close_store(store)
+    store = await open_store(tmp_path, OPTIONS)
+    assert _bodies(store, 1) == [bytes([i]) * 20000 for i in range(6)] + [b"after"]
+    await close_store(store)
+
+
+async def test_the_stream_state_out_of_file_descriptors_is_put_off(tmp_path: Path) -> None:
+    """The incoming streams' state is saved again later (StoreBusy); the saved state stays
+    the previous one, and the store goes on."""
+    ops = FaultyFileOps()
+    store = await open_store(tmp_path, OPTIONS, ops)
+    await store.save_stream_state(b"first")
+    ops.emfile_opening = "MQInSeqs"
+    with pytest.raises(StoreBusy):
+        await store.save_stream_state(b"second")
+    assert store.failed is None and store.stream_state == b"first"
+    ops.emfile_opening = None
+    await store.save_stream_state(b"third")
+    await close_store(store)
+    store = await open_store(tmp_path, OPTIONS)
+    assert store.stream_state == b"third"
+    await close_store(store)
+
+
 async def test_a_write_that_needs_a_checkpoint_is_refused_while_no_descriptor_is_left(
         tmp_path: Path) -> None:
     """A full QMLog needs a checkpoint before the next logged write: with no descriptor for
