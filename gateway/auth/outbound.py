@@ -5,9 +5,11 @@ envelope names. Taken on trust, any sender could make the gateway POST to an add
 choice, inside the enterprise network too (server-side request forgery). An address is
 allowed when it falls under a prefix of ``[outbound] allow``, a configured ``[[peers]]`` or
 ``[[webhooks]]`` URL, a mapping file's outbound redirection (the operator routes that
-destination through a gateway of its own) or the gateway it goes through, or is on a host the
-gateway already forwards to (a link: created by the admin's sends, trusted forwarding senders
-or the mapping files).
+destination through a gateway of its own), or when it is under the virtual directory of a
+queue manager the gateway already sends to: a link's (created by the admin's sends, trusted
+forwarding senders or the mapping files), or the gateway a redirection goes through. So a
+link to ``http://peer/msmq/private$/orders`` allows acknowledgements to
+``http://peer/msmq/private$/acks``, not to ``http://peer/admin/...``.
 
 A prefix matches by URL parts, not by characters: scheme and host equal (case-insensitive),
 the same port (default ports made explicit), and the path starting with the prefix's path at
@@ -74,15 +76,21 @@ class OutboundPolicy:
             return False
         if any(prefix.covers(target) for prefix in self._prefixes):
             return True
-        if any(_same_origin(url_prefix(d), target) for d in self._links()):
+        if any(_within_directory(d, target) for d in self._links()):
             return True
         rules = self._rules()
         if rules is None:
             return False
         if route_outbound(rules, url) is not None:
             return True
-        return any(_same_origin(url_prefix(r.through), target) for r in rules.outbound)
+        return any(_within_directory(r.through, target) for r in rules.outbound)
 
 
-def _same_origin(a: UrlPrefix | None, b: UrlPrefix) -> bool:
-    return a is not None and (a.scheme, a.host, a.port) == (b.scheme, b.host, b.port)
+def _within_directory(queue_manager: str, target: UrlPrefix) -> bool:
+    """``target`` is under the virtual directory (the path's first segment, ``/msmq``) of
+    the queue manager URL ``queue_manager``; one without a path allows nothing."""
+    known = url_prefix(queue_manager)
+    if known is None or not known.path:
+        return False
+    first = known.path.split("/", 2)[1]  # "/msmq/private$/orders" -> "msmq"
+    return UrlPrefix(known.scheme, known.host, known.port, "/" + first).covers(target)

@@ -252,7 +252,13 @@ class Commands:
         run = OPERATIONS.get(call.op)
         if run is None:
             raise ProblemError(500, f"no operation {call.op!r}")
-        reply = await run(self._app, call)
+        try:
+            reply = await run(self._app, call)
+        except (QueueError, ProblemError, web.HTTPException):
+            raise  # a refusal, answered as one process answers it
+        except Exception:  # logged as one process logs it: which request failed
+            log.exception("unhandled error in operation %s method=%s", call.op, call.method)
+            raise ProblemError(500, _INTERNAL.detail) from None
         return (reply.status, reply.body, reply.headers)
 
     async def _browse(self, payload: bytes) -> object:

@@ -17,12 +17,16 @@ from gateway.queues.identity import BACKED_UP
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.auth_middleware import require_admin
 from gateway.web.calls import Call, Reply, json_reply, operate, operation
-from gateway.web.rest_body import parse_json
+from gateway.web.rest_body import json_object, names
 from store.backup import BackupError, BackupInside
 
 __all__ = ["routes"]
 
 routes = web.RouteTableDef()
+# A dest that is not a directory, or one this user may not write, or under a parent that
+# cannot be made: 409 backup-target-unusable.
+_UNUSABLE = frozenset({errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENOENT, errno.EACCES,
+                       errno.EPERM, errno.EROFS})
 
 
 @routes.post("/v1/admin/backup")
@@ -34,10 +38,17 @@ async def backup(request: web.Request) -> web.Response:
 
 @operation("backup")
 async def _backup(app: web.Application, call: Call) -> Reply:
-    body = parse_json(call.body)
-    dest = body.get("dest") if isinstance(body, dict) else None
+    body = json_object(call.body, allow_empty=False)
+    dest = body.get("dest")
     if not isinstance(dest, str) or not dest:
         raise ProblemError(400, 'body must be {"dest": "<directory>"}', type_slug="bad-request")
+    unknown = set(body) - {"dest"}
+    if unknown:
+        raise ProblemError(400, f"unknown fields: {names(unknown)} (the body is "
+                           '{"dest": "<directory>"})', type_slug="bad-request")
+    if "\0" in dest:
+        raise ProblemError(400, "dest has a NUL character, which no path can hold",
+                           type_slug="bad-request")
     if not Path(dest).is_absolute():
         # Relative to wherever the gateway was started: never what the caller meant.
         raise ProblemError(400, f"dest {dest!r} must be an absolute directory path",
@@ -55,6 +66,9 @@ async def _backup(app: web.Application, call: Call) -> Reply:
     except BackupError as exc:
         raise ProblemError(409, str(exc), type_slug="backup-target-not-empty") from exc
     except OSError as exc:  # nothing is left in dest (store.backup removes what it wrote)
+        if exc.errno in _UNUSABLE:  # the caller's choice of dest, not the gateway's fault
+            raise ProblemError(409, f"dest {dest!r} cannot take a backup: {exc.strerror}",
+                               type_slug="backup-target-unusable") from exc
         status = 507 if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else 500
         raise ProblemError(status, f"backup failed, nothing kept in {dest}: {exc}",
                            type_slug="backup-failed") from exc

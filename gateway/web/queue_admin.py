@@ -18,7 +18,7 @@ from gateway.units import parse_size
 from gateway.web.appkeys import STATE_KEY
 from gateway.web.calls import Call, Reply, json_reply, operate, operation
 from gateway.web.queue_access import split_tail
-from gateway.web.rest_body import json_object, names
+from gateway.web.rest_body import json_object, names, no_fields
 from gateway.web.rest_queues import message_answer
 from gateway.web.state import Services
 from mapping.names import MACHINE_JOURNAL, QueueNameError, parse_queue_path
@@ -63,6 +63,7 @@ async def _queue(app: web.Application, call: Call) -> Reply:
         return Reply(204, b"", {})
     if rest == ["purge"]:
         _only(method, "POST")
+        no_fields(call.body)
         return json_reply({"purged": await services.consumers.purge(
             services.queue_manager.queue(name))})
     if rest == ["requeue"]:

@@ -256,6 +256,26 @@ def test_a_json_key_given_twice_is_refused_naming_it(gateway: GatewayProcess, un
     assert answer[0] == 400 and _problem(answer, named, "more than once"), answer
 
 
+MANAGEMENT_BODIES = [
+    ("POST", "/v1/admin/backup", b'{"dest": "/tmp/entrepot-hostile-a\\u0000b"}', 400, "NUL"),
+    ("POST", "/v1/admin/backup", b'{"dest": "/tmp/entrepot-hostile-x", "extra": 1}', 400,
+     "extra"),
+    ("POST", "/v1/admin/backup", b'{"dest": "/etc/hostname"}', 409, "/etc/hostname"),
+    ("POST", f"{Q}/purge", b'{"older_than": 5}', 400, "older_than"),
+    ("POST", f"{Q}/purge", b"{", 400, "JSON"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "named"), MANAGEMENT_BODIES)
+def test_a_management_body_it_cannot_take_is_refused_naming_why(
+        gateway: GatewayProcess, unchanged: None, method: str, path: str, body: bytes,
+        status: int, named: str) -> None:
+    # A caller's mistake, not the gateway's (no 500): a path with NUL, an option the route
+    # does not take (never ignored), a backup target that is a file.
+    answer = _json(gateway, method, path, body)
+    assert answer[0] == status and _problem(answer, named), answer
+
+
 # ---- content codings ----------------------------------------------------------------------
 
 BODIES = [("PUT", f"{Q}/consumers/gz"), ("POST", f"{Q}/messages"), ("POST", "/v1/batch"),

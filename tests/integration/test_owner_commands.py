@@ -17,7 +17,7 @@ from gateway.auth.principal import OPEN
 from gateway.fronts import wire
 from gateway.fronts.commands import Commands
 from gateway.settings import Settings
-from gateway.web.calls import Call
+from gateway.web.calls import OPERATIONS, Call
 from gateway.web.rest_codec import parse_send_headers
 from tests.helpers import ready_client
 
@@ -295,3 +295,19 @@ async def test_the_owner_checks_the_reply_addresses_of_a_send_and_a_batch(
     kind, (answer, _) = await channel.call(commands, 4, wire.Kind.SEND, wire.SendCommand(
         "feed", b"r", local, None, None, OPEN))
     assert kind == wire.Kind.OK and answer["queue"] == "feed"
+
+
+async def test_an_operation_that_fails_is_logged_naming_it_and_answered_500(
+        owner: tuple[Any, Commands], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def failing(app: Any, call: Call) -> Any:
+        raise ValueError("embedded null byte")
+
+    monkeypatch.setitem(OPERATIONS, "failing", failing)
+    _, commands = owner
+    kind, problem = await _Channel().call(commands, 1, wire.Kind.CALL,
+                                          _call("failing", "POST", {}))
+    assert (kind, problem.status) == (wire.Kind.PROBLEM, 500)
+    assert "embedded null byte" not in problem.detail  # the log has it, not the client
+    [record] = [r for r in caplog.records if "unhandled error in operation" in r.getMessage()]
+    assert "failing method=POST" in record.getMessage() and record.exc_info is not None

@@ -196,6 +196,29 @@ async def test_rest_admin_queue_urls_must_be_allowed_outbound(aiohttp_client: An
         await receiver.stop()
 
 
+async def test_a_link_allows_its_queue_managers_queues_not_its_whole_host(
+        aiohttp_client: Any, tmp_path: Path) -> None:
+    """Once the admin sends to a remote queue (a link), a partner's acknowledgements may go
+    to that queue manager's other queues (its virtual directory), not to any path of its
+    host."""
+    receiver = _Receiver()
+    await receiver.start()
+    try:
+        host = receiver.url[7:]
+        client = await ready_client(aiohttp_client, _settings(tmp_path))
+        response = await client.post("/v1/messages", data=b"to the peer", headers={
+            **ADMIN, "Mq-Destination": f"DIRECT=HTTP://{host}/msmq/private$/orders"})
+        assert response.status == 201, await response.text()
+        for path, status in (("/anything/else", 403), ("/msmqx/acks", 403),
+                             ("/msmq/private$/acks", 201)):
+            response = await client.post("/v1/queues/private$/acme_in/messages", data=b"x",
+                                         headers={**ACME, "Mq-Acknowledge": ACK_REACH,
+                                                  "Mq-Admin-Queue": f"DIRECT=HTTP://{host}{path}"})
+            assert response.status == status, (path, await response.text())
+    finally:
+        await receiver.stop()
+
+
 async def test_srmp_receipts_go_only_to_allowed_addresses(aiohttp_client: Any,
                                                           tmp_path: Path) -> None:
     receiver = _Receiver()

@@ -1,5 +1,5 @@
 """Which addresses a sender's words may make the gateway call: prefixes match by URL parts,
-not by characters; peers' hosts, links' hosts and outbound redirections count."""
+not by characters; the queue managers links reach and outbound redirections count."""
 
 from __future__ import annotations
 
@@ -29,11 +29,17 @@ def test_nothing_is_allowed_by_default() -> None:
     assert not OutboundPolicy(()).allows("http://127.0.0.1:8080/msmq/q")
 
 
-def test_hosts_the_gateway_forwards_to_are_allowed() -> None:
-    links = ["http://peer.example:8080/msmq/private$/orders"]
+def test_queue_managers_the_gateway_forwards_to_are_allowed() -> None:
+    """Under a link's virtual directory: that queue manager's other queues, not any path
+    of its host."""
+    links = ["http://peer.example:8080/msmq/private$/orders", "http://bare.example"]
     policy = OutboundPolicy((), links=lambda: links)
     assert policy.allows("http://peer.example:8080/msmq/private$/order_queue$")
-    assert not policy.allows("http://peer.example/msmq/private$/order_queue$")
+    assert policy.allows("http://peer.example:8080/MSMQ/acks")
+    for refused in ("http://peer.example/msmq/private$/order_queue$",  # another port
+                    "http://peer.example:8080/anything/else", "http://peer.example:8080/",
+                    "http://peer.example:8080/msmqx/q", "http://bare.example/msmq/q"):
+        assert not policy.allows(refused), refused
 
 
 def test_outbound_redirections_and_their_gateways_are_allowed() -> None:
@@ -47,3 +53,4 @@ def test_outbound_redirections_and_their_gateways_are_allowed() -> None:
     assert policy.allows("http://machine1/msmq/private$/acks")
     assert policy.allows("http://relay.example:8080/msmq/orderack")
     assert not policy.allows("http://machine2/msmq/private$/acks")
+    assert not policy.allows("http://relay.example:8080/admin/x")  # not the gateway's MSMQ
