@@ -126,8 +126,8 @@ def copy_storage(storage: Path, dest: Path, progress: Progress | None = None,
     existed = dest.exists()
     first, segments = _order(storage)
     # The files beside the store right after the QMLog: a transaction prepared by then has
-    # its entry there (written before the store prepares), and one that ends meanwhile has
-    # little time to drop it.
+    # its entry there (written before the store prepares), and one that ends meanwhile keeps
+    # it while a running gateway backs up (gateway.queues.tx_names).
     first += [path for name in beside if (path := storage.parent / name).is_file()]
     total = sum(p.stat().st_size for p in first + segments())  # the segments as they are now
     report = BackupReport()

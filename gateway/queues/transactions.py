@@ -23,6 +23,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import secrets
 import time
@@ -141,6 +142,10 @@ class Transactions:
         self._names = PreparedNames(qm.store.data_dir.root)
         self._trimmer = HeapTrimmer()
         qm.sent_to_in_transactions = self._targeted  # a queue they send to is not deleted
+
+    def names_held(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Around a backup: ended transactions keep their entries (gateway.queues.tx_names)."""
+        return self._names.holding()
 
     async def restore_prepared(self, partners: Collection[str] = ()) -> None:
         """Prepared transactions found by recovery, with the ids and owners they had (one

@@ -6,16 +6,22 @@ An entry is written, synced and renamed into place before the store prepares, so
 prepared transaction has one; an entry whose transaction the store no longer holds (a crash
 between the store's commit or abort and the entry's removal) is dropped at the next start.
 Store transaction numbers are never reused, so such an entry cannot name another transaction.
+
+A backup of the running store copies the file right after the store's log (QMLog): while it
+runs (``holding``), an ended transaction's entry stays in the file, so that every
+transaction the copied log has prepared has its entry in the copied file, whenever it ended.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import shutil
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +49,23 @@ class PreparedNames:
         self.path = data_dir / FILE_NAME
         self._entries: dict[int, Named] = {}
         self._lock = asyncio.Lock()
+        self._holds = 0
+        self._ended: dict[int, Named] = {}  # dropped while held: still written
+
+    @contextlib.asynccontextmanager
+    async def holding(self) -> AsyncIterator[None]:
+        """While a backup copies the store and this file: entries dropped stay written."""
+        self._holds += 1
+        try:
+            yield
+        finally:
+            self._holds -= 1
+            if not self._holds and self._ended:
+                self._ended.clear()
+                try:
+                    await self._save()
+                except OSError as exc:  # the next start drops them anyway
+                    server_log.warning("%s not rewritten: %s", self.path, exc)
 
     def load(self) -> dict[int, Named]:
         """The entries on disk, kept as the current ones. Blocking.
@@ -120,7 +143,11 @@ class PreparedNames:
     async def drop(self, tx_id: int) -> None:
         """Forget an ended transaction's entry; a failed write is logged (the next start
         drops the entry anyway)."""
-        if self._entries.pop(tx_id, None) is None:
+        named = self._entries.pop(tx_id, None)
+        if named is None:
+            return
+        if self._holds:
+            self._ended[tx_id] = named
             return
         try:
             await self._save()
@@ -131,7 +158,7 @@ class PreparedNames:
         async with self._lock:  # the snapshot taken under the lock: the last write wins
             doc = {"prepared": {str(k): {"id": v.id, "owner": v.owner,
                                          "prepared_at": v.prepared_at}
-                                for k, v in sorted(self._entries.items())}}
+                                for k, v in sorted({**self._ended, **self._entries}.items())}}
             await asyncio.get_running_loop().run_in_executor(
                 None, self._write, json.dumps(doc, indent=1).encode())
 

@@ -60,7 +60,11 @@ async def _backup(app: web.Application, call: Call) -> Reply:
                            type_slug="not-ready", headers={"Retry-After": "1"})
     loop = asyncio.get_running_loop()
     try:
-        report = await loop.run_in_executor(None, store.backup, Path(dest), None, BACKED_UP)
+        # Transactions ending meanwhile keep their entries in transactions.json, which is
+        # copied after the log: every transaction the copy has prepared comes back named.
+        async with state.serving().transactions.names_held():
+            report = await loop.run_in_executor(None, store.backup, Path(dest), None,
+                                                BACKED_UP)
     except BackupInside as exc:
         raise ProblemError(409, str(exc), type_slug="backup-target-inside-data-dir") from exc
     except BackupError as exc:

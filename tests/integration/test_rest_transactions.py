@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -281,3 +282,48 @@ async def test_a_commit_is_not_refused_for_a_journal_copy_with_no_room(client: A
     assert committed.status == 200, await committed.text()
     assert await _bodies(client, "private$/tj") == []
     assert await _bodies(client, "private$/tj;journal") == [b"fits"]
+
+
+async def test_a_transaction_ending_during_a_backup_comes_back_prepared_under_its_id(
+        aiohttp_client: Any, settings_factory: Callable[..., Settings], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backup copies the log, then transactions.json: a transaction committed between
+    the two is prepared in the copied log, and must come back with its id (its coordinator
+    holds it), not as one the admin must resolve."""
+    from gateway.cli.offline import run_restore
+    from store import backup as backup_module
+
+    settings = settings_factory()
+    client = await _client(aiohttp_client, settings)
+    await client.put("/v1/queues/private$/a", json={"transactional": True})
+    tx = await _begin(client)
+    await client.post("/v1/queues/private$/a/messages", data=b"in doubt",
+                      headers={"Mq-Transaction": tx})
+    assert (await client.post(f"/v1/transactions/{tx}/prepare")).status == 200
+    loop = asyncio.get_running_loop()
+    copy_file = backup_module.copy_file
+    committed = []
+
+    def copy_then_commit(path: Path, *args: Any) -> Any:
+        copied = copy_file(path, *args)
+        if path.name == "QMLog":  # the log is copied: the transaction ends now
+            answer = asyncio.run_coroutine_threadsafe(
+                client.post(f"/v1/transactions/{tx}/commit"), loop).result()
+            committed.append(answer.status)
+        return copied
+
+    monkeypatch.setattr(backup_module, "copy_file", copy_then_commit)
+    response = await client.post("/v1/admin/backup", json={"dest": str(tmp_path / "copy")})
+    assert response.status == 200, await response.text()
+    assert committed == [200]
+    live = (Path(settings.store.data_dir) / "transactions.json").read_text()
+    assert tx not in live, "once the backup is done, the ended transaction's entry goes"
+    await client.close()
+    assert await loop.run_in_executor(None, run_restore, tmp_path / "copy",
+                                      tmp_path / "restored") == 0
+    restored = await _client(aiohttp_client, settings_factory(
+        store__data_dir=str(tmp_path / "restored")))
+    listed = await (await restored.get("/v1/transactions")).json()
+    assert [(t["id"], t["state"]) for t in listed["transactions"]] == [(tx, "prepared")]
+    assert (await restored.post(f"/v1/transactions/{tx}/commit")).status == 200
+    assert await _bodies(restored, "private$/a") == [b"in doubt"]
