@@ -19,6 +19,8 @@ from mapping.names import QueueNameError, parse_queue_path
 __all__ = ["authorize", "authorize_early", "served", "split_tail"]
 
 _TREE = "/v1/queues/"
+# Routes only the admin may call (gateway.web.admin, rest_links, ui): refused before a body.
+_ADMIN_ONLY = ("/v1/admin/", "/v1/links", "/ui")
 
 
 def split_tail(tail: str) -> tuple[str, list[str]]:
@@ -75,9 +77,14 @@ def authorize(request: web.Request, name: str, rest: list[str]) -> None:
 
 
 async def authorize_early(request: web.Request) -> None:
-    """The path's escapes, and ``authorize`` for a request of the queue tree, from its path
-    alone (the gate's check before the body); other routes decide in their handlers."""
+    """The path's escapes, ``authorize`` for a request of the queue tree, and the admin
+    credential for the admin routes, from the path alone (the gate's check before the
+    body); other routes decide in their handlers."""
     check_path(request)
+    if (request.path.startswith(_ADMIN_ONLY)
+            and request.match_info.http_exception is None):  # a route, not a 404
+        require_admin(request)
+        return
     tail = request.match_info.get("tail")
     if tail is not None and request.path.startswith(_TREE):
         name, rest = split_tail(tail)

@@ -131,7 +131,9 @@ def test_continue_then_the_body_for_an_admitted_request(
 @pytest.mark.parametrize("method,path", [("POST", "/v1/queues/private$/other/messages"),
                                          ("POST", "/v1/queues/private$/expect/receive"),
                                          ("PUT", "/v1/queues/private$/made_by_acme"),
-                                         ("POST", "/v1/queues/private$/expect/purge")])
+                                         ("POST", "/v1/queues/private$/expect/purge"),
+                                         ("POST", "/v1/admin/backup"),
+                                         ("POST", "/v1/links/abc/resume")])
 def test_no_continue_for_a_partner_the_queue_refuses(gateway: GatewayProcess, method: str,
                                                      path: str) -> None:
     # The permission is known from the path and the credential: the body is not needed.
@@ -179,7 +181,9 @@ def test_a_bad_queue_path_is_refused_before_the_body(gateway: GatewayProcess,
 
 @pytest.mark.parametrize("method,path", [("PUT", "/v1/queues/private$/made_by_acme"),
                                          ("POST", "/v1/queues/private$/expect/purge"),
-                                         ("POST", "/v1/queues/private%24%2Fother/messages")])
+                                         ("POST", "/v1/queues/private%24%2Fother/messages"),
+                                         ("POST", "/v1/admin/backup"),
+                                         ("POST", "/v1/links/abc/pause")])
 def test_a_refused_partner_is_answered_before_a_body_it_has_not_sent(
         gateway: GatewayProcess, method: str, path: str) -> None:
     # Without Expect too: with fronts, a request the owner answers (management, an escaped
