@@ -18,6 +18,7 @@ from typing import Any
 
 from gateway.errors import ConfigError
 from gateway.settings import Settings
+from gateway.settings_values import EMPTY_KEY_REFUSED, EMPTY_KEY_SHA256
 
 __all__ = ["PREFIX", "resolve_credentials"]
 
@@ -100,4 +101,6 @@ def _read_hash(key: str, value: str, directory: str | None) -> str:
     if not _HEX64.fullmatch(digest):
         raise ConfigError(f"{key}: credential {path.name!r}: expected 64 hex digits (the "
                           "SHA-256 `entrepot auth hash-key` prints)")
+    if digest == EMPTY_KEY_SHA256:
+        raise ConfigError(f"{key}: credential {path.name!r}: {EMPTY_KEY_REFUSED}")
     return digest

@@ -10,7 +10,12 @@ from typing import Literal
 from gateway.errors import ConfigError
 from gateway.units import format_duration, format_size, parse_duration, parse_listen, parse_size
 
-__all__ = ["Kind", "Spec", "convert", "kind_of"]
+__all__ = ["EMPTY_KEY_REFUSED", "EMPTY_KEY_SHA256", "Kind", "Spec", "convert", "kind_of"]
+
+# The SHA-256 of the empty key: whoever sends an empty one (Basic "user:") would match it.
+EMPTY_KEY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+EMPTY_KEY_REFUSED = ("the SHA-256 of an empty key, which anyone can present: hash a real key "
+                     "(entrepot auth hash-key)")
 
 Kind = Literal["size", "duration", "int", "bool", "str", "choice", "listen", "label", "names",
                "networks", "text", "sha256", "durations", "urls"]
@@ -88,6 +93,8 @@ def _convert_kind(spec: Spec, raw: object) -> object:
     if spec.kind == "sha256" and raw and (len(raw) != 64 or raw.strip(
             "0123456789abcdefABCDEF")):
         raise ValueError("expected 64 hex digits (the SHA-256 of the secret), or nothing")
+    if spec.kind == "sha256" and raw.lower() == EMPTY_KEY_SHA256:
+        raise ValueError(EMPTY_KEY_REFUSED)
     if spec.kind == "sha256":
         return raw.lower()
     if spec.kind == "str" and not raw:

@@ -98,12 +98,13 @@ def presented_key(authorization: str) -> str | None:
     Raises:
         AuthError: Basic credentials that are not base64 of UTF-8 text.
     """
-    header = authorization.strip()
-    if header[:7].lower() == "bearer ":
-        return header[7:].strip()
-    if header[:6].lower() == "basic ":
+    scheme, _, value = authorization.strip().partition(" ")
+    scheme = scheme.lower()
+    if scheme == "bearer":
+        return value.strip()
+    if scheme == "basic":
         try:
-            decoded = base64.b64decode(header[6:].strip(), validate=True).decode()
+            decoded = base64.b64decode(value.strip(), validate=True).decode()
         except (binascii.Error, UnicodeDecodeError):
             raise AuthError("malformed Basic credentials") from None
         return decoded.partition(":")[2]
@@ -174,6 +175,8 @@ class Authenticator:
         if is_signed(header):
             return self._signed(creds, now, monotonic)
         key = presented_key(header)
+        if key == "":
+            raise AuthError("the API key is empty")
         if key is not None:
             principal: Principal | None = self._key(key)
         elif header:

@@ -38,7 +38,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     hash_key = auth_sub.add_parser(
         "hash-key", help="print the SHA-256 of an API key for the config",
         description="Print the SHA-256 (hex) of KEY, for auth.admin_key_sha256 or a partner's "
-        "api_key_sha256. Without KEY a new random key is made and printed first.")
+        "api_key_sha256. Without KEY it is read from standard input when that is not a "
+        "terminal (the key stays out of the shell's history; a final newline is not part of "
+        "it), else a new random key is made and printed first. An empty key is refused: "
+        "anyone can present one.")
     hash_key.add_argument("key", nargs="?", metavar="KEY")
     hash_key.set_defaults(handler=_cmd_hash_key)
 
@@ -65,8 +68,16 @@ def _cmd_certs_create(args: argparse.Namespace) -> int:
 
 def _cmd_hash_key(args: argparse.Namespace) -> int:
     key = args.key
-    if key is None:
+    made = key is None and sys.stdin.isatty()
+    if made:
         key = secrets.token_urlsafe(32)
+    elif key is None:
+        key = sys.stdin.read().removesuffix("\n").removesuffix("\r")
+    if not key.strip():
+        print("entrepot: the key is empty (or blank): anyone can present an empty key; give "
+              "a long random one, or none to have one made", file=sys.stderr)
+        return 2
+    if made:
         print(f"key     {key}")
     print(f"sha256  {hashlib.sha256(key.encode()).hexdigest()}")
     return 0

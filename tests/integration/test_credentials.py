@@ -136,6 +136,16 @@ def test_a_key_hash_credential_must_hold_64_hex_digits(tmp_path: Path, content: 
     assert "64 hex digits" in str(caught.value)
 
 
+def test_a_key_hash_credential_of_the_empty_key_is_refused(tmp_path: Path) -> None:
+    empty = hashlib.sha256(b"").hexdigest()
+    (tmp_path / "admin.sha256").write_text(f"sha256  {empty}\n")  # `hash-key ''` printed it
+    settings = parse_settings({"auth": {"admin_key_sha256": "credential:admin.sha256"}})
+    with pytest.raises(ConfigError) as caught:
+        resolve_credentials(settings, str(tmp_path))
+    assert "auth.admin_key_sha256: credential 'admin.sha256': the SHA-256 of an empty key" in (
+        str(caught.value))
+
+
 def test_every_key_hash_takes_a_credential(tmp_path: Path) -> None:
     digests = {name: hashlib.sha256(name.encode()).hexdigest()
                for name in ("admin", "metrics", "acme")}

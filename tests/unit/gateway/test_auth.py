@@ -95,6 +95,11 @@ def test_api_keys_hmac_and_certificates_name_principals(tmp_path: Path) -> None:
         who(_creds("Basic !!!"))
     with pytest.raises(AuthError, match="unsupported"):
         who(_creds("Digest username=x"))
+    # An empty key is no credential, however it comes (a hash of "" is refused in the
+    # config too: gateway.settings_values).
+    for empty in ("Bearer", "Bearer ", "bearer   ", "Basic eDo=", "Basic Og==", "Basic"):
+        with pytest.raises(AuthError, match="the API key is empty"):
+            who(_creds(empty))
 
 
 @pytest.mark.parametrize("mutate,match", [

@@ -12,6 +12,8 @@ from tests.helpers import REPO_ROOT
 SHIPPED = REPO_ROOT / "config" / "entrepot.toml"
 
 
+EMPTY = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  # sha256(b"")
+
 def test_defaults_match_the_issue() -> None:
     settings = parse_settings({})
     assert settings.server.listen == "127.0.0.1:8080"
@@ -72,6 +74,12 @@ def test_units_are_converted() -> None:
                                                "multiple of 4 KiB"),
         ({"metrics": {"queues_max": 0}}, "metrics.queues_max: 0 is out of range"),
         ({"metrics": {"queues_max": "many"}}, "metrics.queues_max: expected an integer"),
+        # The SHA-256 of the empty key: Basic "user:" would match it.
+        ({"auth": {"admin_key_sha256": EMPTY}}, "auth.admin_key_sha256: the SHA-256 of an "
+                                                "empty key"),
+        ({"auth": {"metrics_key_sha256": EMPTY.upper()}}, "auth.metrics_key_sha256: the SHA"),
+        ({"partners": [{"name": "p", "api_key_sha256": EMPTY}]},
+         "partners[0].api_key_sha256: the SHA-256 of an empty key"),
     ],
 )
 def test_bad_values_name_the_key(doc: dict[str, object], fragment: str) -> None:
