@@ -6,8 +6,10 @@ guard, which is what makes them survive a crash together.
 
 from __future__ import annotations
 
+from mapping.names import SYSTEM_QUEUES, QueuePath
+
 __all__ = ["DEDUP_QUEUE", "STREAMS_QUEUE", "OUTBOX_QUEUE", "LINKS_QUEUE", "CONSUMERS_QUEUE",
-           "WIRE_IDS_QUEUE", "INTERNAL_QUEUES", "OUTGOING_PREFIX", "is_internal"]
+           "WIRE_IDS_QUEUE", "INTERNAL_QUEUES", "OUTGOING_PREFIX", "is_internal", "not_creatable"]
 
 DEDUP_QUEUE = "private$/entrepot_dedup$"  # duplicate-detection window (gateway.queues.dedup)
 STREAMS_QUEUE = "private$/entrepot_streams$"  # incoming stream positions (gateway.inbound.streams)
@@ -24,6 +26,13 @@ OUTGOING_PREFIX = "private$/entrepot_out$"
 # Names of this form are the gateway's, present ones and any it may add: no client creates,
 # sends to or names one (nor its journal) as an admin or response queue.
 _RESERVED_PREFIX = "private$/entrepot_"
+
+
+def not_creatable(path: QueuePath) -> bool:
+    """A system queue, a journal or a name of the gateway's: no client creates one (the
+    API's PUT, a configuration's ``[[queues]]``)."""
+    return (path.system or path.journal or path.canonical in SYSTEM_QUEUES
+            or is_internal(path.canonical))
 
 
 def is_internal(canonical: str) -> bool:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from gateway.logs import server_log
 from gateway.msmq.classes import JournalLevel, MessageClass
 from gateway.msmq.message import DecodedMessage, MessageProperties, compose_id, decode_payload
-from gateway.queues import sending
+from gateway.queues import internal, sending
 from gateway.queues.acks import wants_ack
 from gateway.queues.copies import ack_specs, dead_letter_spec
 from gateway.queues.dedup import DedupWindow, srmp_keyed_entry
@@ -190,15 +190,13 @@ class QueueManager:
         return queue
 
     def queues(self) -> list[Queue]:
-        return sorted((q for q in self._queues.values()
-                       if not is_internal(q.path.canonical)),
+        return sorted((q for q in self._queues.values() if not is_internal(q.path.canonical)),
                       key=lambda q: q.path.canonical)
 
     async def create_queue(self, name: str, settings: QueueSettings) -> tuple[Queue, bool]:
         """Create the queue, or update it when it exists; True when it was created."""
         path = self._parse(name)
-        if path.system or path.journal or path.canonical in SYSTEM_QUEUES or is_internal(
-                path.canonical):
+        if internal.not_creatable(path):
             raise Forbidden(f"{path.display!r} is a system queue or a name the gateway "
                             "keeps for its own queues", type_slug="MQ_ERROR_ACCESS_DENIED")
         existing = self._queues.get(path.canonical)

@@ -29,6 +29,7 @@ from gateway.outbound.peers import load_peers
 from gateway.outbound.receipt_gate import ReceiptGate
 from gateway.outbound.receipt_sender import ReceiptSender
 from gateway.queues.identity import load_guid
+from gateway.queues.internal import not_creatable
 from gateway.queues.local_names import LocalNames, local_host_names
 from gateway.queues.manager import QueueManager, QueueSettings
 from gateway.queues.range_consumers import RangeConsumers
@@ -66,6 +67,7 @@ from gateway.web.srmp_routes import add_srmp_routes
 from gateway.web.state import GatewayState, Services
 from gateway.web.status import DeadLetterClasses, MessageRates, RecentErrors
 from mapping.loader import MappingLoader
+from mapping.names import parse_queue_path
 from store.errors import StoreError
 from store.fileops import FileOps, RealFileOps
 from store.message_store import MessageStore
@@ -108,6 +110,7 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
     load_webhooks(settings)  # a webhook's unreadable secret stops the start (exit 2)
     landing_specs(settings)  # so does a Parquet landing without pyarrow
     load_peers(settings)  # and a peer's TLS files that cannot be loaded
+    _check_declared_queues(settings)  # and a [[queues]] path no client may create
     authenticator = Authenticator(settings)
     shares = PartnerShares(settings.server.concurrent_requests_max)
     gate = make_auth_gate(settings, authenticator, shares, before_body=authorize_early)
@@ -155,6 +158,15 @@ def make_app(settings: Settings, *, file_ops: FileOps | None = None,
     app.cleanup_ctx.append(_mapping_ctx)
     app.cleanup_ctx.append(_parse_pool_ctx)
     return app
+
+
+def _check_declared_queues(settings: Settings) -> None:
+    """Raises: ConfigError naming a ``[[queues]]`` path the queue manager would refuse, which
+    would otherwise stop the store once it opens, not the start."""
+    for index, declared in enumerate(settings.queues):
+        if not_creatable(parse_queue_path(declared.path)):  # a valid path: settings checked
+            raise ConfigError(f"queues[{index}].path: {declared.path!r} is a system queue, a "
+                              "journal or a name the gateway keeps for its own queues")
 
 
 async def _parse_pool_ctx(app: web.Application) -> AsyncIterator[None]:

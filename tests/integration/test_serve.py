@@ -96,6 +96,20 @@ def test_unknown_config_key_exits_2_naming_the_key(tmp_path: Path) -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("path", ["private$/entrepot_x$", "system$;deadletter", "q;journal"])
+def test_a_declared_queue_no_client_may_create_exits_2_naming_it(tmp_path: Path,
+                                                                 path: str) -> None:
+    # Refused at start: the queue manager would refuse it once the store opened, leaving a
+    # gateway that runs and answers 503 to everything.
+    config = tmp_path / "queues.toml"
+    config.write_text(f'[[queues]]\npath = "ok"\n\n[[queues]]\npath = "{path}"\n')
+    result = _run_cli("serve", "--config", str(config), "--data-dir", str(tmp_path / "d"),
+                      "--listen", f"127.0.0.1:{free_port()}")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"queues[1].path: {path!r}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_bad_value_from_env_config_exits_2(tmp_path: Path) -> None:
     config = tmp_path / "bad.toml"
     config.write_text('[server]\nconcurrent_requests_max = -4\n')
