@@ -74,6 +74,11 @@ _MQ_HEADERS = [
          "shows as an Int32 (either view; sent on as the unsigned one).",
          {"pattern": "^ *-?[0-9]{1,10} *$"}),
         ("Mq-Sent-Time", "ISO 8601 time the producer sent it (default: arrival).", {}),
+        ("Mq-Label-Encoding", "percent: Mq-Label is percent-encoded UTF-8 (as an entrepot "
+         "webhook sends a label no header can carry).",
+         {"pattern": f"^ *{_anycase('percent')} *$"}),
+        ("Mq-Message-Id", "An entrepot webhook's source message id; not used.", {}),
+        ("Mq-Sent-At", "An entrepot webhook's source send time (ms); not used.", {}),
         ("Mq-Transaction", "A transaction id (`tx-...`, one this principal began), single, "
          "or none.", {"pattern": "\\S"}),
         ("Idempotency-Key", "Same key and body within the window: stored once.",

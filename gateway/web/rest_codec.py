@@ -6,6 +6,7 @@ Every header is checked; a bad one raises ``HeaderError`` naming the header and 
 from __future__ import annotations
 
 import base64
+import difflib
 import functools
 import math
 import re
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import overload
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from gateway.msmq.classes import MessageClass, parse_ack_level, parse_journal_level
 from gateway.msmq.message import LABEL_CHARS_MAX, MessageProperties
@@ -61,7 +62,16 @@ def parse_send_headers(headers: Mapping[str, str], *, now_ms: int) -> SendReques
         return SendRequest(MessageProperties(
             content_type=header_text(headers, "Content-Type", "application/octet-stream"),
             sent_at_ms=now_ms), None, None)
+    _check_names(headers)
     label = header_text(headers, "Mq-Label", "")
+    encoding = header_text(headers, "Mq-Label-Encoding")
+    if encoding is not None:  # as an entrepot webhook sends a label no header can carry
+        if encoding.strip().lower() != "percent":
+            raise HeaderError("Mq-Label-Encoding", f"must be percent, not {encoding[:64]!r}")
+        try:
+            label = unquote(label, errors="strict")
+        except UnicodeDecodeError:
+            raise HeaderError("Mq-Label", "percent-encoded bytes that are not UTF-8") from None
     if len(label) > LABEL_CHARS_MAX:
         raise HeaderError("Mq-Label", f"{len(label)} characters; at most {LABEL_CHARS_MAX}",
                           type_slug="MQ_ERROR_LABEL_TOO_LONG")
@@ -106,6 +116,30 @@ def parse_send_headers(headers: Mapping[str, str], *, now_ms: int) -> SendReques
         sent_at_ms=_sent_time(headers, now_ms),
     )
     return SendRequest(properties, transaction, key)
+
+
+# Every Mq- header a send takes (Mq-Destination: POST /v1/messages), in lower case; and
+# those an entrepot webhook adds (gateway.outbound.webhook_headers), so that one gateway's
+# webhook may post into another's REST API: the source's id and time, for the record only.
+SEND_HEADERS = frozenset(name.lower() for name in (
+    "Mq-Label", "Mq-Priority", "Mq-Delivery", "Mq-Time-To-Reach-Queue",
+    "Mq-Time-To-Be-Received", "Mq-Correlation-Id", "Mq-Response-Queue", "Mq-Admin-Queue",
+    "Mq-App-Specific", "Mq-Acknowledge", "Mq-Journal", "Mq-Sent-Time", "Mq-Transaction",
+    "Mq-Destination", "Mq-Label-Encoding", "Mq-Message-Id", "Mq-Sent-At"))
+
+
+def _check_names(headers: Mapping[str, str]) -> None:
+    """Raises: HeaderError for an ``Mq-`` header no send takes: a misspelt one would leave
+    the property it meant at its default (a deadline, a priority) without a word."""
+    for name in headers:
+        if name[:3].lower() == "mq-" and name.lower() not in SEND_HEADERS:
+            close = difflib.get_close_matches(name.lower(), SEND_HEADERS, n=1)
+            hint = f" (did you mean {_spelled(close[0])}?)" if close else ""
+            raise HeaderError(name[:64], f"is not a header entrepot takes{hint}")
+
+
+def _spelled(lower: str) -> str:
+    return "-".join(part.capitalize() for part in lower.split("-"))
 
 
 def _defaults_only(headers: Mapping[str, str]) -> bool:

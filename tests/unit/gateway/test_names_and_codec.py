@@ -6,6 +6,7 @@ from dataclasses import fields
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from multidict import CIMultiDict
 
 from gateway.msmq.classes import AckLevel, parse_ack_level
 from gateway.msmq.message import (
@@ -175,3 +176,31 @@ def test_a_location_escapes_the_queue_and_the_id_as_quote_does(queue: str, mid: 
 
     assert message_location(queue, mid) == (
         f"/v1/queues/{quote(queue, safe='$/')}/messages/{quote(mid, safe='')}")
+
+
+@pytest.mark.parametrize(("name", "hint"), [("Mq-Prority", "Mq-Priority"),
+                                             ("MQ-TIME-TO-BE-RECIEVED", "Mq-Time-To-Be-Received"),
+                                             ("mq-bogus", "")])
+def test_an_mq_header_a_send_does_not_take_is_refused_naming_it(name: str, hint: str) -> None:
+    with pytest.raises(HeaderError) as refused:
+        parse_send_headers({"Mq-Label": "l", name: "7"}, now_ms=0)
+    assert refused.value.header == name
+    assert (f"did you mean {hint}?" in str(refused.value)) if hint else "mean" not in str(
+        refused.value)
+    with pytest.raises(HeaderError):  # alone too: not taken for a send with defaults
+        parse_send_headers({name: "7"}, now_ms=0)
+    known = parse_send_headers(CIMultiDict({"Mq-Destination": "DIRECT=OS:.\\q",
+                                            "MQ-PRIORITY": "5"}), now_ms=0)
+    assert known.properties.priority == 5
+
+
+def test_a_label_an_entrepot_webhook_percent_encoded_is_decoded() -> None:
+    sent = parse_send_headers({"Mq-Label": "caf%C3%A9%0A", "Mq-Label-Encoding": "percent",
+                               "Mq-Message-Id": "{g}\\1", "Mq-Sent-At": "1"}, now_ms=0)
+    assert sent.properties.label == "caf\u00e9\n"
+    for headers, named in (({"Mq-Label": "%FF", "Mq-Label-Encoding": "percent"}, "Mq-Label"),
+                           ({"Mq-Label": "a", "Mq-Label-Encoding": "base64"},
+                            "Mq-Label-Encoding")):
+        with pytest.raises(HeaderError) as refused:
+            parse_send_headers(headers, now_ms=0)
+        assert refused.value.header == named
