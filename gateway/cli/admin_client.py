@@ -25,13 +25,27 @@ class AdminError(GatewayError):
         self.code = code
 
 
+def ca_context(cafile: str, option: str = "--cafile") -> ssl.SSLContext | None:
+    """A TLS context trusting ``cafile`` (None without one).
+
+    Raises: AdminError (2) naming the file when it cannot be loaded."""
+    if not cafile:
+        return None
+    try:
+        return ssl.create_default_context(cafile=cafile)
+    except (OSError, ssl.SSLError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise AdminError(f"{option} {cafile}: cannot load it as CA certificates: {reason}",
+                         2) from None
+
+
 class AdminClient:
     def __init__(self, url: str, token: str = "", cafile: str = "", timeout_s: float = 30.0
                  ) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
-        self._context = ssl.create_default_context(cafile=cafile) if cafile else None
+        self._context = ca_context(cafile)
 
     def call(self, method: str, path: str, *, doc: Any = None, body: bytes | None = None,
              headers: dict[str, str] | None = None, query: dict[str, Any] | None = None

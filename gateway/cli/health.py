@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from gateway.cli.admin_client import AdminError, ca_context
 from gateway.cli.config import config_path
 from gateway.errors import GatewayError
 from gateway.settings import ServerSettings, Settings, load_settings, parse_listen
@@ -65,8 +66,11 @@ def _cmd_health(args: argparse.Namespace) -> int:
     url = readyz_url(server)
     context = None
     if url.startswith("https:"):
-        context = ssl.create_default_context(
-            cafile=str(args.cafile) if args.cafile else None)
+        try:
+            context = ca_context(str(args.cafile or "")) or ssl.create_default_context()
+        except AdminError as exc:
+            print(f"entrepot health: {exc}", file=sys.stderr)
+            return 1
         if args.cafile is None:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import ssl
 import sys
 import urllib.error
 import urllib.request
 from functools import partial
 from pathlib import Path
 
+from gateway.cli.admin_client import AdminError, ca_context
 from gateway.cli.state_queues import STATE_QUEUES
 from gateway.errors import StartupError
 from gateway.queues.identity import BACKED_UP, QM_FILE, guid_in
@@ -91,8 +91,10 @@ def _backup_online(data_dir: Path, dest: Path, token: str) -> tuple[int, int, fl
     headers = {"Content-Type": "application/json"}
     if token:  # a gateway with credentials wants the admin's
         headers["Authorization"] = "Bearer " + token
-    cafile = os.environ.get("ENTREPOT_CAFILE")  # a gateway with a self-signed certificate
-    context = ssl.create_default_context(cafile=cafile) if cafile else None
+    try:  # a gateway with a self-signed certificate
+        context = ca_context(os.environ.get("ENTREPOT_CAFILE", ""), "$ENTREPOT_CAFILE")
+    except AdminError as exc:
+        raise _Refused(str(exc), 1) from None
     request = urllib.request.Request(url + "/v1/admin/backup", data=body, method="POST",
                                      headers=headers)
     print(f"{data_dir} is held by the gateway at {url}: asking it for the backup",

@@ -68,3 +68,21 @@ def test_a_bad_configuration_is_unhealthy_not_a_usage_error(tmp_path: Path) -> N
     done = _health(config)
     assert done.returncode == 1, "Docker reserves exit code 2"
     assert "server.listen" in done.stderr
+
+
+def test_a_ca_file_that_cannot_be_loaded_is_named(tmp_path: Path) -> None:
+    """Not a traceback: the operator is told which file (health: 1; the admin commands: 2,
+    a usage error, as a --token-file that cannot be read)."""
+    config = tmp_path / "entrepot.toml"
+    config.write_text(tls_server_config(tmp_path, "client")
+                      + f'listen = "127.0.0.1:{free_port()}"\n')
+    (tmp_path / "not-a-ca.pem").write_text("not a certificate\n")
+    for cafile in (tmp_path / "missing.pem", tmp_path / "not-a-ca.pem"):
+        done = _health(config, "--cafile", str(cafile))
+        assert done.returncode == 1 and f"--cafile {cafile}: cannot load it" in done.stderr
+        assert "Traceback" not in done.stderr
+        admin = subprocess.run([sys.executable, "-m", "gateway", "queue", "list", "--url",
+                                "https://127.0.0.1:9", "--cafile", str(cafile)],
+                               capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+        assert admin.returncode == 2 and f"--cafile {cafile}: cannot load it" in admin.stderr
+        assert "Traceback" not in admin.stderr
