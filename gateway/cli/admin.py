@@ -48,7 +48,8 @@ def add_commands(commands: Any, default_config: Path) -> None:
 
     queue = _group(commands, "queue", "list, create, show, purge and delete queues")
     _cmd(queue, "list", common, _queue_list, "every queue with its depth")
-    create = _cmd(queue, "create", common, _queue_create, "create (or update) a queue")
+    create = _cmd(queue, "create", common, _queue_create,
+                  "create a queue, or change the settings given of an existing one")
     create.add_argument("path")
     create.add_argument("--transactional", action="store_true")
     create.add_argument("--quota", help="e.g. 1GiB (0: none)")
@@ -170,7 +171,18 @@ def _queue_list(client: AdminClient, args: argparse.Namespace) -> int:
 
 
 def _queue_create(client: AdminClient, args: argparse.Namespace) -> int:
-    doc: dict[str, Any] = {"transactional": args.transactional}
+    """A new queue with the options given; an existing one keeps every setting no option
+    names (the API's PUT replaces the whole definition: the rest would go back to its
+    default)."""
+    try:
+        current = client.call("GET", _q(args.path))
+    except AdminError as exc:
+        if exc.code != 4:
+            raise
+        current = {}
+    doc: dict[str, Any] = {key: current[key] for key in _QUEUE_SETTINGS if key in current}
+    if args.transactional or not current:
+        doc["transactional"] = args.transactional
     if args.quota is not None:
         doc["quota"] = args.quota
     if args.journal:
@@ -178,6 +190,11 @@ def _queue_create(client: AdminClient, args: argparse.Namespace) -> int:
     if args.label is not None:
         doc["label"] = args.label
     return _show_queue(client.call("PUT", _q(args.path), doc=doc), args)
+
+
+# What PUT /v1/queues/{path} takes (docs/rest-api.md).
+_QUEUE_SETTINGS = ("transactional", "quota", "journal", "journal_quota", "label", "anonymous",
+                   "authenticate")
 
 
 def _queue_show(client: AdminClient, args: argparse.Namespace) -> int:
@@ -327,7 +344,8 @@ def _on_dead_letter(client: AdminClient, args: argparse.Namespace, method: str,
         try:
             return client.call(method, _message_path(queue, str(args.id)) + suffix, doc=doc)
         except AdminError as exc:
-            if exc.code != 4:
+            # Another 404 than the message's (a --to queue that does not exist) is said.
+            if exc.code != 4 or not exc.problem_type.endswith("MQ_ERROR_MESSAGE_NOT_FOUND"):
                 raise
     raise AdminError(f"no dead letter '{args.id}' in {' or '.join(queues)}", 4)
 

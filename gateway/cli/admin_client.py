@@ -20,9 +20,11 @@ EXIT_NOT_FOUND = 4  # the queue, message, link or transaction does not exist
 
 
 class AdminError(GatewayError):
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, code: int, problem_type: str = "") -> None:
+        """``problem_type``: the gateway's problem ``type`` when it refused."""
         super().__init__(message)
         self.code = code
+        self.problem_type = problem_type
 
 
 def ca_context(cafile: str, option: str = "--cafile") -> ssl.SSLContext | None:
@@ -66,9 +68,9 @@ class AdminClient:
                                         context=self._context) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
-            detail = _detail(exc)
+            detail, kind = _problem(exc)
             code = EXIT_NOT_FOUND if exc.code == 404 else EXIT_REFUSED
-            raise AdminError(f"{method} {path}: {exc.code} {detail}", code) from None
+            raise AdminError(f"{method} {path}: {exc.code} {detail}", code, kind) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise AdminError(f"cannot reach the gateway at {self.url}: {reason}",
@@ -76,9 +78,13 @@ class AdminClient:
         return json.loads(raw) if raw.strip() else None
 
 
-def _detail(exc: urllib.error.HTTPError) -> str:
+def _problem(exc: urllib.error.HTTPError) -> tuple[str, str]:
+    """The refusal's detail and problem type ("" when it is not a problem document)."""
     try:
         problem = json.loads(exc.read())
     except (ValueError, OSError):
-        return str(exc.reason)
-    return str(problem.get("detail") or problem.get("title") or exc.reason)
+        return str(exc.reason), ""
+    if not isinstance(problem, dict):
+        return str(exc.reason), ""
+    return (str(problem.get("detail") or problem.get("title") or exc.reason),
+            str(problem.get("type", "")))

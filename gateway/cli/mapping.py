@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from gateway.cli.config import config_path
 from gateway.errors import StartupError
@@ -75,6 +76,10 @@ def _check(directory: Path) -> int:
 
 
 def _explain(directory: Path, url: str) -> int:
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise StartupError(f"{url!r}: expected an http(s) queue URL, as an SRMP <to> or a "
+                           "DIRECT=HTTP(S):// format name names one (http://host/msmq/q)")
     rules = _load(directory)[0].rules
     inbound = route_inbound(rules, url)
     print(f"address  {url}")

@@ -30,6 +30,8 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                         "127.0.0.1 and ::1 are always included")
     create.add_argument("--days", type=_days, default=365, metavar="N",
                         help="validity in days (default: 365)")
+    create.add_argument("--force", action="store_true",
+                        help="replace a cert.pem or key.pem already in --out")
     create.set_defaults(handler=_cmd_certs_create)
 
     auth = commands.add_parser("auth", help="credentials",
@@ -55,6 +57,11 @@ def _days(text: str) -> int:
 def _cmd_certs_create(args: argparse.Namespace) -> int:
     from gateway.auth.tls import create_self_signed
 
+    present = [p for p in (args.out / "cert.pem", args.out / "key.pem") if p.exists()]
+    if present and not args.force:
+        print(f"entrepot: {present[0]} exists: a key in use is not replaced without --force",
+              file=sys.stderr)
+        return 2
     try:
         cert, key = create_self_signed(args.out, common_name=args.cn,
                                        names=["localhost", "127.0.0.1", "::1", *args.name],

@@ -39,6 +39,19 @@ def run(capsys: Any, gw: GatewayProcess, *args: str, token: str = KEY) -> tuple[
     return code, out, err
 
 
+def test_create_on_an_existing_queue_changes_only_what_it_names(capsys: Any,
+                                                                 gw: GatewayProcess) -> None:
+    code, _, err = run(capsys, gw, "queue", "create", "private$/kept", "--transactional",
+                       "--quota", "1GiB", "--journal", "--label", "L")
+    assert code == 0, err
+    code, out, err = run(capsys, gw, "queue", "create", "private$/kept", "--label", "M",
+                         "--json")
+    assert code == 0, err
+    queue = json.loads(out)
+    assert (queue["transactional"], queue["quota"], queue["journal"], queue["label"]) == (
+        True, 1 << 30, True, "M")
+
+
 def test_queue_lifecycle_with_tables_and_json(capsys: Any, gw: GatewayProcess) -> None:
     code, out, _ = run(capsys, gw, "queue", "create", "private$/cli", "--quota", "1MiB",
                        "--label", "orders")
@@ -102,6 +115,9 @@ def test_dead_letters_list_show_requeue_delete(capsys: Any, gw: GatewayProcess) 
     code, out, _ = run(capsys, gw, "dlq", "show", dead[0]["id"])
     assert code == 0 and "source_queue" in out and "2 bytes" in out
     assert run(capsys, gw, "dlq", "delete", dead[0]["id"])[0] == 0
+    # A --to queue that does not exist is said, not the dead letter (which is there).
+    code, _, err = run(capsys, gw, "dlq", "requeue", dead[1]["id"], "--to", "nosuch")
+    assert code == 4 and "no queue 'nosuch'" in err and "no dead letter" not in err, err
     code, out, _ = run(capsys, gw, "dlq", "requeue", dead[1]["id"], "--to", "work")
     assert code == 0 and "to work" in out
     for flag, value in (("--class", "BOGUS"), ("--class", ""), ("--source-queue", "bad name"),

@@ -84,6 +84,10 @@ def test_mapping_explain_says_which_rule_applies(tmp_path: Path) -> None:
     missing = _cli("check", str(tmp_path / "nope"))
     assert missing.returncode == 2
     assert "no such mapping directory" in missing.stderr
+    for address in ("not a url", "", "ftp://host/msmq/q", "http:///msmq/q"):
+        refused = _cli("explain", address, "--dir", str(tmp_path))
+        assert refused.returncode == 2 and "expected an http(s) queue URL" in refused.stderr, (
+            address, refused.stdout, refused.stderr)
 
 
 async def test_the_gateway_reloads_mapping_on_change(aiohttp_client: object,

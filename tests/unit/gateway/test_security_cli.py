@@ -7,6 +7,7 @@ import hashlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.helpers import REPO_ROOT
 
@@ -47,3 +48,19 @@ def test_on_a_terminal_without_a_key_one_is_made() -> None:
     key_line, digest_line = done.stdout.splitlines()
     key = key_line.removeprefix(b"key     ")
     assert len(key) >= 40 and digest_line + b"\n" == _digest(key)
+
+
+def test_certs_create_does_not_replace_a_key_without_force(tmp_path: Path) -> None:
+    def create(*extra: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable, "-m", "gateway", "certs", "create", "--out",
+                               str(tmp_path), *extra], capture_output=True, cwd=REPO_ROOT,
+                              timeout=120, check=False)
+
+    assert create().returncode == 0
+    key = tmp_path / "key.pem"
+    first = key.read_bytes()
+    again = create()
+    assert again.returncode == 2 and b"exists" in again.stderr, again.stderr
+    assert key.read_bytes() == first
+    assert create("--force").returncode == 0
+    assert key.read_bytes() != first
