@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gateway.errors import ConfigError
 from gateway.range_wire import CONSUMER_NAME, CONSUMER_NAME_RULE
@@ -395,12 +396,15 @@ def parse_settings(
         if section_name == "peers":
             peers = tuple(_array_of_tables("peers", "url", PeerDeclaration, table))
             for index, peer in enumerate(peers):
+                _http_url(f"peers[{index}].url", peer.url)
                 if bool(peer.client_cert) != bool(peer.client_key):
                     raise ConfigError(f"peers[{index}].client_cert and client_key: set both "
                                       "or neither")
             continue
         if section_name == "webhooks":
             webhooks = tuple(_array_of_tables("webhooks", "url", WebhookDeclaration, table))
+            for index, hook in enumerate(webhooks):
+                _http_url(f"webhooks[{index}].url", hook.url)
             continue
         if section_name == "landings":
             landings = _parse_landings(table)
@@ -412,7 +416,8 @@ def parse_settings(
             partners = _parse_partners(table)
             continue
         if section_name not in _SECTIONS:
-            raise ConfigError(f"{section_name}: unknown section (known: {', '.join(_SECTIONS)})")
+            known = ", ".join([*_SECTIONS, *(f"[[{name}]]" for name in _ARRAYS)])
+            raise ConfigError(f"{section_name}: unknown section (known: {known})")
         if not isinstance(table, Mapping):
             raise ConfigError(f"{section_name}: expected a table, got {_kind_of(table)}")
         merged[section_name] = dict(table)
@@ -472,6 +477,22 @@ def _parse_table(prefix: str, cls: type[Any], table: Mapping[str, object]) -> An
             raise ConfigError(f"{path}: unknown key (known in [{prefix}]: {', '.join(fields)})")
         values[key] = _convert(path, fields[key].metadata["spec"], raw)
     return cls(**values)
+
+
+_ARRAYS = ("queues", "partners", "peers", "webhooks", "landings")
+
+
+def _http_url(key: str, text: str) -> None:
+    """Raises: ConfigError unless ``text`` is an http(s) URL with a host (or such a prefix
+    ending in ``*``)."""
+    parts = urlsplit(text.removesuffix("*"))
+    try:
+        parts.port  # noqa: B018 (a port that is not a number raises)
+    except ValueError:
+        raise ConfigError(f"{key}: {text!r} has a port that is not a number") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{key}: {text!r} is not an http(s) URL such as "
+                          "\"https://host.example/msmq\"")
 
 
 def _array_of_tables(name: str, key: str, cls: type[Any], raw: object) -> list[Any]:
@@ -540,6 +561,8 @@ def _parse_partners(raw: object) -> tuple[PartnerDeclaration, ...]:
 
 def _check_relations(settings: Settings) -> None:
     server = settings.server
+    if settings.srmp.public_url:
+        _http_url("srmp.public_url", settings.srmp.public_url)
     if bool(server.tls_cert) != bool(server.tls_key):
         raise ConfigError("server.tls_cert and server.tls_key: set both (TLS) or neither")
     if server.tls_client_ca and not server.tls_cert:

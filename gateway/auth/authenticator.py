@@ -138,17 +138,17 @@ class Authenticator:
         self.run = ""  # this run's id, which a clean stop's saved nonces carry
         self._subjects: dict[SubjectKey, Principal] = {}
         self._buckets: dict[str, TokenBucket] = {}
-        for p in settings.partners:
+        for index, p in enumerate(settings.partners):
             principal = Principal(p.name, send=p.send, receive=p.receive)
             if p.api_key_sha256:
                 self._keys[p.api_key_sha256] = principal
             if p.hmac_secret_file:
-                secret = read_secret(p.hmac_secret_file, f"partners.{p.name}.hmac_secret_file")
+                secret = read_secret(p.hmac_secret_file, f"partners[{index}].hmac_secret_file")
                 self._secrets[p.name] = (principal, secret)
                 self.nonces[p.name] = NonceCache(window_s=auth.replay_window,
                                                  entries_max=auth.nonces_max)
             if p.cert_subject:
-                key = f"partners.{p.name}.cert_subject"
+                key = f"partners[{index}].cert_subject"
                 try:
                     subject = subject_key(parse_subject(p.cert_subject))
                 except ValueError as exc:

@@ -255,8 +255,8 @@ async def _mapping_ctx(app: web.Application) -> AsyncIterator[None]:
 def load_webhooks(settings: Settings) -> list[tuple[str, str, bytes]]:
     """Raises: ConfigError when a webhook's secret file cannot be read."""
     out = []
-    for hook in settings.webhooks:
-        secret = (read_secret(hook.hmac_secret_file, f"webhooks.{hook.url}.hmac_secret_file")
+    for index, hook in enumerate(settings.webhooks):
+        secret = (read_secret(hook.hmac_secret_file, f"webhooks[{index}].hmac_secret_file")
                   if hook.hmac_secret_file else b"")
         out.append((hook.url, hook.name, secret))
     return out

@@ -321,7 +321,7 @@ def test_configured_subjects_that_are_not_rfc_4514_are_config_errors(tmp_path: P
                                                                      text: str) -> None:
     settings = parse_settings({"partners": [{"name": "acme", "api_key_sha256": "0" * 64,
                                              "cert_subject": text}]})
-    with pytest.raises(ConfigError, match="partners.acme.cert_subject"):
+    with pytest.raises(ConfigError, match=r"partners\[0\]\.cert_subject"):
         Authenticator(settings)
 
 
@@ -329,7 +329,7 @@ def test_two_partners_with_one_subject_are_a_config_error() -> None:
     settings = parse_settings({"partners": [
         {"name": "acme", "cert_subject": "CN=a,O=b"},
         {"name": "bob", "cert_subject": "O=b,CN=a"}]})
-    with pytest.raises(ConfigError, match="partners.bob.cert_subject: the same subject as "
+    with pytest.raises(ConfigError, match=r"partners\[1\]\.cert_subject: the same subject as "
                                           "partner 'acme'"):
         Authenticator(settings)
 
@@ -353,7 +353,7 @@ def test_partner_config_errors_name_the_key(partner: dict[str, object], message:
 def test_unreadable_secret_file_is_a_config_error(tmp_path: Path) -> None:
     settings = parse_settings({"partners": [{"name": "x", "hmac_secret_file": str(
         tmp_path / "missing")}]})
-    with pytest.raises(ConfigError, match="partners.x.hmac_secret_file"):
+    with pytest.raises(ConfigError, match=r"partners\[0\]\.hmac_secret_file"):
         Authenticator(settings)
 
 

@@ -74,6 +74,13 @@ def test_units_are_converted() -> None:
                                                "multiple of 4 KiB"),
         ({"metrics": {"queues_max": 0}}, "metrics.queues_max: 0 is out of range"),
         ({"metrics": {"queues_max": "many"}}, "metrics.queues_max: expected an integer"),
+        # URLs the gateway connects to or puts in what it sends.
+        ({"srmp": {"public_url": "not a url"}}, "srmp.public_url: 'not a url' is not an http"),
+        ({"peers": [{"url": "https://ok/*"}, {"url": "ftp://x"}]}, "peers[1].url: 'ftp://x'"),
+        ({"webhooks": [{"url": "hook.example/x"}]}, "webhooks[0].url: 'hook.example/x'"),
+        ({"peers": [{"url": "http://x:port/msmq"}]}, "peers[0].url: 'http://x:port/msmq' has a"),
+        ({"nosuch": {}}, "known: server, store"),
+        ({"nosuch": {}}, "[[queues]], [[partners]], [[peers]], [[webhooks]], [[landings]]"),
         # The SHA-256 of the empty key: Basic "user:" would match it.
         ({"auth": {"admin_key_sha256": EMPTY}}, "auth.admin_key_sha256: the SHA-256 of an "
                                                 "empty key"),
@@ -144,3 +151,14 @@ def test_declared_queues_are_parsed_and_checked() -> None:
         with pytest.raises(ConfigError) as info:
             parse_settings(doc)
         assert fragment in str(info.value)
+
+
+def test_an_unreadable_webhook_secret_names_its_entry(tmp_path: Path) -> None:
+    from gateway.web.app import load_webhooks
+
+    settings = parse_settings({"webhooks": [
+        {"url": "https://a.example/x"},
+        {"url": "https://b.example/x", "hmac_secret_file": str(tmp_path / "missing")}]})
+    with pytest.raises(ConfigError) as refused:
+        load_webhooks(settings)
+    assert str(refused.value).startswith("webhooks[1].hmac_secret_file: ")
