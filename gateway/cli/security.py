@@ -75,7 +75,7 @@ def _cmd_certs_create(args: argparse.Namespace) -> int:
 
 def _cmd_hash_key(args: argparse.Namespace) -> int:
     key = args.key
-    made = key is None and sys.stdin.isatty()
+    made = key is None and (sys.stdin is None or sys.stdin.isatty())  # None: fd 0 closed
     if made:
         key = secrets.token_urlsafe(32)
     elif key is None:

@@ -37,11 +37,6 @@ class Call:
     principal: Principal
     local: bool  # a client on this machine (auth_middleware.is_local_client)
 
-    def header(self, name: str) -> str | None:
-        """The first header ``name`` (any case), or None."""
-        name = name.lower()
-        return next((v for k, v in self.headers if k.lower() == name), None)
-
 
 @dataclass(frozen=True, slots=True)
 class Reply:

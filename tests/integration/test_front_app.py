@@ -321,7 +321,7 @@ async def test_management_is_run_by_the_owner_as_one_operation(
     call = wire.call_command(payload)
     assert (call.op, call.method, call.match, call.body) == (op, method, match, body)
     assert call.principal.open and call.local
-    assert call.header("mq-destination") == "DIRECT=OS:.\\orders"
+    assert ("Mq-Destination", "DIRECT=OS:.\\orders") in call.headers
 
 
 async def test_management_refused_at_the_edge_never_reaches_the_owner(front: Any) -> None:
