@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from mapping.engine import route_outbound
 from mapping.rules import RuleSet
@@ -45,7 +45,11 @@ class UrlPrefix:
 
 
 def url_prefix(text: str) -> UrlPrefix | None:
-    """The parts of an http(s) URL (a trailing ``*`` ignored); None when it is not one."""
+    """The parts of an http(s) URL (a trailing ``*`` ignored), its path as the server will
+    read it: percent-escapes decoded, ``\\`` as ``/`` (MSMQ's), empty segments dropped.
+    None when it is not one, or when it holds credentials (``user@``: the sender's choice
+    of what the gateway would present) or a dot segment (``..``, escaped too: a way out of
+    the path it would be allowed under)."""
     text = text.strip().removesuffix("*")
     try:
         parts = urlsplit(text)
@@ -54,10 +58,13 @@ def url_prefix(text: str) -> UrlPrefix | None:
         return None
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
-    if scheme not in _DEFAULT_PORTS or not host:
+    if scheme not in _DEFAULT_PORTS or not host or "@" in parts.netloc:
+        return None
+    segments = [s for s in unquote(parts.path).replace("\\", "/").split("/") if s]
+    if any(s in (".", "..") for s in segments):
         return None
     return UrlPrefix(scheme, host, port or _DEFAULT_PORTS[scheme],
-                     parts.path.rstrip("/").lower())
+                     "".join("/" + s for s in segments).lower())
 
 
 class OutboundPolicy:

@@ -248,6 +248,36 @@ async def test_srmp_receipts_go_only_to_allowed_addresses(aiohttp_client: Any,
         await receiver.stop()
 
 
+async def test_srmp_receipts_cannot_climb_out_of_an_allowed_prefix(aiohttp_client: Any,
+                                                                   tmp_path: Path) -> None:
+    """A receipt address under an allowed prefix that leaves it on the server (dot
+    segments, escaped or not) or carries credentials is not allowed: dropped and counted."""
+    receiver = _Receiver()
+    await receiver.start()
+    try:
+        client = await ready_client(aiohttp_client, _settings(
+            tmp_path, allow=[receiver.url + "/msmq/allowed"]))
+        to = "http://localhost/msmq/anon"
+        escapes = [receiver.url + "/msmq/allowed/../../evil",
+                   receiver.url + "/msmq/allowed/%2e%2e/%2E%2E/evil",
+                   receiver.url.replace("://", "://evil@") + "/msmq/allowed"]
+        for ordinal, address in enumerate(escapes, 1):
+            receipt = Services(durable=True, delivery_receipt_to=address)
+            response = await post(client, user_message(to, b"x", ordinal=ordinal,
+                                                       services=receipt))
+            assert response.status == 200, await response.text()
+        for _ in range(600):
+            if await _metric(client, "entrepot_srmp_receipts_sent_total",
+                             result="not_allowed") >= len(escapes):
+                break
+            await asyncio.sleep(0.05)
+        assert await _metric(client, "entrepot_srmp_receipts_sent_total",
+                             result="not_allowed") >= len(escapes)
+        assert receiver.posts == []
+    finally:
+        await receiver.stop()
+
+
 async def test_srmp_receipts_to_allowed_addresses_are_rate_limited(aiohttp_client: Any,
                                                                    tmp_path: Path) -> None:
     receiver = _Receiver()

@@ -25,6 +25,24 @@ def test_a_prefix_matches_by_scheme_host_port_and_path() -> None:
         assert not policy.allows(refused), refused
 
 
+def test_a_path_is_read_as_the_server_reads_it() -> None:
+    """Dot segments (escaped too) would leave the allowed path on the server; credentials
+    would be the sender's choice of what the gateway presents; MSMQ's "\\" and doubled "/"
+    are the server's "/"."""
+    links = ["http://peer.example/msmq/private$/orders"]
+    policy = OutboundPolicy(["http://relay.example/msmq/allowed"], links=lambda: links)
+    for refused in ("http://relay.example/msmq/allowed/../../evil",
+                    "http://relay.example/msmq/allowed/%2e%2e/%2E%2E/evil",
+                    "http://relay.example/msmq/allowed/./x/../../y",
+                    "http://peer.example/msmq/../other/r", "http://peer.example/msmq/%2e%2e/x",
+                    "http://evil@relay.example/msmq/allowed",
+                    "http://u:p@peer.example/msmq/private$/acks"):
+        assert not policy.allows(refused), refused
+    for allowed in ("http://relay.example/msmq//allowed", "http://relay.example/msmq\\allowed",
+                    "http://relay.example/msmq/%61llowed/x", "http://peer.example/msmq\\acks"):
+        assert policy.allows(allowed), allowed
+
+
 def test_nothing_is_allowed_by_default() -> None:
     assert not OutboundPolicy(()).allows("http://127.0.0.1:8080/msmq/q")
 
