@@ -84,6 +84,15 @@ def _cmd_hash_key(args: argparse.Namespace) -> int:
         print("entrepot: the key is empty (or blank): anyone can present an empty key; give "
               "a long random one, or none to have one made", file=sys.stderr)
         return 2
+    if key != key.strip():
+        print("entrepot: the key has spaces at an end, which an Authorization header does "
+              "not carry: give it without them", file=sys.stderr)
+        return 2
+    try:
+        key.encode()
+    except UnicodeEncodeError:
+        print("entrepot: the key is not UTF-8 text", file=sys.stderr)
+        return 2
     if made:
         print(f"key     {key}")
     print(f"sha256  {hashlib.sha256(key.encode()).hexdigest()}")

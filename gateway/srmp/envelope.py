@@ -151,7 +151,8 @@ def _optional(found: dict[str, _El], name: str) -> str | None:
 
 
 def _number(text: str, name: str, high: int) -> int:
-    if not (text.isascii() and text.isdigit()) or int(text) > high:
+    # More than 20 digits is out of every range here (and int() refuses over 4300 digits).
+    if not (text.isascii() and text.isdigit()) or len(text) > 20 or int(text) > high:
         raise EnvelopeError(f"<{name}> {text[:40]!r} is not a number in 0..{high}")
     return int(text)
 

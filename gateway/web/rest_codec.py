@@ -29,7 +29,7 @@ REPLAYED = {"Idempotency-Replayed": "true"}
 
 # MSMQ's AppSpecific is a ULONG (SRMP's <App>), which .NET shows as an Int32: either view.
 _U32_MAX = 2**32 - 1
-_PLAIN_INT = re.compile(r" *-?[0-9]+ *", re.ASCII)  # int() would take '٧', '1_000', '+1'
+_PLAIN_INT = re.compile(r" *-?[0-9]{1,20} *", re.ASCII)  # int() takes '٧', '1_000', '+1'
 _PLAIN_SECONDS = re.compile(r" *[0-9]+(?:\.[0-9]+)? *", re.ASCII)
 
 _TEXT_CHARS_MAX = 1024
@@ -52,8 +52,10 @@ class SendRequest:
     idempotency_key: str | None
 
 
-def parse_send_headers(headers: Mapping[str, str], *, now_ms: int) -> SendRequest:
-    """Read the ``Mq-*`` headers of a send.
+def parse_send_headers(headers: Mapping[str, str], *, now_ms: int,
+                       by_format_name: bool = False) -> SendRequest:
+    """Read the ``Mq-*`` headers of a send (``by_format_name``: ``POST /v1/messages``'s,
+    which names its destinations in ``Mq-Destination``).
 
     Raises:
         HeaderError: the first header with a bad value.
@@ -62,16 +64,13 @@ def parse_send_headers(headers: Mapping[str, str], *, now_ms: int) -> SendReques
         return SendRequest(MessageProperties(
             content_type=header_text(headers, "Content-Type", "application/octet-stream"),
             sent_at_ms=now_ms), None, None)
-    _check_names(headers)
+    _check_names(headers, by_format_name)
     label = header_text(headers, "Mq-Label", "")
     encoding = header_text(headers, "Mq-Label-Encoding")
     if encoding is not None:  # as an entrepot webhook sends a label no header can carry
         if encoding.strip().lower() != "percent":
             raise HeaderError("Mq-Label-Encoding", f"must be percent, not {encoding[:64]!r}")
-        try:
-            label = unquote(label, errors="strict")
-        except UnicodeDecodeError:
-            raise HeaderError("Mq-Label", "percent-encoded bytes that are not UTF-8") from None
+        label = _percent_decoded(label)
     if len(label) > LABEL_CHARS_MAX:
         raise HeaderError("Mq-Label", f"{len(label)} characters; at most {LABEL_CHARS_MAX}",
                           type_slug="MQ_ERROR_LABEL_TOO_LONG")
@@ -128,10 +127,34 @@ SEND_HEADERS = frozenset(name.lower() for name in (
     "Mq-Destination", "Mq-Label-Encoding", "Mq-Message-Id", "Mq-Sent-At"))
 
 
-def _check_names(headers: Mapping[str, str]) -> None:
+_BAD_ESCAPE = re.compile("%(?![0-9A-Fa-f]{2})")
+
+
+def _percent_decoded(label: str) -> str:
+    """``Mq-Label`` as ``Mq-Label-Encoding: percent`` sends it: UTF-8, escaped. It carries
+    what a header cannot (a line break, a control character: an SRMP sender's label may
+    hold them), but NUL, which ends an MSMQ label.
+
+    Raises: HeaderError for a bad escape, bytes that are not UTF-8, or a NUL."""
+    if _BAD_ESCAPE.search(label):
+        raise HeaderError("Mq-Label", "a % not followed by two hex digits")
+    try:
+        decoded = unquote(label, errors="strict")
+    except UnicodeDecodeError:
+        raise HeaderError("Mq-Label", "percent-encoded bytes that are not UTF-8") from None
+    if "\0" in decoded:
+        raise HeaderError("Mq-Label", "decodes to a NUL character, which ends an MSMQ label")
+    return decoded
+
+
+def _check_names(headers: Mapping[str, str], by_format_name: bool) -> None:
     """Raises: HeaderError for an ``Mq-`` header no send takes: a misspelt one would leave
-    the property it meant at its default (a deadline, a priority) without a word."""
+    the property it meant at its default (a deadline, a priority) without a word; and for
+    ``Mq-Destination`` on a send that names its queue in the path."""
     for name in headers:
+        if not by_format_name and name.lower() == "mq-destination":
+            raise HeaderError(name, "is POST /v1/messages's: a send to a queue is addressed "
+                              "by its path")
         if name[:3].lower() == "mq-" and name.lower() not in SEND_HEADERS:
             close = difflib.get_close_matches(name.lower(), SEND_HEADERS, n=1)
             hint = f" (did you mean {_spelled(close[0])}?)" if close else ""
@@ -201,7 +224,8 @@ def _int(headers: Mapping[str, str], name: str, default: int, low: int, high: in
     if raw is None:
         return default
     if not _PLAIN_INT.fullmatch(raw):
-        raise HeaderError(name, f"{raw!r} is not a whole number {low}..{high} (ASCII digits)")
+        raise HeaderError(name, f"{raw[:64]!r} is not a whole number {low}..{high} (ASCII "
+                          "digits)")
     value = int(raw)
     if not low <= value <= high:
         raise HeaderError(name, f"{value} is out of range {low}..{high}")

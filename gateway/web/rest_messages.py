@@ -54,7 +54,8 @@ async def _send(app: web.Application, call: Call) -> Reply:
         raise ProblemError(400, "Mq-Destination: a format name is required",
                            type_slug="MQ_ERROR_ILLEGAL_FORMATNAME")
     try:
-        send = parse_send_headers(headers, now_ms=int(time.time() * 1000))
+        send = parse_send_headers(headers, now_ms=int(time.time() * 1000),
+                                  by_format_name=True)
     except HeaderError as exc:
         raise ProblemError(400, str(exc), type_slug=exc.type_slug) from exc
     principal = call.principal

@@ -306,8 +306,8 @@ async def test_management_is_run_by_the_owner_as_one_operation(
     owner made it."""
     owner = _Owner(_answers)
     client = await front(owner)
-    response = await client.request(method, path, data=body,
-                                    headers={"Mq-Destination": "DIRECT=OS:.\\orders"})
+    destination = {"Mq-Destination": "DIRECT=OS:.\\orders"} if op == "send_by_format_name" else {}
+    response = await client.request(method, path, data=body, headers=destination)
     if not op:  # a send to a queue named with an escape is a send all the same
         assert response.status == 201, await response.text()
         assert [kind for _, kind, _ in owner.commands] == [wire.Kind.IDENTITY, wire.Kind.PUT]
@@ -321,7 +321,8 @@ async def test_management_is_run_by_the_owner_as_one_operation(
     call = wire.call_command(payload)
     assert (call.op, call.method, call.match, call.body) == (op, method, match, body)
     assert call.principal.open and call.local
-    assert ("Mq-Destination", "DIRECT=OS:.\\orders") in call.headers
+    assert (op != "send_by_format_name"
+            or ("Mq-Destination", "DIRECT=OS:.\\orders") in call.headers)
 
 
 async def test_management_refused_at_the_edge_never_reaches_the_owner(front: Any) -> None:

@@ -189,9 +189,12 @@ def test_an_mq_header_a_send_does_not_take_is_refused_naming_it(name: str, hint:
         refused.value)
     with pytest.raises(HeaderError):  # alone too: not taken for a send with defaults
         parse_send_headers({name: "7"}, now_ms=0)
-    known = parse_send_headers(CIMultiDict({"Mq-Destination": "DIRECT=OS:.\\q",
-                                            "MQ-PRIORITY": "5"}), now_ms=0)
+    headers = CIMultiDict({"Mq-Destination": "DIRECT=OS:.\\q", "MQ-PRIORITY": "5"})
+    known = parse_send_headers(headers, now_ms=0, by_format_name=True)
     assert known.properties.priority == 5
+    with pytest.raises(HeaderError) as refused:  # a send to a queue names it in the path
+        parse_send_headers(headers, now_ms=0)
+    assert refused.value.header == "Mq-Destination"
 
 
 def test_a_label_an_entrepot_webhook_percent_encoded_is_decoded() -> None:
@@ -204,3 +207,20 @@ def test_a_label_an_entrepot_webhook_percent_encoded_is_decoded() -> None:
         with pytest.raises(HeaderError) as refused:
             parse_send_headers(headers, now_ms=0)
         assert refused.value.header == named
+
+
+@pytest.mark.parametrize("name", ["Mq-Priority", "Mq-App-Specific"])
+def test_a_number_of_thousands_of_digits_is_refused_naming_the_header(name: str) -> None:
+    # int() refuses more than 4300 digits with its own ValueError: a 500, not a 400.
+    with pytest.raises(HeaderError) as refused:
+        parse_send_headers({name: "9" * 5000}, now_ms=0)
+    assert refused.value.header == name and len(str(refused.value)) < 200
+
+
+@pytest.mark.parametrize(("label", "why"), [("a%00b", "NUL"), ("%ZZ", "two hex digits"),
+                                            ("50%", "two hex")])
+def test_a_percent_encoded_label_is_refused_when_it_does_not_decode(label: str,
+                                                                    why: str) -> None:
+    with pytest.raises(HeaderError) as refused:
+        parse_send_headers({"Mq-Label": label, "Mq-Label-Encoding": "percent"}, now_ms=0)
+    assert refused.value.header == "Mq-Label" and why in str(refused.value)

@@ -38,6 +38,15 @@ def test_an_empty_key_is_refused() -> None:
         assert b"empty" in done.stderr
 
 
+
+def test_a_key_no_header_can_carry_is_refused() -> None:
+    for key, why in ((" key ", b"spaces at an end"), ("key\t", b"spaces at an end"),
+                     ("k\udcff", b"not UTF-8")):  # the bytes b"k\xff" as an argument
+        done = _hash_key(key)
+        assert done.returncode == 2 and why in done.stderr and b"Traceback" not in (
+            done.stderr), (key, done)
+
+
 def test_on_a_terminal_without_a_key_one_is_made() -> None:
     leader, follower = os.openpty()
     try:

@@ -244,6 +244,15 @@ def test_stream_element_accepted_in_either_case_and_example_only_children_ignore
                  b"55\\1</streamId><current>2</current><previous>2</previous></stream>"
                  b"</se:Header>"), "not below"),
     (ENV.replace(b"</path>", b"<rev><via>a</via><via>b</via></rev></path>"), "exactly one"),
+    # Thousands of digits: int() refuses them with its own error (a 500, which Windows
+    # retries for ever), not the envelope's 400.
+    (ENV.replace(b"</se:Header>", b"<Msmq xmlns='msmq.namespace.xml'><Class>0</Class>"
+                 b"<Priority>" + b"9" * 5000 + b"</Priority><BodyType>0</BodyType>"
+                 b"<SourceQmGuid>11111111-2222-3333-4444-555555555555</SourceQmGuid></Msmq>"
+                 b"</se:Header>"), "Priority"),
+    (ENV.replace(b"</se:Header>", b"<stream><streamId>uid:11111111-2222-3333-4444-5555555555"
+                 b"55\\1</streamId><current>" + b"9" * 5000 + b"</current></stream>"
+                 b"</se:Header>"), "current"),
     (ENV.replace(b"<properties>", b"<properties><expiresAt>20380119T031407</expiresAt>"),
      "more than one"),
 ])
