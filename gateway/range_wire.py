@@ -28,8 +28,10 @@ __all__ = ["CONSUMER_NAME", "CONSUMER_NAME_RULE", "CONTENT_TYPE", "END_OF_RANGE"
 CONTENT_TYPE = "application/x-entrepot-records"
 # A range consumer's name, as the gateway takes it and as a reader (Spark, a landing) checks
 # it before it asks.
-CONSUMER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
-CONSUMER_NAME_RULE = "use 1-64 letters, digits, '.', '_' or '-'"
+# Not "." or "..": a URL path cannot carry them (clients drop them as dot segments), so
+# such a consumer could not be deleted, and it holds retention back.
+CONSUMER_NAME = re.compile(r"^(?!\.\.?\Z)[A-Za-z0-9._-]{1,64}\Z")
+CONSUMER_NAME_RULE = "use 1-64 letters, digits, '.', '_' or '-', not '.' or '..' alone"
 _HEAD = ">QIII"
 _HEAD_STRUCT = struct.Struct(_HEAD)
 _HEAD_SIZE = _HEAD_STRUCT.size

@@ -25,7 +25,7 @@ from types import FrameType
 from typing import Any
 
 __all__ = ["ForeignOutput", "IngestJob", "run_ingest", "start_query", "refuse_foreign_output",
-           "set_aside_orphans", "PARQUET_OPTIONS"]
+           "set_aside_orphans", "table_formats", "PARQUET_OPTIONS"]
 
 log = logging.getLogger("entrepot.spark")
 
@@ -198,7 +198,7 @@ def refuse_foreign_output(job: IngestJob) -> None:
                                        for p in log_dir.iterdir())
     offsets = checkpoint / "offsets"
     read = offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
-    others = sorted({f for p in output.glob("part-*") if (f := _format_of(p.name))} - {job.fmt})
+    others = sorted(table_formats(str(output)) - {job.fmt})
     if others:  # one table, one format: a reader of either would fail on the other's files
         raise ForeignOutput(f"output {job.output} holds {', '.join(others)} part-files, not "
                             f"{job.fmt}: write {job.fmt} to another output")
@@ -208,6 +208,15 @@ def refuse_foreign_output(job: IngestJob) -> None:
                             "this run's first batches (their numbers are taken) while their "
                             "messages leave the gateway; give a new run a new output too, or "
                             "go on with the checkpoint that wrote it")
+
+
+def table_formats(path: str) -> set[str]:
+    """The formats of the part-files a local table directory holds (none for a remote
+    one)."""
+    if "://" in path.removeprefix("file://"):
+        return set()
+    return {f for p in Path(path.removeprefix("file://")).glob("part-*")
+            if (f := _format_of(p.name))}
 
 
 def _format_of(name: str) -> str | None:

@@ -63,6 +63,9 @@ class SourceOptions:
         url = opts.get("url", "")
         if not url.startswith(("http://", "https://")):
             raise SourceOptionError(f"option url={url!r}: expected the gateway's http(s) URL")
+        if "queues" in opts and "queue" in opts:  # which one counts would be a guess
+            raise SourceOptionError("options queues and queue: give one of them (queues takes "
+                                    "a comma-separated list)")
         given = [q.strip() for q in opts.get("queues", opts.get("queue", "")).split(",")
                  if q.strip()]
         if not given:

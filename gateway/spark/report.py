@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from gateway.spark.ingest import table_formats
+
 __all__ = ["run_report"]
 
 _PERCENTILES = (0.5, 0.9, 0.99)
@@ -31,6 +33,10 @@ def run_report(input_path: str, output_path: str, *, fmt: str = "parquet",
     """Compute the report, write its files, and return its JSON document."""
     if not Path(input_path).exists() and "://" not in input_path:
         raise FileNotFoundError(f"--input {input_path}: no such table")
+    found = table_formats(input_path)
+    if found and fmt not in found:  # read as another format, the rows would be empty shells
+        raise ValueError(f"--input {input_path} holds {', '.join(sorted(found))} part-files, "
+                         f"not {fmt}: give --format {sorted(found)[0]}")
     from pyspark.sql import functions as F
 
     from gateway.spark.session import owned_session

@@ -46,7 +46,7 @@ _LINK = {"name": "id", "in": "path", "required": True, "schema": {"type": "strin
          "description": "A link's or receipt lane's id, as `GET /v1/links` lists it."}
 _NAME = {"name": "name", "in": "path", "required": True,
          "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
-         "description": "A range consumer: 1-64 letters, digits, ., _ or -."}
+         "description": "A range consumer: 1-64 letters, digits, ., _ or -, not . or .. alone."}
 _PROBLEM = {"$ref": "#/components/responses/Problem"}
 _DESTINATION = {"name": "Mq-Destination", "in": "header", "required": True,
                 "schema": {"type": "string", "minLength": 1},

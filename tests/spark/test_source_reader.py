@@ -273,6 +273,11 @@ def test_unknown_queue_is_a_clear_error(spark_gateway: GatewayProcess) -> None:
      re.escape("option consumer='job\\n'")),
     ({"url": "http://127.0.0.1:1", "queues": "a,b,c", "maxMessagesPerBatch": "2"},
      "maxMessagesPerBatch=2: at least one message per queue"),
+    # Which of the two counts would be a guess: the other queue would go unread unsaid.
+    ({"url": "http://127.0.0.1:1", "queues": "a", "queue": "b"}, "queues and queue"),
+    # A URL path cannot carry them: such a consumer could not be deleted.
+    *[({"url": "http://127.0.0.1:1", "queues": "q", "consumer": dots},
+       re.escape(f"option consumer={dots!r}")) for dots in (".", "..")],
 ])
 def test_bad_options_name_themselves(options: dict[str, str], fragment: str) -> None:
     with pytest.raises(SourceOptionError, match=fragment):

@@ -39,6 +39,10 @@ def test_ingest_json_lines_then_report(spark: Any, spark_gateway: GatewayProcess
     report = run_report(str(tmp_path / "table"), str(tmp_path / "report"), fmt="json",
                         master="local[1]")
     assert report["rows"] == 120
+    # Read as Parquet, JSON part-files would be rows of nothing: refused naming the format.
+    with pytest.raises(ValueError, match="holds json part-files, not parquet"):
+        run_report(str(tmp_path / "table"), str(tmp_path / "wrong"), fmt="parquet",
+                   master="local[1]")
 
 
 def test_parquet_ingest_has_no_dictionaries_for_ids_and_bodies(

@@ -62,3 +62,12 @@ def test_any_bytes_decode_or_fail_cleanly(data: bytes) -> None:
     except RangeFormatError:
         return
     assert all(r.seq > 0 for r in records)
+
+
+def test_a_consumer_name_is_one_a_url_path_can_carry() -> None:
+    from gateway.range_wire import CONSUMER_NAME
+
+    # "." and ".." are dot segments: clients drop them from a path, so such a consumer could
+    # not be deleted (and retention waits for it).
+    assert [n for n in (".", "..", "...", ".a", "a..b", "x" * 64) if CONSUMER_NAME.match(n)] == [
+        "...", ".a", "a..b", "x" * 64]
