@@ -175,7 +175,7 @@ class Authenticator:
         if is_signed(header):
             return self._signed(creds, now, monotonic)
         key = presented_key(header)
-        if key is not None and not key.strip():  # no key hash can be let match it
+        if key is not None and not key.strip():  # matches no hash, even one configured
             raise AuthError("the API key is empty")
         if key is not None:
             principal: Principal | None = self._key(key)
