@@ -68,7 +68,7 @@ def _detail(status: int, exc: BaseException | None, request: BaseRequest) -> tup
 
 
 class _ProblemServer(web.Server):
-    connections_max = 0  # 0: no cap (the owner's private socket, which only fronts reach)
+    connections_max = 0  # 0: no cap
     _refused_logged = 0.0
 
     # The loop takes any protocol from its factory; aiohttp declares only its own.
