@@ -110,8 +110,9 @@ def _token(args: argparse.Namespace) -> str:
         try:
             with open(args.token_file, encoding="utf-8") as handle:
                 return handle.read().strip()
-        except OSError as exc:
-            raise SystemExit(f"entrepot: --token-file {args.token_file}: {exc.strerror}")
+        except OSError as exc:  # bad usage (exit 2), as every other refused option
+            print(f"entrepot: --token-file {args.token_file}: {exc.strerror}", file=sys.stderr)
+            raise SystemExit(2) from None
     return os.environ.get("ENTREPOT_TOKEN", "")
 
 

@@ -40,6 +40,8 @@ __all__ = ["JSON_RANGE_BYTES_MAX", "RANGE_WIDTH_MAX", "Records", "Reply", "answe
            "consumers_of", "handle", "record_pieces", "reply_response", "request_body"]
 
 RANGE_WIDTH_MAX = 100_000
+# The largest sequence a client may name: a Java long's, what Spark's offsets hold.
+SEQ_MAX = 2**63 - 1
 # A ``format=json`` answer stops after this many bytes of records (one record at least), as
 # ``max_bytes`` does: it is built whole, and base64 makes it a third larger.
 JSON_RANGE_BYTES_MAX = 8 << 20
@@ -287,12 +289,15 @@ def _query_seq(query: MultiMapping[str], key: str, low: int = 0) -> int:
     raw = _query_once(query, key)
     if raw is None:
         raise ProblemError(400, f"query {key} is required", type_slug="bad-request")
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 20:
         raise ProblemError(400, f"query {key}={raw!r} is not a sequence number",
                            type_slug="bad-request")
     if int(raw) < low:
         raise ProblemError(400, f"query {key}={raw!r} is not a sequence number: they start "
                            f"at {low}", type_slug="bad-request")
+    if int(raw) > SEQ_MAX:
+        raise ProblemError(400, f"query {key}={raw!r} is not a sequence number: they end "
+                           f"at {SEQ_MAX}", type_slug="bad-request")
     return int(raw)
 
 
@@ -308,7 +313,7 @@ def _fields(body: bytes, known: str) -> dict[str, object]:
 
 def _int_field(body: dict[str, object], key: str, low: int = 0) -> int:
     value = body.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**62:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SEQ_MAX:
         raise ProblemError(400, f"{key}: expected a sequence number, got {value!r}",
                            type_slug="bad-request")
     if value < low:

@@ -181,6 +181,8 @@ async def test_positions_and_floors_survive_a_restart(
     ("from=1&to=100002", "wider than 100000"),  # one over the limit
     ("from=2&to=100003", "wider than 100000"),
     ("from=0&to=5", "from='0' is not a sequence number: they start at 1"),
+    ("from=9223372036854775808&to=9223372036854775808",  # 2**63: past every sequence
+     "from='9223372036854775808' is not a sequence number: they end at 9223372036854775807"),
     ("from=1&to=5&max_byte=1", "unknown query parameters: max_byte (a range takes format, "
      "from, max_bytes, to)"),
     ("from=1&to=2&format=csv", "format"),
@@ -192,6 +194,13 @@ async def test_positions_and_floors_survive_a_restart(
 async def test_bad_range_queries_are_refused(client: Any, query: str, fragment: str) -> None:
     problem = await _problem(await client.get(f"{Q}/range?{query}"), 400)
     assert fragment in problem["detail"]
+
+
+async def test_the_last_sequence_number_is_beyond_the_head(client: Any) -> None:
+    """The largest sequence (2**63 - 1, a Java long's) is a sequence like any other."""
+    top = 2**63 - 1
+    problem = await _problem(await client.get(f"{Q}/range?from={top}&to={top}"), 409)
+    assert problem["type"].endswith("beyond-head") and problem["next"] == 1
 
 
 async def test_a_range_as_wide_as_the_limit_is_served(client: Any) -> None:

@@ -134,6 +134,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     (["spark-ingest", "--source", "http://127.0.0.1:1", "--queue", "q", "--output", "o",
       "--checkpoint", "c", "--starting-offsets", "[1]"], 2, "'[1]': expected earliest"),
     (["spark-ingest", "--queue", "q"], 2, "--source"),
+    (["spark-ingest", "--source", "http://127.0.0.1:1", "--queue", "q", "--output", "o",
+      "--checkpoint", "c", "--token-file", "/nonexistent/key"], 2,
+     "--token-file /nonexistent/key: No such file"),
     (["spark-report", "--input", "/nonexistent/table", "--output", "o"], 1,
      "no such table"),
 ])

@@ -80,3 +80,18 @@ def test_format_names_become_urls_with_a_lower_case_scheme() -> None:
         stream=None))
     assert b"HTTP://" not in printed
     assert b"<sendTo>http://machine1/msmq/private$/admin</sendTo>" in printed
+
+
+@pytest.mark.parametrize("given, on_the_wire", [
+    # a message id: the GUID's 16 bytes as Windows lays them out (little-endian groups), then
+    # the number's 4, little-endian
+    ("{" + QM + "}\\7", "KIJnrNYti0GzHwU5/+6oUwcAAAA="),
+    ("order-42", "AAAAAAAAAAAAAAAAAAAAAAAAAAA="),  # other text: none (docs/rest-api.md)
+])
+def test_only_a_message_id_crosses_as_the_correlation(given: str, on_the_wire: str) -> None:
+    """SRMP's Correlation is an OBJECTID; a REST client's free text cannot be one."""
+    props = MessageProperties(sent_at_ms=1_900_000_000_000, correlation_id=given)
+    printed = envelope_bytes(outbound_envelope(
+        props, to="http://machine2/msmq/private$/q", ordinal=1, qm_guid=QM, admin_url=None,
+        response_url=None, stream=None)).decode()
+    assert f"<Correlation>{on_the_wire}</Correlation>" in printed
