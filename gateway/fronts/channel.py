@@ -82,15 +82,7 @@ class Channel(asyncio.Protocol):
             AnswerLost: it went away while the request waited (it may have been done).
             Overloaded: ``in_flight_max`` requests are waiting already.
         """
-        if self.lost:
-            raise ChannelLost("the owner process is gone")
-        if len(self._waiting) >= self.in_flight_max:
-            raise Overloaded(f"{self.in_flight_max} requests wait on the owner")
-        request_id = next(self._ids)
-        waiter: asyncio.Future[tuple[int, bytes]] = (
-            asyncio.get_running_loop().create_future())
-        self._waiting[request_id] = waiter
-        self.send(request_id, kind, value)
+        request_id, waiter = self.start(kind, value)
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -100,6 +92,25 @@ class Channel(asyncio.Protocol):
             raise
         finally:
             self._waiting.pop(request_id, None)
+
+    def start(self, kind: int, value: object
+              ) -> tuple[int, asyncio.Future[tuple[int, bytes]]]:
+        """Send a request: its id, and the future of its answer (``call`` without a task:
+        the send lane's). The future fails with AnswerLost if the other end goes away first.
+
+        Raises:
+            ChannelLost, Overloaded: as ``call``; nothing was sent.
+        """
+        if self.lost:
+            raise ChannelLost("the owner process is gone")
+        if len(self._waiting) >= self.in_flight_max:
+            raise Overloaded(f"{self.in_flight_max} requests wait on the owner")
+        request_id = next(self._ids)
+        waiter: asyncio.Future[tuple[int, bytes]] = (
+            asyncio.get_running_loop().create_future())
+        self._waiting[request_id] = waiter
+        self.send(request_id, kind, value)
+        return request_id, waiter
 
     def send(self, request_id: int, kind: int, value: object) -> None:
         """Queue one frame; the frames of this loop pass leave together."""

@@ -34,6 +34,7 @@ from gateway.auth.principal import Principal
 from gateway.errors import GatewayError, ProblemError
 from gateway.fronts import wire
 from gateway.fronts.channel import AnswerLost, Channel, ChannelLost, Overloaded
+from gateway.fronts.send_lane import SendLane
 from gateway.fronts.shared_counts import SharedCounts
 from gateway.fronts.supervisor import FrontStart
 from gateway.inbound.parse_pool import parse_answer
@@ -57,7 +58,7 @@ from gateway.web.auth_middleware import (
 )
 from gateway.web.calls import OPERATOR_KEY, Call, Reply, operate
 from gateway.web.expect import defer_continue
-from gateway.web.http_server import app_runner, freeze_startup_objects
+from gateway.web.http_server import ProblemServer, app_runner, freeze_startup_objects
 from gateway.web.listener import bind, tls_context
 from gateway.web.long_polls import LongPolls
 from gateway.web.middlewares import make_middlewares
@@ -70,13 +71,15 @@ from gateway.web.slow_readers import write_within
 from gateway.web.srmp_routes import PARSE_INLINE_BYTES_MAX, add_srmp_routes
 from gateway.web.state import GatewayState
 
-__all__ = ["main", "make_front_app"]
+__all__ = ["main", "make_front_app", "serve"]
 
 log = logging.getLogger("gateway.fronts")
 
 _QUEUES = "/v1/queues/"
 _LOG_RESOURCES = frozenset({"head", "range", "consumers"})
 _PUSH_S = 1.0
+# Makes the front's send lane (gateway.fronts.send_lane) on aiohttp's server.
+_SEND_LANE: web.AppKey[Callable[[ProblemServer], SendLane]] = web.AppKey("send_lane")
 
 
 def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
@@ -101,7 +104,8 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
         await _ask(channel, wire.Kind.NONCE, wire.NonceCommand(
             signed.partner, signed.ts, signed.nonce, THROTTLED in request))
 
-    gate = make_auth_gate(settings, Authenticator(settings, rate_limits=False), shares,
+    authenticator = Authenticator(settings, rate_limits=False)
+    gate = make_auth_gate(settings, authenticator, shares,
                           before_body=before_body, take_nonce=take_nonce)
 
     async def unmatched(request: web.Request) -> web.StreamResponse:
@@ -131,6 +135,13 @@ def make_front_app(settings: Settings, metrics: Metrics, channel: Channel,
         return Reply(status, body, headers)
 
     app[OPERATOR_KEY] = run_by_owner
+
+    def send_lane(server: ProblemServer) -> SendLane:
+        return SendLane(settings, authenticator=authenticator, channel=channel,
+                        guid=identity.known, limited=limited, shares=shares,
+                        counts=counts, metrics=metrics, server=server)
+
+    app[_SEND_LANE] = send_lane
 
     async def queue_tree(request: web.Request) -> web.StreamResponse:
         found = _queue_path(request)
@@ -411,11 +422,12 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
         sock=socket.socket(fileno=channel_fd))
     context: ssl.SSLContext | None = tls_context(settings)
     sock = bind(settings.server.host, settings.server.port, reuse_port=True)
-    runner = app_runner(make_front_app(settings, metrics, channel, SharedCounts(
-        start.counts_fd, settings.server.workers, start.index)), settings,
-        handler_cancellation=True, sharing=settings.server.workers)
+    app = make_front_app(settings, metrics, channel, SharedCounts(
+        start.counts_fd, settings.server.workers, start.index))
+    runner = app_runner(app, settings, handler_cancellation=True,
+                        sharing=settings.server.workers)
     await runner.setup()
-    await web.SockSite(runner, sock, ssl_context=context).start()
+    lane = await serve(app, runner, sock, context)
     log.debug("front %d: startup objects frozen count=%d", start.index,
               freeze_startup_objects())
     channel.send(0, wire.Kind.HELLO, os.getpid())
@@ -425,11 +437,41 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
     if channel.lost:
         log.error("front %d: the owner process is gone; stopping", start.index)
         return 1  # nothing here is worth a graceful stop: no request can be answered
+    if lane is not None:
+        lane.stop()
+        await lane.stopped(settings.server.shutdown_grace)
     await runner.cleanup()
     channel.send(0, wire.Kind.COUNTS, counts())  # the last requests, counted
     await asyncio.sleep(0)  # the frame leaves on this pass, before the close
     channel.close()
     return 0
+
+
+async def serve(app: web.Application, runner: web.AppRunner, sock: socket.socket,
+                context: ssl.SSLContext | None) -> SendLane | None:
+    """Serve the front's ``app`` (its ``runner`` set up) on ``sock``: its connections start
+    in the send lane, but over TLS or with the access log (the lane reads no TLS and
+    writes no access log line); the lane, if any."""
+    if context is not None or app[SETTINGS_KEY].log.access:
+        await web.SockSite(runner, sock, ssl_context=context).start()
+        return None
+    assert isinstance(runner.server, ProblemServer)
+    lane = app[_SEND_LANE](runner.server)
+    await _LaneSite(runner, sock, lane).start()
+    return lane
+
+
+class _LaneSite(web.SockSite):
+    """The front's socket, its connections starting in the send lane."""
+
+    def __init__(self, runner: web.BaseRunner, sock: socket.socket, lane: SendLane) -> None:
+        super().__init__(runner, sock)
+        self._lane = lane
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # (SockSite's would serve aiohttp's protocol)
+        self._server = await asyncio.get_running_loop().create_server(
+            self._lane.protocol, sock=self._sock, backlog=self._backlog)
 
 
 async def _push_counts(channel: Channel, counts: Callable[[], object]) -> None:

@@ -26,7 +26,7 @@ class SharedCounts:
         self._offset = _SLOT.size * index
         self._all = struct.Struct(f"<{slots}q")
         self._map = mmap.mmap(fd, self._all.size)
-        self._count: Callable[[], int] = lambda: 0
+        self._counts: list[Callable[[], int]] = []
 
     @classmethod
     def create(cls, slots: int) -> SharedCounts:
@@ -36,12 +36,13 @@ class SharedCounts:
         return cls(fd, slots, 0)
 
     def watch(self, count: Callable[[], int]) -> None:
-        """Where ``refresh`` reads this front's count (its middleware's)."""
-        self._count = count
+        """One of the counts ``refresh`` adds up for this front (its middleware's, its send
+        lane's)."""
+        self._counts.append(count)
 
     def refresh(self) -> None:
         """Publish this front's requests in flight now."""
-        _SLOT.pack_into(self._map, self._offset, self._count())
+        _SLOT.pack_into(self._map, self._offset, sum(count() for count in self._counts))
 
     def clear(self, index: int) -> None:
         """A front that died counts nothing (the owner clears its slot)."""

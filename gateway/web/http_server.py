@@ -18,6 +18,7 @@ import asyncio
 import gc
 import resource
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -29,7 +30,8 @@ from gateway.logs import access_log, server_log
 from gateway.settings import Settings
 from gateway.web.problem import problem_response
 
-__all__ = ["ProblemAppRunner", "app_runner", "connections_cap", "freeze_startup_objects"]
+__all__ = ["ProblemAppRunner", "ProblemServer", "Refused", "app_runner", "connections_cap",
+           "freeze_startup_objects"]
 
 _DETAIL_CHARS_MAX = 200
 
@@ -67,23 +69,37 @@ def _detail(status: int, exc: BaseException | None, request: BaseRequest) -> tup
     return "bad-http-request", f"malformed HTTP request: {reason}"
 
 
-class _ProblemServer(web.Server):
+class ProblemServer(web.Server):
     connections_max = 0  # 0: no cap
     _refused_logged = 0.0
 
+    # Connections the cap counts that are not this server's (a front's send lane's).
+    others: Callable[[], int]
+
     # The loop takes any protocol from its factory; aiohttp declares only its own.
     def __call__(self) -> asyncio.Protocol:  # type: ignore[override]
-        if self.connections_max and len(self._connections) >= self.connections_max:
-            now = time.monotonic()
-            if now - self._refused_logged >= _REFUSED_LOG_EVERY_S:
-                self._refused_logged = now
-                server_log.warning("%d connections open: new ones are closed at once "
-                                   "(server.connections_max)", len(self._connections))
-            return _Refused()
+        return Refused() if self.refuses() else self.handler()
+
+    def refuses(self) -> bool:
+        """Whether a new connection is over the cap (logged once a minute)."""
+        if not self.connections_max:
+            return False
+        held = len(self._connections) + self.others()
+        if held < self.connections_max:
+            return False
+        now = time.monotonic()
+        if now - self._refused_logged >= _REFUSED_LOG_EVERY_S:
+            self._refused_logged = now
+            server_log.warning("%d connections open: new ones are closed at once "
+                               "(server.connections_max)", held)
+        return True
+
+    def handler(self) -> RequestHandler:
+        """A connection's protocol, whatever the cap (a connection the lane passes on)."""
         return _ProblemRequestHandler(self, loop=self._loop, **self._kwargs)
 
 
-class _Refused(asyncio.Protocol):
+class Refused(asyncio.Protocol):
     """A connection over the cap: closed as it is accepted, so that its descriptor is free
     again at once."""
 
@@ -92,6 +108,10 @@ class _Refused(asyncio.Protocol):
 
 
 _REFUSED_LOG_EVERY_S = 60.0
+
+
+def _none() -> int:
+    return 0
 
 
 class ProblemAppRunner(web.AppRunner):
@@ -107,9 +127,10 @@ class ProblemAppRunner(web.AppRunner):
         server = await super()._make_server()
         # The app's server as aiohttp builds it (the app started and frozen, its handler
         # arguments), only making _ProblemRequestHandler connections.
-        server.__class__ = _ProblemServer
-        assert isinstance(server, _ProblemServer)
+        server.__class__ = ProblemServer
+        assert isinstance(server, ProblemServer)
         server.connections_max = self._connections_max
+        server.others = _none
         return server
 
 

@@ -29,7 +29,7 @@ from gateway.web.partner_shares import PartnerShares
 from gateway.web.problem import as_problem, http_problem, problem_response
 from gateway.web.slow_readers import WHOLE_ANSWER_MIN, finish_within
 
-__all__ = ["InFlight", "make_middlewares", "NEVER_REFUSED"]
+__all__ = ["InFlight", "make_middlewares", "NEVER_REFUSED", "SINGLE_VALUED"]
 
 
 class InFlight(Protocol):
@@ -181,7 +181,7 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
 # Headers that carry one value: given twice, which one counts would be a guess (and a check
 # and a use reading different ones a way round it), so the request is refused. ``Mq-*``
 # headers are all single-valued too.
-_SINGLE_VALUED = frozenset({"authorization", "content-type", "idempotency-key"})
+SINGLE_VALUED = frozenset({"authorization", "content-type", "idempotency-key"})
 
 
 def _check_headers(request: web.Request) -> None:
@@ -211,7 +211,7 @@ def _check_headers(request: web.Request) -> None:
                 raise ProblemError(400, f"{name}: not UTF-8 text",
                                    type_slug="bad-header") from None
         lower = name.lower()
-        if lower in _SINGLE_VALUED or lower.startswith("mq-"):
+        if lower in SINGLE_VALUED or lower.startswith("mq-"):
             if seen is None:
                 seen = {lower}
             elif lower in seen:

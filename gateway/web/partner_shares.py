@@ -33,8 +33,21 @@ class PartnerShares:
 
     def take(self, request: web.Request, principal: Principal) -> None:
         """Raises: ProblemError 503 when the partner's share is taken."""
-        if principal.admin or principal.open or may_wait(request):
+        if may_wait(request):
             return
+        name = self.admit(principal)
+        if name is not None:
+            request[_HOLDER] = name
+
+    def admit(self, principal: Principal) -> str | None:
+        """The partner's name once it holds a place; None for the admin and an open
+        gateway's callers, who take none.
+
+        Raises:
+            ProblemError: 503 when the partner's share is taken.
+        """
+        if principal.admin or principal.open:
+            return None
         name = principal.name
         held = self._held.get(name, 0)
         if held >= self.share:
@@ -45,7 +58,7 @@ class PartnerShares:
                                f"({self.limit})", type_slug="overloaded",
                                headers={"Retry-After": "1"})
         self._held[name] = held + 1
-        request[_HOLDER] = name
+        return name
 
     def release(self, request: web.Request) -> None:
         if not self._held:  # (the admin's and an open gateway's requests take no place)
@@ -54,6 +67,10 @@ class PartnerShares:
         if name is None:
             return
         del request[_HOLDER]
+        self.give_back(name)
+
+    def give_back(self, name: str) -> None:
+        """The place ``admit`` gave ``name``."""
         left = self._held[name] - 1
         if left:
             self._held[name] = left

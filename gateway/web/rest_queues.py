@@ -131,9 +131,13 @@ async def send_one(qm: QueueManager, name: str, body: bytes, properties: Message
 
 def sent_response(answer: dict[str, object], replayed: bool) -> web.Response:
     """The 201 of a send to one queue."""
+    return jsonio.json_response(answer, status=201, headers=sent_headers(answer, replayed))
+
+
+def sent_headers(answer: dict[str, object], replayed: bool) -> dict[str, str]:
+    """``sent_response``'s headers but Content-Type (a front's send lane writes them too)."""
     headers = {"Location": message_location(str(answer["queue"]), str(answer["id"]))}
-    return jsonio.json_response(answer, status=201,
-                                headers={**REPLAYED, **headers} if replayed else headers)
+    return {**REPLAYED, **headers} if replayed else headers
 
 
 async def replayed_send(qm: QueueManager, key: str | None, name: str, body: bytes
