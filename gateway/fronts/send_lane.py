@@ -28,7 +28,7 @@ from typing import cast
 from multidict import CIMultiDict
 
 from gateway import jsonio
-from gateway.auth.authenticator import Authenticator, Credentials
+from gateway.auth.authenticator import Authenticator, AuthError, Credentials, RateLimited
 from gateway.auth.hmac_sig import is_signed
 from gateway.auth.principal import OPEN
 from gateway.errors import GatewayError, ProblemError
@@ -175,7 +175,7 @@ class SendLane:
                 found = self._authenticator.authenticate(
                     Credentials(authorization, None, "POST", head.target, b"", ()),
                     now=time.time(), monotonic=time.monotonic())
-            except GatewayError:  # refused: the gate says why
+            except (AuthError, RateLimited, GatewayError):  # refused: the gate says why
                 return None
             if found is None:
                 return None

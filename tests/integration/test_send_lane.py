@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -399,3 +400,49 @@ async def test_a_stop_answers_the_send_at_the_owner_and_closes_idle_connections(
     assert front.lane.in_flight == 0
     idle_writer.close()
     writer.close()
+
+
+_NAMES = ["Mq-Label", "Mq-Priority", "Mq-Delivery", "Mq-Journal", "Mq-Acknowledge",
+          "Mq-Time-To-Be-Received", "Mq-Time-To-Reach-Queue", "Mq-Correlation-Id",
+          "Mq-App-Specific", "Mq-Transaction", "Mq-Sent-Time", "Mq-Label-Encoding",
+          "Mq-Response-Queue", "Mq-Admin-Queue", "Mq-Prority", "Mq-Destination",
+          "Idempotency-Key", "Content-Type", "Content-Encoding", "Authorization", "X-Other",
+          "Connection", "Expect", "mq-label", "MQ-PRIORITY"]
+_VALUES = ["", " ", "1", "7", "8", "-1", "express", "recoverable", "journal", "deadletter",
+           "none", "single", "0x2", "2.5", "99999999999", "a%20b", "%zz", "label",
+           "Bearer acme-key", "Bearer slow-key", "Bearer admin-key", "Bearer nope", "Basic x",
+           "text/plain", "gzip", "keep-alive", "close", "100-continue", "acme_in",
+           "DIRECT=HTTP://h/msmq/q", "2026-01-01T00:00:00Z", "MQMSG_ACKNOWLEDGMENT_FULL_REACH_QUEUE"]
+
+
+async def test_random_sends_are_answered_alike(start: Start,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A differential check with a fixed seed: sends with random headers from a vocabulary
+    of good and bad names and values get the same bytes from a laned front as from
+    aiohttp's handlers, and the same commands reach the owner."""
+    import random
+
+    rng = random.Random(20261128)
+    laned, plain = await start(), await start(lane=False)
+    for front in (laned, plain):
+        await _exchange(front.port, _send("primer", headers="Authorization: Bearer admin-key"
+                                          "\r\n"))
+        front.owner.commands.clear()
+    taken = 0
+    for _ in range(300):
+        headers = "".join(f"{rng.choice(_NAMES)}: {rng.choice(_VALUES)}\r\n"
+                          for _ in range(rng.randint(0, 4)))
+        if "Authorization" not in headers and rng.random() < 0.8:
+            headers += ACME
+        queue = rng.choice(["acme_in", "acme_out", "private$/acme_x", "other", "nosuch"])
+        data = _send(queue, headers=headers, body=rng.randbytes(rng.randint(0, 64)))
+        assert laned.lane is not None
+        passed = laned.lane.passed
+        [answer] = await _exchange(laned.port, data)
+        [expected] = await _exchange(plain.port, data)
+        assert answer == expected, data
+        taken += laned.lane.passed == passed
+    assert [_unstamped(c) for _, c in laned.owner.commands if c is not None] == [
+        _unstamped(c) for _, c in plain.owner.commands if c is not None]
+    assert taken > 20  # the lane took its share, and answered those alike
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # refusals: quiet
