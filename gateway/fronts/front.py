@@ -449,29 +449,31 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
 
 async def serve(app: web.Application, runner: web.AppRunner, sock: socket.socket,
                 context: ssl.SSLContext | None) -> SendLane | None:
-    """Serve the front's ``app`` (its ``runner`` set up) on ``sock``: its connections start
-    in the send lane, but over TLS or with the access log (the lane reads no TLS and
+    """Serve the front's ``app`` (its ``runner`` set up) on ``sock``, over TLS with
+    ``context``: its connections start in the send lane, but with the access log (the lane
     writes no access log line); the lane, if any."""
-    if context is not None or app[SETTINGS_KEY].log.access:
+    if app[SETTINGS_KEY].log.access:
         await web.SockSite(runner, sock, ssl_context=context).start()
         return None
     assert isinstance(runner.server, ProblemServer)
     lane = app[_SEND_LANE](runner.server)
-    await _LaneSite(runner, sock, lane).start()
+    await _LaneSite(runner, sock, lane, context).start()
     return lane
 
 
 class _LaneSite(web.SockSite):
     """The front's socket, its connections starting in the send lane."""
 
-    def __init__(self, runner: web.BaseRunner, sock: socket.socket, lane: SendLane) -> None:
-        super().__init__(runner, sock)
+    def __init__(self, runner: web.BaseRunner, sock: socket.socket, lane: SendLane,
+                 context: ssl.SSLContext | None) -> None:
+        super().__init__(runner, sock, ssl_context=context)
         self._lane = lane
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # (SockSite's would serve aiohttp's protocol)
         self._server = await asyncio.get_running_loop().create_server(
-            self._lane.protocol, sock=self._sock, backlog=self._backlog)
+            self._lane.protocol, sock=self._sock, ssl=self._ssl_context,
+            backlog=self._backlog)
 
 
 async def _push_counts(channel: Channel, counts: Callable[[], object]) -> None:

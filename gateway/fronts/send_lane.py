@@ -31,6 +31,7 @@ from gateway import jsonio
 from gateway.auth.authenticator import Authenticator, AuthError, Credentials, RateLimited
 from gateway.auth.hmac_sig import is_signed
 from gateway.auth.principal import OPEN
+from gateway.auth.tls import PeerSubjects
 from gateway.errors import GatewayError, ProblemError
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel, ChannelLost, Overloaded
@@ -82,6 +83,8 @@ class SendLane:
         self._server = server
         server.others = lambda: len(self.connections)
         limits = settings.server
+        # A client certificate is asked for only with a CA to verify it (gateway.auth.tls).
+        self._subjects = PeerSubjects() if limits.tls_cert and limits.tls_client_ca else None
         self._authenticator = authenticator
         self._channel = channel
         self._ask_guid = guid
@@ -133,7 +136,7 @@ class SendLane:
         when aiohttp's handlers are to answer it (nothing was done)."""
         head = read.head
         try:
-            admitted = self._admit(head, read.body)
+            admitted = self._admit(head, read.body, connection.transport)
         except Exception:  # noqa: BLE001 - a bug here: aiohttp's handlers answer
             log.exception("send lane: request passed on after an error")
             return False
@@ -154,7 +157,7 @@ class SendLane:
             lambda done: self._answered(done, connection, head, held, started))
         return True
 
-    def _admit(self, head: Head, body: bytes
+    def _admit(self, head: Head, body: bytes, transport: asyncio.BaseTransport | None
                ) -> tuple[wire.PutCommand | wire.SendCommand, str | None] | None:
         """The owner's command and the partner's place held, if the gate and the send
         handler would let the request through to the owner as a PUT."""
@@ -167,13 +170,14 @@ class SendLane:
                     return None
                 seen.add(lower)
         authorization = headers.get("Authorization", "")
+        subject = self._subjects.of(transport) if self._subjects is not None else None
         principal = OPEN
-        if authorization:
+        if authorization or subject is not None:
             if is_signed(authorization):
                 return None
             try:
                 found = self._authenticator.authenticate(
-                    Credentials(authorization, None, "POST", head.target, b"", ()),
+                    Credentials(authorization, subject, "POST", head.target, b"", ()),
                     now=time.time(), monotonic=time.monotonic())
             except (AuthError, RateLimited, GatewayError):  # refused: the gate says why
                 return None
@@ -301,11 +305,13 @@ class LaneConnection(asyncio.Protocol):
         self._writing = True
         self._stop_when_answered = False
         self.closed = False
+        self.transport: asyncio.BaseTransport | None = None  # (a TLS one's certificate)
         self._ticks = 0  # ticks since the last bytes came
         self._partial = 0  # ticks seen with a request not all there
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        self.transport = transport
         self._lane.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -320,10 +326,11 @@ class LaneConnection(asyncio.Protocol):
         self._next()
 
     def eof_received(self) -> bool | None:
-        if self._buffer and not self._busy:  # aiohttp says what a request cut short gets
-            self._pass_on().eof_received()
-            return True
-        return None  # closed: an answer at the owner is not written
+        """As aiohttp's connections: the connection closes (an answer not written yet is
+        not written), aiohttp's having had the bytes read so far."""
+        if self._buffer and not self._busy:
+            return self._pass_on().eof_received()
+        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

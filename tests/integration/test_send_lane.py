@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import logging
 import socket
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from gateway.fronts.shared_counts import SharedCounts
 from gateway.metrics import Metrics
 from gateway.settings import Settings, parse_settings
 from gateway.web.http_server import app_runner
-from gateway.web.listener import bind
+from gateway.web.listener import bind, tls_context
 
 GUID = "5f41afcd-531b-4207-8d99-27576b656bc4"
 ACME = "Authorization: Bearer acme-key\r\n"
@@ -46,6 +47,8 @@ def _settings(tmp_path: Path, **server: object) -> Settings:
             {"name": "acme", "api_key_sha256": _sha("acme-key"), "send": ["acme_*", HOLD],
              "receive": ["acme_*"]},
             {"name": "slow", "api_key_sha256": _sha("slow-key"), "send": ["*"], "rate": 100},
+            {"name": "certy", "cert_subject": "CN=certy,O=entrepot development",
+             "send": ["acme_*"]},
         ],
     })
 
@@ -113,7 +116,8 @@ Start = Callable[..., Awaitable[_Front]]
 
 @pytest.fixture
 async def start(tmp_path: Path) -> AsyncIterator[Start]:
-    """Starts a front (with its lane, or with aiohttp's server alone) on a free port."""
+    """Starts a front (with its lane, or with aiohttp's server alone) on a free port, over
+    TLS when the server settings say so."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
 
     async def make(*, lane: bool = True, **server: object) -> _Front:
@@ -131,11 +135,12 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
         sock = bind("127.0.0.1", 0, reuse_port=True)
         port = sock.getsockname()[1]
         found = None
+        context = tls_context(settings)
         if lane:
-            found = await serve(app, runner, sock, None)
+            found = await serve(app, runner, sock, context)
             assert found is not None
         else:
-            await web.SockSite(runner, sock).start()
+            await web.SockSite(runner, sock, ssl_context=context).start()
 
         async def cleanup() -> None:
             if found is not None:
@@ -165,8 +170,9 @@ async def _answer(reader: asyncio.StreamReader) -> bytes:
     return b"\r\n".join(lines) + await reader.readexactly(length)
 
 
-async def _exchange(port: int, data: bytes, answers: int = 1) -> list[bytes]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def _exchange(port: int, data: bytes, answers: int = 1,
+                    tls: ssl.SSLContext | None = None) -> list[bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
     try:
         writer.write(data)
         return [await _answer(reader) for _ in range(answers)]
@@ -446,3 +452,45 @@ async def test_random_sends_are_answered_alike(start: Start,
         _unstamped(c) for _, c in plain.owner.commands if c is not None]
     assert taken > 20  # the lane took its share, and answered those alike
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # refusals: quiet
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> dict[str, Path]:
+    """A server certificate for 127.0.0.1 and a client certificate CN=certy it takes."""
+    from gateway.auth.tls import create_self_signed
+
+    cert, key = create_self_signed(tmp_path / "server", common_name="localhost",
+                                   names=["127.0.0.1"], days=2)
+    client, client_key = create_self_signed(tmp_path / "client", common_name="certy",
+                                            names=[], days=2)
+    return {"cert": cert, "key": key, "client": client, "client_key": client_key}
+
+
+@pytest.mark.parametrize("with_certificate, headers, taken, status", [
+    (True, "", True, 201),  # the partner of the client certificate
+    (False, ACME, True, 201),
+    (False, "", False, 401),
+    (True, "Authorization: Bearer nope\r\n", False, 401),
+])
+async def test_over_tls_the_lane_answers_as_aiohttps_handlers_do(
+        start: Start, tls_files: dict[str, Path], with_certificate: bool, headers: str,
+        taken: bool, status: int) -> None:
+    server = {"tls_cert": str(tls_files["cert"]), "tls_key": str(tls_files["key"]),
+              "tls_client_ca": str(tls_files["client"])}
+    laned, plain = await start(**server), await start(lane=False, **server)
+    client = ssl.create_default_context(cafile=str(tls_files["cert"]))
+    if with_certificate:
+        client.load_cert_chain(tls_files["client"], tls_files["client_key"])
+    for front in (laned, plain):  # one send first: the front knows the GUID then
+        await _exchange(front.port, _send("primer", headers="Authorization: Bearer admin-key"
+                                          "\r\n"), tls=client)
+        front.owner.commands.clear()
+    assert laned.lane is not None
+    laned.lane.passed = 0
+    data = _send(headers=headers) + _send(body=b"next", headers=headers)  # one connection
+    answers = await _exchange(laned.port, data, answers=2, tls=client)
+    assert answers == await _exchange(plain.port, data, answers=2, tls=client)
+    assert all(a.startswith(b"HTTP/1.1 %d " % status) for a in answers), answers
+    assert laned.lane.passed == (0 if taken else 1)
+    assert [_unstamped(c) for _, c in laned.owner.commands] == [
+        _unstamped(c) for _, c in plain.owner.commands]
