@@ -494,3 +494,18 @@ async def test_over_tls_the_lane_answers_as_aiohttps_handlers_do(
     assert laned.lane.passed == (0 if taken else 1)
     assert [_unstamped(c) for _, c in laned.owner.commands] == [
         _unstamped(c) for _, c in plain.owner.commands]
+
+
+@pytest.mark.parametrize("cut", [10, -1])  # in the head, in the body
+async def test_a_request_cut_by_the_end_of_input_is_closed_as_aiohttp_closes_it(
+        start: Start, cut: int) -> None:
+    laned, plain = await start(), await start(lane=False)
+    seen = []
+    for front in (laned, plain):
+        reader, writer = await asyncio.open_connection("127.0.0.1", front.port)
+        writer.write(_send()[:cut])
+        writer.write_eof()
+        seen.append(await asyncio.wait_for(reader.read(), 30))
+        writer.close()
+    assert seen == [b"", b""]
+    assert laned.owner.commands == [] == plain.owner.commands
