@@ -2,8 +2,9 @@
 answer written as bytes. No I/O here.
 
 The lane takes only what it reads without doubt: ``POST /v1/queues/<path>/messages
-HTTP/1.1`` with a plain path (no escape, no query, no dot segment), header names that are
-tokens, values of printable ASCII, one ``Content-Length`` and a body of at most
+HTTP/1.1`` (a REST send) or ``POST /<SRMP virtual directory>[/<path>] HTTP/1.1`` (an SRMP
+request), with a plain path (no escape, no query, no empty or dot segment), header names
+that are tokens, values of printable ASCII, one ``Content-Length`` and a body of at most
 ``SEND_LANE_BODY_MAX`` bytes; nothing that changes how the body is read or the connection
 kept (``Transfer-Encoding``, ``Content-Encoding``, ``Expect``, ``Upgrade``, ``Connection``
 but keep-alive). Anything else is ``PASS``: aiohttp's server takes the connection, with the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from email.utils import formatdate
 from typing import Final, NamedTuple
 
@@ -27,8 +29,7 @@ __all__ = ["INCOMPLETE", "PASS", "SEND_LANE_BODY_MAX", "Head", "Incomplete", "Pa
 # A larger body goes to aiohttp's server, which reads it as a stream.
 SEND_LANE_BODY_MAX: Final = 64 << 10
 
-_PREFIX: Final = "POST /v1/queues/"
-_SUFFIX: Final = "/messages HTTP/1.1"  # the path's end, and the version
+_QUEUES: Final = "/v1/queues/"
 # Characters of a path segment (RFC 3986 pchar) but "%": an escape is aiohttp's to read.
 _PATH: Final = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/]+")
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -38,9 +39,11 @@ _NOT_TAKEN: Final = frozenset({"transfer-encoding", "content-encoding", "expect"
 
 
 class Head(NamedTuple):
-    """A request the lane takes: its queue's path (as in the URL) and its headers."""
+    """A request the lane takes: a REST send's queue (as in the URL), or the SRMP virtual
+    directory (as configured) of an SRMP request; its target and its headers."""
 
     queue: str
+    srmp: str
     target: str
     headers: list[tuple[str, str]]
 
@@ -66,8 +69,10 @@ INCOMPLETE: Final = Incomplete()
 
 
 def read_request(buffer: bytes | bytearray, head_bytes_max: int, header_count_max: int,
-                 ) -> Read | Pass | Incomplete:
-    """The first request in ``buffer``: read whole, not all there, or aiohttp's."""
+                 srmp_dirs: Mapping[str, str] | None = None) -> Read | Pass | Incomplete:
+    """The first request in ``buffer``: read whole, not all there, or aiohttp's.
+    ``srmp_dirs``: the SRMP virtual directories, lower case to as configured (aiohttp's
+    routes take them in any case)."""
     end = buffer.find(b"\r\n\r\n")
     if end < 0:
         if len(buffer) >= head_bytes_max or buffer.count(b"\n") != buffer.count(b"\r\n"):
@@ -78,15 +83,22 @@ def read_request(buffer: bytes | bytearray, head_bytes_max: int, header_count_ma
     except UnicodeDecodeError:
         return PASS
     line = lines[0]
-    if (not line.startswith(_PREFIX) or not line.endswith(_SUFFIX)
+    if (not line.startswith("POST /") or not line.endswith(" HTTP/1.1")
             or len(lines) > header_count_max + 1 or len(line) > head_bytes_max):
         return PASS
-    tail = line[len(_PREFIX):-len(_SUFFIX) + len("/messages")]
-    if not _PATH.fullmatch(tail) or any(s in ("", ".", "..") for s in tail.split("/")):
+    target = line[5:-9]
+    segments = target[1:].split("/")
+    if not _PATH.fullmatch(target) or any(s in ("", ".", "..") for s in segments):
         return PASS
-    queue, rest = split_tail(tail)
-    if rest != ["messages"]:  # /v1/queues/a/b/messages is no queue's messages
-        return PASS
+    queue = srmp = ""
+    if target.startswith(_QUEUES):
+        queue, rest = split_tail(target[len(_QUEUES):])
+        if rest != ["messages"]:  # /v1/queues/a/b/messages is no queue's messages
+            return PASS
+    else:
+        srmp = (srmp_dirs or {}).get(segments[0].lower(), "")
+        if not srmp:
+            return PASS
     headers: list[tuple[str, str]] = []
     length = -1
     for text in lines[1:]:
@@ -109,7 +121,7 @@ def read_request(buffer: bytes | bytearray, head_bytes_max: int, header_count_ma
     start = end + 4
     if len(buffer) < start + length:
         return INCOMPLETE
-    return Read(Head(queue, line[5:-9], headers), bytes(buffer[start:start + length]),
+    return Read(Head(queue, srmp, target, headers), bytes(buffer[start:start + length]),
                 start + length)
 
 

@@ -1,13 +1,13 @@
-"""The send lane: a front's own connections for the request clients make most, a REST send
-to one queue outside a transaction.
+"""The send lane: a front's own connections for the requests clients make most, a REST send
+to one queue outside a transaction and an SRMP request.
 
 Why: aiohttp's server costs a front about 20 us of CPU a request in its request, response
 and task objects: the most of a front's cost per send, which bounds the gateway. The lane
 reads such a request from the connection's bytes (gateway.fronts.lane_http), checks it as
 the gate and the send handler do (credential, permission, the caps in flight, the partner's
 share, the send headers), hands the owner the same command the handler would (``PUT`` or
-``SEND``) and writes the answer's bytes once the owner has stored the message: 201, or the
-owner's refusal as problem+json.
+``SEND``; ``SRMP`` with the request parsed here) and writes the answer's bytes once the
+owner has stored the message: 201 (200 for SRMP), or the owner's refusal as problem+json.
 
 A connection starts in the lane. The first request the lane does not take, for any reason
 (another route, a send in a transaction, a header it does not read, a signature, a
@@ -23,20 +23,20 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import cast
 
+from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway import jsonio
 from gateway.auth.authenticator import Authenticator, AuthError, Credentials, RateLimited
 from gateway.auth.hmac_sig import is_signed
-from gateway.auth.principal import OPEN
-from gateway.auth.tls import PeerSubjects
+from gateway.auth.principal import NOBODY, OPEN, Principal
+from gateway.auth.tls import PeerSubjects, SubjectKey
 from gateway.errors import GatewayError, ProblemError
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel, ChannelLost, Overloaded
+from gateway.fronts.lane_connection import LaneConnection
 from gateway.fronts.lane_http import (
-    INCOMPLETE,
     PASS,
     Head,
     Incomplete,
@@ -46,6 +46,7 @@ from gateway.fronts.lane_http import (
     read_request,
 )
 from gateway.fronts.shared_counts import SharedCounts
+from gateway.inbound.parse_pool import parse_answer
 from gateway.metrics import Metrics
 from gateway.queues.plain_sends import only_its_record, stamp_and_encode
 from gateway.settings import Settings
@@ -56,17 +57,15 @@ from gateway.web.partner_shares import PartnerShares
 from gateway.web.problem import problem_response
 from gateway.web.rest_codec import HeaderError, parse_send_headers
 from gateway.web.rest_queues import sent_headers
+from gateway.web.srmp_routes import PARSE_INLINE_BYTES_MAX
 from mapping.names import QueueNameError, parse_queue_path
 
-__all__ = ["LaneConnection", "SendLane"]
+__all__ = ["SendLane"]
 
 log = logging.getLogger("gateway.fronts")
 
 _ROUTE = "/v1/queues/{path}/messages"  # the metrics' label, as the middleware's
 _JSON = ("Content-Type", "application/json; charset=utf-8")
-# Bytes a connection holds unread while its request is at the owner; beyond, it stops
-# reading until the answer is written.
-_BUFFER_MAX = 1 << 20
 _TICK_S = 1.0  # how often idle connections and requests not all there are looked at
 
 
@@ -85,6 +84,7 @@ class SendLane:
         limits = settings.server
         # A client certificate is asked for only with a CA to verify it (gateway.auth.tls).
         self._subjects = PeerSubjects() if limits.tls_cert and limits.tls_client_ca else None
+        self._srmp_dirs = {vdir.lower(): vdir for vdir in settings.srmp.virtual_dirs}
         self._authenticator = authenticator
         self._channel = channel
         self._ask_guid = guid
@@ -126,7 +126,7 @@ class SendLane:
     def read(self, buffer: bytes) -> Read | Pass | Incomplete:
         """The first request of ``buffer``: one the lane reads whole, not all there, or
         aiohttp's."""
-        read = read_request(buffer, self._head_max, self._header_count_max)
+        read = read_request(buffer, self._head_max, self._header_count_max, self._srmp_dirs)
         if isinstance(read, Read) and len(read.body) > self._body_max:
             return PASS  # aiohttp's handler answers 413
         return read
@@ -136,14 +136,16 @@ class SendLane:
         when aiohttp's handlers are to answer it (nothing was done)."""
         head = read.head
         try:
-            admitted = self._admit(head, read.body, connection.transport)
+            admitted = (self._admit_srmp if head.srmp else self._admit)(
+                head, read.body, connection.transport)
         except Exception:  # noqa: BLE001 - a bug here: aiohttp's handlers answer
             log.exception("send lane: request passed on after an error")
             return False
         if admitted is None:
             return False
         command, held = admitted
-        kind = wire.Kind.PUT if isinstance(command, wire.PutCommand) else wire.Kind.SEND
+        kind = (wire.Kind.PUT if isinstance(command, wire.PutCommand) else
+                wire.Kind.SRMP if isinstance(command, wire.SrmpCommand) else wire.Kind.SEND)
         try:
             request_id, answer = self._channel.start(kind, command)
         except (ChannelLost, Overloaded):  # aiohttp's handler answers it 503
@@ -161,33 +163,21 @@ class SendLane:
                ) -> tuple[wire.PutCommand | wire.SendCommand, str | None] | None:
         """The owner's command and the partner's place held, if the gate and the send
         handler would let the request through to the owner as a PUT."""
+        if not _single_valued_once(head):
+            return None
         headers: CIMultiDict[str] = CIMultiDict(head.headers)
-        seen: set[str] = set()
-        for name, _ in head.headers:
-            lower = name.lower()
-            if lower in SINGLE_VALUED or lower.startswith("mq-"):
-                if lower in seen:
-                    return None
-                seen.add(lower)
         authorization = headers.get("Authorization", "")
         subject = self._subjects.of(transport) if self._subjects is not None else None
         principal = OPEN
         if authorization or subject is not None:
             if is_signed(authorization):
                 return None
-            try:
-                found = self._authenticator.authenticate(
-                    Credentials(authorization, subject, "POST", head.target, b"", ()),
-                    now=time.time(), monotonic=time.monotonic())
-            except (AuthError, RateLimited, GatewayError):  # refused: the gate says why
-                return None
-            if found is None:
+            taken, found = self._credential(authorization, subject, head.target)
+            if not taken or found is None:
                 return None
             principal = found
         elif self._authenticator.required:
             return None
-        if principal.name in self._limited and not (principal.admin or principal.open):
-            return None  # the owner holds its rate bucket: aiohttp's handler asks it
         try:
             canonical = parse_queue_path(head.queue).canonical
         except QueueNameError:
@@ -198,12 +188,10 @@ class SendLane:
             send = parse_send_headers(headers, now_ms=int(time.time() * 1000))
         except HeaderError:
             return None
-        if (send.transaction not in (None, "single", "none")  # held in a transaction: 202
-                or self._counts.total() >= self._requests_max):
+        if send.transaction not in (None, "single", "none"):  # held in a transaction: 202
             return None
-        try:
-            held = self._shares.admit(principal)
-        except ProblemError:
+        taken, held = self._place(principal)
+        if not taken:
             return None
         # From here as the send handler (gateway.fronts.front._send) does.
         properties = send.properties
@@ -218,6 +206,56 @@ class SendLane:
             self._learn_guid()  # meanwhile the owner stamps it
         return wire.SendCommand(head.queue, body, properties, send.transaction, key,
                                 principal if replies else None), held
+
+    def _admit_srmp(self, head: Head, body: bytes, transport: asyncio.BaseTransport | None
+                    ) -> tuple[wire.SrmpCommand, str | None] | None:
+        """The owner's command and the sender's place held, if the gate and the SRMP handler
+        (gateway.fronts.front._srmp) would let the request through to the owner: the
+        sender is the partner of its client certificate, or nobody (no Authorization is
+        read on SRMP routes)."""
+        if not _single_valued_once(head) or transport is None:
+            return None
+        subject = self._subjects.of(transport) if self._subjects is not None else None
+        principal = NOBODY
+        if subject is not None:
+            taken, found = self._credential("", subject, head.target)
+            if not taken:
+                return None
+            principal = found or NOBODY
+        if len(body) > PARSE_INLINE_BYTES_MAX:
+            return None
+        taken, held = self._place(principal)
+        if not taken:
+            return None
+        content_type = CIMultiDict(head.headers).get("Content-Type", "")
+        parse_kind, parse = parse_answer(content_type, body)
+        peer = transport.get_extra_info("peername")  # as aiohttp's request.remote
+        remote = "" if peer is None else str(peer[0] if isinstance(peer, (list, tuple))
+                                             else peer)
+        return wire.SrmpCommand(remote, principal, content_type, body, parse_kind,
+                                parse), held
+
+    def _place(self, principal: Principal) -> tuple[bool, str | None]:
+        """(whether the request may go on, the partner's place in flight if it took one):
+        not over the cap in flight or the partner's share, and not a partner with a rate
+        limit (the owner holds its bucket: aiohttp's handler asks it)."""
+        if ((principal.name in self._limited and not (principal.admin or principal.open))
+                or self._counts.total() >= self._requests_max):
+            return False, None
+        try:
+            return True, self._shares.admit(principal)
+        except ProblemError:
+            return False, None
+
+    def _credential(self, authorization: str, subject: SubjectKey | None, target: str
+                    ) -> tuple[bool, Principal | None]:
+        """(whether the gate would take the credential, its principal if any)."""
+        try:
+            return True, self._authenticator.authenticate(
+                Credentials(authorization, subject, "POST", target, b"", ()),
+                now=time.time(), monotonic=time.monotonic())
+        except (AuthError, RateLimited, GatewayError):  # refused: the gate says why
+            return False, None
 
     def _learn_guid(self) -> None:
         """Ask the owner for the queue manager's GUID, once at a time."""
@@ -239,6 +277,9 @@ class SendLane:
             kind, payload = done.result()
             if kind == wire.Kind.PROBLEM:
                 data, status = _problem(wire.problem_answer(payload).error(), head)
+            elif head.srmp:
+                status = 200
+                data = _as_bytes(web.Response(status=200, headers=wire.decode(payload)))
             else:
                 answer, replayed = wire.decode(payload)
                 status = 201
@@ -247,13 +288,13 @@ class SendLane:
         except ChannelLost:  # the owner went away with it: in doubt, the connection is cut
             status = 503
         except Exception:  # noqa: BLE001 - as the middleware: logged, answered 500
-            log.exception("unhandled error method=POST path=/v1/queues/%s/messages",
-                          head.queue)
+            log.exception("unhandled error method=POST path=%s", head.target)
             data, status = _problem(ProblemError(500, "internal error; see the gateway log"),
                                     head)
         if connection.closed:
             status = 499  # the client went away, as the middleware counts it
-        self._record(_ROUTE, "POST", status, time.perf_counter() - started)
+        route = f"/{head.srmp}/{{path}}" if head.srmp else _ROUTE
+        self._record(route, "POST", status, time.perf_counter() - started)
         connection.answered(data)
 
     async def _tick(self) -> None:
@@ -281,136 +322,29 @@ class SendLane:
         return self._stopping
 
 
+def _single_valued_once(head: Head) -> bool:
+    """Whether each single-valued header comes once at most (the middleware's 400)."""
+    seen: set[str] = set()
+    for name, _ in head.headers:
+        lower = name.lower()
+        if lower in SINGLE_VALUED or lower.startswith("mq-"):
+            if lower in seen:
+                return False
+            seen.add(lower)
+    return True
+
+
 def _problem(exc: ProblemError, head: Head) -> tuple[bytes, int]:
     """The answer the middleware makes of ``exc`` for this request."""
     response = problem_response(exc.status_hint, exc.detail, type_slug=exc.type_slug,
                                 title=exc.title, instance=head.target,
                                 headers=exc.headers, extra=exc.extra)
-    body = response.body
+    return _as_bytes(response), response.status
+
+
+def _as_bytes(response: web.Response) -> bytes:
+    """``response`` as aiohttp writes it."""
+    body = response.body or b""
     assert isinstance(body, bytes)
     return answer_bytes(response.status, response.reason, list(response.headers.items()),
-                        body), response.status
-
-
-class LaneConnection(asyncio.Protocol):
-    """One client connection while it is in the lane: one request at the owner at a time,
-    answered in order; the bytes after it wait in ``_buffer``."""
-
-    def __init__(self, lane: SendLane) -> None:
-        self._lane = lane
-        self._transport: asyncio.Transport | None = None
-        self._buffer = b""
-        self._busy = False
-        self._reading = True
-        self._writing = True
-        self._stop_when_answered = False
-        self.closed = False
-        self.transport: asyncio.BaseTransport | None = None  # (a TLS one's certificate)
-        self._ticks = 0  # ticks since the last bytes came
-        self._partial = 0  # ticks seen with a request not all there
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
-        self.transport = transport
-        self._lane.connections.add(self)
-
-    def data_received(self, data: bytes) -> None:
-        self._ticks = 0  # ticks since the last bytes came
-        self._partial = 0  # ticks seen with a request not all there
-        self._buffer = self._buffer + data if self._buffer else data
-        if self._busy or not self._writing:
-            if len(self._buffer) > _BUFFER_MAX and self._reading and self._transport:
-                self._reading = False
-                self._transport.pause_reading()
-            return
-        self._next()
-
-    def eof_received(self) -> bool | None:
-        """As aiohttp's connections: the connection closes (an answer not written yet is
-        not written), aiohttp's having had the bytes read so far."""
-        if self._buffer and not self._busy:
-            return self._pass_on().eof_received()
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._lane.connections.discard(self)
-
-    def pause_writing(self) -> None:
-        self._writing = False
-
-    def resume_writing(self) -> None:
-        self._writing = True
-        if not self._busy and self._buffer:
-            self._next()
-
-    def _next(self) -> None:
-        """Start the request at the head of the buffer, or leave the connection to aiohttp
-        if the lane does not take it (one not all there waits: ``tick``)."""
-        if self.closed or self._transport is None:
-            return
-        if self._lane.stopping:  # a request that came as the front stops: not begun
-            self._transport.close()
-            return
-        buffer = self._buffer
-        read = self._lane.read(buffer)
-        if read is INCOMPLETE:  # the rest may come: ``tick`` passes it on if it does not
-            return
-        if not isinstance(read, Read) or not self._lane.start(read, self):
-            self._pass_on()
-            return
-        self._busy = True
-        self._partial = 0
-        self._buffer = buffer[read.end:]
-
-    def answered(self, data: bytes | None) -> None:
-        """The answer's bytes, or None: the answer is in doubt, the connection is cut (the
-        client cannot take a missing answer for a refusal)."""
-        self._busy = False
-        if self.closed or self._transport is None:
-            return
-        if data is None:
-            self._transport.abort()
-            return
-        self._transport.write(data)
-        if self._stop_when_answered:
-            self._transport.close()
-            return
-        if not self._reading and len(self._buffer) <= _BUFFER_MAX:
-            self._reading = True
-            self._transport.resume_reading()
-        if self._buffer and self._writing:
-            self._next()
-
-    def tick(self, keepalive_ticks: int) -> None:
-        """Once a second: a request not all there goes to aiohttp (its body time-out then
-        counts); an idle connection closes after ``server.keepalive_timeout``."""
-        self._ticks += 1
-        if self._busy or self.closed or self._transport is None:
-            return
-        if self._buffer:
-            self._partial += 1
-            if self._partial >= 2:  # not all there for a whole tick: however slowly it comes
-                self._pass_on()
-        elif self._ticks >= keepalive_ticks:
-            self._transport.close()
-
-    def stop(self) -> None:
-        if self._busy:
-            self._stop_when_answered = True
-        elif self._transport is not None:
-            self._transport.close()
-
-    def _pass_on(self) -> asyncio.Protocol:
-        """The connection and the bytes read so far, to aiohttp's server."""
-        assert self._transport is not None
-        transport, buffer = self._transport, self._buffer
-        self._transport, self._buffer = None, b""
-        protocol = self._lane.pass_on(self)
-        transport.set_protocol(protocol)
-        if not self._reading:
-            transport.resume_reading()
-        protocol.connection_made(transport)
-        if buffer:
-            protocol.data_received(buffer)
-        return protocol
+                        body)

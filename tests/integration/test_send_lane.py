@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from gateway.auth.principal import NOBODY
 from gateway.errors import ProblemError
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel
@@ -28,6 +29,7 @@ from gateway.metrics import Metrics
 from gateway.settings import Settings, parse_settings
 from gateway.web.http_server import app_runner
 from gateway.web.listener import bind, tls_context
+from tests.srmp_vectors import wire as wire_vector
 
 GUID = "5f41afcd-531b-4207-8d99-27576b656bc4"
 ACME = "Authorization: Bearer acme-key\r\n"
@@ -85,6 +87,15 @@ class _Owner:
                 if key is not None:
                     self.keys[key] = answer
                 channel.send(request_id, wire.Kind.OK, (answer, False))
+            return
+        if kind == wire.Kind.SRMP:
+            srmp = wire.srmp_command(payload)
+            self.commands.append((kind, srmp))
+            if b"private$/denied" in srmp.raw:
+                channel.send(request_id, wire.Kind.PROBLEM, wire.ProblemAnswer.of(ProblemError(
+                    403, "not allowed", type_slug="MQ_ERROR_ACCESS_DENIED")))
+            else:
+                channel.send(request_id, wire.Kind.OK, None)
             return
         self.commands.append((kind, None))
         answers = {wire.Kind.IDENTITY: GUID, wire.Kind.BROWSE: {"messages": [], "next": 0},
@@ -509,3 +520,45 @@ async def test_a_request_cut_by_the_end_of_input_is_closed_as_aiohttp_closes_it(
         writer.close()
     assert seen == [b"", b""]
     assert laned.owner.commands == [] == plain.owner.commands
+
+
+def _srmp(path: str = "/msmq/private$/orders", vector: str = "V02", extra: str = "",
+          body: bytes | None = None) -> bytes:
+    """An SRMP request as Windows sends it (one of the captured vectors' bodies)."""
+    request = wire_vector(vector)
+    data = request.body if body is None else body
+    head = "".join(f"{k}: {v}\r\n" for k, v in request.headers.items()
+                   if k != "Content-Length")
+    return (f"POST {path} HTTP/1.1\r\n{head}{extra}Content-Length: {len(data)}\r\n"
+            "\r\n").encode() + data
+
+
+@pytest.mark.parametrize("request_bytes, taken, status", [
+    (_srmp(), True, 200),
+    (_srmp("/MSMQ/private$/orders"), True, 200),  # the directory in any case, as aiohttp's
+    (_srmp("/msmq"), True, 200),
+    (_srmp(vector="V05"), True, 200),  # a receipt
+    (_srmp(extra="Authorization: Bearer acme-key\r\n"), True, 200),  # not read on SRMP
+    (_srmp(body=b"not a MIME body"), True, 200),  # the owner answers the parse's refusal
+    (_srmp(body=wire_vector("V02").body.replace(b"private$/", b"private$/denied")),
+     True, 403),
+    (_srmp(extra="Content-Type: text/xml\r\n"), False, 400),  # twice: aiohttp's parser
+    (_srmp("/msmq/private$/orders?x=1"), False, 200),
+    (_srmp("/msmqx/private$/orders"), False, 401),  # no route: after authentication
+    (_srmp(body=b"x" * (65 << 10)), False, 200),
+])
+async def test_srmp_requests_are_answered_as_aiohttps_handlers_do(
+        start: Start, request_bytes: bytes, taken: bool, status: int) -> None:
+    laned, plain = await start(), await start(lane=False)
+    [answer] = await _exchange(laned.port, request_bytes)
+    [expected] = await _exchange(plain.port, request_bytes)
+    assert answer == expected
+    assert answer.split(b" ")[1] == b"%d" % status, answer
+    assert laned.lane is not None and laned.lane.passed == (0 if taken else 1)
+    assert laned.owner.commands == plain.owner.commands
+    if taken:
+        [(kind, command)] = laned.owner.commands
+        assert kind == wire.Kind.SRMP and command.remote == "127.0.0.1"
+        assert command.principal.name == NOBODY.name
+        requests, _ = laned.metrics.http.snapshot()
+        assert requests == {("/msmq/{path}", "POST", status): 1}

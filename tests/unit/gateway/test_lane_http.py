@@ -121,3 +121,28 @@ def test_an_answer_is_written_as_aiohttp_writes_it() -> None:
     assert re.fullmatch(r"Date: \w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT", lines[4])
     assert re.fullmatch(r"Server: Python/3\.\d+ aiohttp/\S+", lines[5])
     assert body == b'{"a":1}'
+
+
+DIRS = {"msmq": "msmq", "partners": "Partners"}
+
+
+@pytest.mark.parametrize("target, srmp", [
+    (b"/msmq/private$/orders", "msmq"),
+    (b"/MSMQ/private$/orders", "msmq"),  # aiohttp's route takes any case
+    (b"/msmq", "msmq"),
+    (b"/PARTNERS/q", "Partners"),  # named as configured (the metrics' label)
+])
+def test_an_srmp_request_is_read(target: bytes, srmp: str) -> None:
+    read = read_request(SEND.replace(b"/v1/queues/orders/messages", target), HEAD_MAX,
+                        COUNT_MAX, DIRS)
+    assert isinstance(read, Read)
+    assert (read.head.srmp, read.head.queue, read.head.target) == (srmp, "", target.decode())
+
+
+@pytest.mark.parametrize("target", [b"/msmq/", b"/msmqx/q", b"/other/q", b"/msmq/a%20b",
+                                    b"/msmq/q?x", b"/msmq//q", b"/msmq/./q"])
+def test_other_paths_are_aiohttps(target: bytes) -> None:
+    data = SEND.replace(b"/v1/queues/orders/messages", target)
+    assert read_request(data, HEAD_MAX, COUNT_MAX, DIRS) is PASS
+    assert read_request(SEND.replace(b"/v1/queues/orders/messages", b"/msmq/q"), HEAD_MAX,
+                        COUNT_MAX) is PASS  # no SRMP directories
