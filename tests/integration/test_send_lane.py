@@ -562,3 +562,13 @@ async def test_srmp_requests_are_answered_as_aiohttps_handlers_do(
         assert command.principal.name == NOBODY.name
         requests, _ = laned.metrics.http.snapshot()
         assert requests == {("/msmq/{path}", "POST", status): 1}
+
+
+async def test_a_body_over_request_body_max_is_aiohttps_413(start: Start) -> None:
+    laned, plain = await start(request_body_max="1KiB"), await start(
+        lane=False, request_body_max="1KiB")
+    data = _send(body=b"x" * 1025)
+    [answer] = await _exchange(laned.port, data)
+    assert answer == (await _exchange(plain.port, data))[0]
+    assert answer.startswith(b"HTTP/1.1 413 ")
+    assert laned.lane is not None and laned.lane.passed == 1
