@@ -55,7 +55,6 @@ class LaneConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._ticks = 0  # ticks since the last bytes came
-        self._partial = 0  # ticks seen with a request not all there
         self._buffer = self._buffer + data if self._buffer else data
         if self._busy or not self._writing:
             if len(self._buffer) > _BUFFER_MAX and self._reading and self._transport:
@@ -95,7 +94,10 @@ class LaneConnection(asyncio.Protocol):
         read = self._lane.read(buffer)
         if read is INCOMPLETE:  # the rest may come: ``tick`` passes it on if it does not
             return
-        if not isinstance(read, Read) or not self._lane.start(read, self):
+        # Bytes after the request (pipelined) are aiohttp's too: its parser reads them all
+        # before it answers the first, and one it refuses leaves the first unanswered.
+        if (not isinstance(read, Read) or read.end < len(buffer)
+                or not self._lane.start(read, self)):
             self._pass_on()
             return
         self._busy = True

@@ -20,6 +20,7 @@ from email.utils import formatdate
 from typing import Final, NamedTuple
 
 from aiohttp.http import SERVER_SOFTWARE
+from aiohttp.http_parser import SINGLETON_HEADERS
 
 from gateway.web.queue_access import split_tail
 
@@ -35,7 +36,7 @@ _PATH: Final = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/]+")
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # Headers that change how the body is read or the connection is kept.
 _NOT_TAKEN: Final = frozenset({"transfer-encoding", "content-encoding", "expect", "upgrade",
-                               "te", "trailer", "http2-settings"})
+                               "te", "trailer", "http2-settings", "proxy-connection"})
 
 
 class Head(NamedTuple):
@@ -101,6 +102,7 @@ def read_request(buffer: bytes | bytearray, head_bytes_max: int, header_count_ma
             return PASS
     headers: list[tuple[str, str]] = []
     length = -1
+    singletons: set[str] = set()  # aiohttp's parser refuses these twice (400)
     for text in lines[1:]:
         name, colon, value = text.partition(":")
         if not colon or len(text) > head_bytes_max or not _TOKEN.fullmatch(name):
@@ -109,15 +111,19 @@ def read_request(buffer: bytes | bytearray, head_bytes_max: int, header_count_ma
         if not value.isprintable():  # a control character, a tab inside
             return PASS
         lower = name.lower()
+        if lower in SINGLETON_HEADERS:
+            if lower in singletons:
+                return PASS
+            singletons.add(lower)
         if lower == "content-length":
-            if length >= 0 or not value.isdigit() or len(value) > 9:
+            if not value.isdigit() or len(value) > 9:
                 return PASS
             length = int(value)
         elif lower in _NOT_TAKEN or (lower == "connection" and value.lower() != "keep-alive"):
             return PASS
         headers.append((name, value))
-    if not 0 <= length <= SEND_LANE_BODY_MAX:
-        return PASS
+    if not 0 <= length <= SEND_LANE_BODY_MAX or "host" not in singletons:
+        return PASS  # (HTTP/1.1 without Host: aiohttp's 400)
     start = end + 4
     if len(buffer) < start + length:
         return INCOMPLETE

@@ -151,7 +151,7 @@ def connections_cap(connections_max: int, processes: int) -> int:
     share = -(-connections_max // processes)
     if soft == resource.RLIM_INFINITY:
         return share
-    cap = max(_CONNECTIONS_MIN, min(share, soft // 2))
+    cap = min(share, max(_CONNECTIONS_MIN, soft // 2))  # never over its share
     if cap < share:
         server_log.warning("open-file limit %d: this process keeps at most %d connections "
                            "(server.connections_max asks %d)", soft, cap, share)

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
+import re
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -274,8 +275,9 @@ async def test_once_the_guid_is_known_sends_are_stamped_and_encoded_here(start: 
     assert put.queue == "acme_in" and put.payload.endswith(b"2")
 
 
-async def test_pipelined_sends_are_answered_in_order_then_aiohttp_takes_the_rest(
-        start: Start) -> None:
+async def test_pipelined_requests_are_aiohttps(start: Start) -> None:
+    """Requests written together go to aiohttp with the connection: its parser reads them
+    all before answering the first, and one it refuses leaves the others unanswered."""
     front = await start()
     browse = b"GET /v1/queues/acme_in/messages HTTP/1.1\r\nHost: h\r\n" + ACME.encode() + (
         b"\r\n")
@@ -285,7 +287,63 @@ async def test_pipelined_sends_are_answered_in_order_then_aiohttp_takes_the_rest
     assert [a.split(b" ")[1] for a in answers] == [b"201", b"201", b"404", b"200", b"201"]
     assert b'"seq":1' in answers[0] and b'"seq":2' in answers[1]
     assert front.owner.sends() == ["send"] * 3 + ["browse", "send"]
-    assert front.lane is not None and front.lane.passed == 1  # at the browse
+    assert front.lane is not None and front.lane.passed == 1  # at once
+
+
+async def test_a_send_followed_by_bytes_aiohttp_refuses_is_not_stored(start: Start) -> None:
+    laned, plain = await start(), await start(lane=False)
+    data = _send(body=b"abc") + b"NOT HTTP\r\n\r\n"
+    seen = []
+    for front in (laned, plain):
+        reader, writer = await asyncio.open_connection("127.0.0.1", front.port)
+        writer.write(data)
+        seen.append(await asyncio.wait_for(reader.read(), 30))
+        writer.close()
+    undated = [re.sub(rb"\r\nDate: [^\r]*", b"", answer) for answer in seen]
+    assert undated[0] == undated[1] and undated[0].startswith(b"HTTP/1.0 400 "), seen
+    assert laned.owner.sends() == [] == plain.owner.sends()
+
+
+async def _trickle(port: int, head: bytes, rest: bytes, every_s: float) -> bytes:
+    """``head`` at once, then ``rest`` a byte at a time, every ``every_s``, while reading
+    what comes back: all that came back once the gateway closed the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head)
+
+    async def send() -> None:
+        for byte in rest:
+            if writer.is_closing() or reader.at_eof():
+                return
+            writer.write(bytes([byte]))
+            await asyncio.sleep(every_s)
+
+    sending = asyncio.create_task(send())
+    try:
+        return await asyncio.wait_for(reader.read(), 60)
+    except ConnectionError:
+        return b"(reset)"
+    finally:
+        sending.cancel()
+        writer.close()
+
+
+@pytest.mark.parametrize("part", ["body", "head"])
+async def test_a_request_that_trickles_in_is_timed_out_as_aiohttp_does(
+        start: Start, part: str) -> None:
+    """However slowly its bytes come, a request not all there within a tick of the lane goes
+    to aiohttp: its body time-out (408) or its keep-alive time-out (closed) applies."""
+    server = {"body_timeout": "1s", "keepalive_timeout": "1s"}
+    laned, plain = await start(**server), await start(lane=False, **server)
+    data = _send(body=b"x" * 12)
+    start_at = len(data) - 12 if part == "body" else 0
+    seen = []
+    for front in (laned, plain):
+        seen.append(await _trickle(front.port, data[:start_at], data[start_at:], 0.4))
+    assert laned.owner.sends() == [] == plain.owner.sends()
+    if part == "body":
+        assert all(b" 408 " in answer for answer in seen), seen
+    else:
+        assert all(b"HTTP/" not in answer for answer in seen), seen
 
 
 async def test_a_request_that_comes_in_pieces_is_taken(start: Start) -> None:
@@ -465,6 +523,17 @@ async def test_random_sends_are_answered_alike(start: Start,
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # refusals: quiet
 
 
+async def _one_by_one(port: int, requests: list[bytes], tls: ssl.SSLContext) -> list[bytes]:
+    """Each request's answer, the next request sent once it came, on one connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
+    answers = []
+    for request in requests:
+        writer.write(request)
+        answers.append(await _answer(reader))
+    writer.close()
+    return answers
+
+
 @pytest.fixture
 def tls_files(tmp_path: Path) -> dict[str, Path]:
     """A server certificate for 127.0.0.1 and a client certificate CN=certy it takes."""
@@ -498,9 +567,9 @@ async def test_over_tls_the_lane_answers_as_aiohttps_handlers_do(
         front.owner.commands.clear()
     assert laned.lane is not None
     laned.lane.passed = 0
-    data = _send(headers=headers) + _send(body=b"next", headers=headers)  # one connection
-    answers = await _exchange(laned.port, data, answers=2, tls=client)
-    assert answers == await _exchange(plain.port, data, answers=2, tls=client)
+    requests = [_send(headers=headers), _send(body=b"next", headers=headers)]
+    answers = await _one_by_one(laned.port, requests, client)
+    assert answers == await _one_by_one(plain.port, requests, client)
     assert all(a.startswith(b"HTTP/1.1 %d " % status) for a in answers), answers
     assert laned.lane.passed == (0 if taken else 1)
     assert [_unstamped(c) for _, c in laned.owner.commands] == [

@@ -106,6 +106,13 @@ def test_a_request_not_all_there_waits(data: bytes) -> None:
     _with(b"Upgrade: h2c"),
     _with(b"Connection: close"),
     _with(b"Connection: Upgrade"),
+    # What aiohttp's parser refuses (400) or reads otherwise:
+    SEND.replace(b"Host: h\r\n", b""),  # HTTP/1.1 without Host
+    _with(b"Host: h2"),
+    _with(b"host: h"),
+    _with(b"User-Agent: a\r\nuser-agent: b"),
+    _with(b"ETag: a\r\nETag: a"),
+    _with(b"Proxy-Connection: close"),
 ])
 def test_anything_else_is_aiohttps(data: bytes) -> None:
     assert _read(data) is PASS
