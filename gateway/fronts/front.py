@@ -437,10 +437,11 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
     if channel.lost:
         log.error("front %d: the owner process is gone; stopping", start.index)
         return 1  # nothing here is worth a graceful stop: no request can be answered
-    if lane is not None:
+    if lane is None:
+        await runner.cleanup()
+    else:  # both within the grace: the lane's sends at the owner, aiohttp's requests
         lane.stop()
-        await lane.stopped(settings.server.shutdown_grace)
-    await runner.cleanup()
+        await asyncio.gather(lane.stopped(settings.server.shutdown_grace), runner.cleanup())
     channel.send(0, wire.Kind.COUNTS, counts())  # the last requests, counted
     await asyncio.sleep(0)  # the frame leaves on this pass, before the close
     channel.close()
