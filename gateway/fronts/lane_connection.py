@@ -46,7 +46,6 @@ class LaneConnection(asyncio.Protocol):
         self.closed = False
         self.transport: asyncio.BaseTransport | None = None  # (a TLS one's certificate)
         self._ticks = 0  # ticks since the last bytes came
-        self._partial = 0  # ticks seen with a request not all there
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
@@ -101,7 +100,6 @@ class LaneConnection(asyncio.Protocol):
             self._pass_on()
             return
         self._busy = True
-        self._partial = 0
         self._buffer = buffer[read.end:]
 
     def answered(self, data: bytes | None) -> None:
@@ -129,10 +127,8 @@ class LaneConnection(asyncio.Protocol):
         self._ticks += 1
         if self._busy or self.closed or self._transport is None:
             return
-        if self._buffer:
-            self._partial += 1
-            if self._partial >= 2:  # not all there for a whole tick: however slowly it comes
-                self._pass_on()
+        if self._buffer:  # a request not all there at a tick, however slowly it comes
+            self._pass_on()
         elif self._ticks >= keepalive_ticks:
             self._transport.close()
 

@@ -11,10 +11,11 @@ owner has stored the message: 201 (200 for SRMP), or the owner's refusal as prob
 
 A connection starts in the lane. The first request the lane does not take, for any reason
 (another route, a send in a transaction, a header it does not read, a signature, a
-partner with a rate limit, a credential or a header a check would refuse, a request not all
-there within a second), goes to aiohttp's server with the connection and the bytes read so
-far, and so does everything after it: the lane answers only what it has checked aiohttp's
-handlers would answer the same, and aiohttp answers all the rest, refusals included.
+partner with a rate limit, a credential or a header a check would refuse, bytes after the
+request, a request not all there at the next tick), goes to aiohttp's server with the
+connection and the bytes read so far, and so does everything after it: the lane answers
+only what it has checked aiohttp's handlers would answer the same, and aiohttp answers all
+the rest, refusals included.
 """
 
 from __future__ import annotations
