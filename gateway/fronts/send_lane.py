@@ -148,7 +148,7 @@ class SendLane:
         kind = (wire.Kind.PUT if isinstance(command, wire.PutCommand) else
                 wire.Kind.SRMP if isinstance(command, wire.SrmpCommand) else wire.Kind.SEND)
         try:
-            request_id, answer = self._channel.start(kind, command)
+            _, answer = self._channel.start(kind, command)
         except (ChannelLost, Overloaded):  # aiohttp's handler answers it 503
             if held is not None:
                 self._shares.give_back(held)
@@ -162,8 +162,8 @@ class SendLane:
 
     def _admit(self, head: Head, body: bytes, transport: asyncio.BaseTransport | None
                ) -> tuple[wire.PutCommand | wire.SendCommand, str | None] | None:
-        """The owner's command and the partner's place held, if the gate and the send
-        handler would let the request through to the owner as a PUT."""
+        """The owner's command (``PUT`` or ``SEND``) and the partner's place held, if the
+        gate and the send handler would let the request through to the owner."""
         if not _single_valued_once(head):
             return None
         headers: CIMultiDict[str] = CIMultiDict(head.headers)
