@@ -26,6 +26,7 @@ class Lane(Protocol):
 
     def pass_on(self, connection: LaneConnection) -> asyncio.Protocol: ...
 
+
 # Bytes a connection holds unread while its request is at the owner; beyond, it stops
 # reading until the answer is written.
 _BUFFER_MAX = 1 << 20
