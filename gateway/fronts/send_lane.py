@@ -1,8 +1,8 @@
 """The send lane: a front's own connections for the requests clients make most, a REST send
 to one queue outside a transaction and an SRMP request.
 
-Why: aiohttp's server costs a front about 20 us of CPU a request in its request, response
-and task objects: the most of a front's cost per send, which bounds the gateway. The lane
+Why: aiohttp's server costs a front about as much CPU per request in its request, response
+and task objects as the rest of a send, and the fronts' cost per send bounds the gateway. The lane
 reads such a request from the connection's bytes (gateway.fronts.lane_http), checks it as
 the gate and the send handler do (credential, permission, the caps in flight, the partner's
 share, the send headers), hands the owner the same command the handler would (``PUT`` or
