@@ -53,7 +53,7 @@ from gateway.queues.plain_sends import only_its_record, stamp_and_encode
 from gateway.settings import Settings
 from gateway.web.auth_middleware import scoped_key_of
 from gateway.web.http_server import ProblemServer, Refused
-from gateway.web.middlewares import SINGLE_VALUED
+from gateway.web.middlewares import single_valued
 from gateway.web.partner_shares import PartnerShares
 from gateway.web.problem import problem_response
 from gateway.web.rest_codec import HeaderError, parse_send_headers
@@ -328,7 +328,7 @@ def _single_valued_once(head: Head) -> bool:
     seen: set[str] = set()
     for name, _ in head.headers:
         lower = name.lower()
-        if lower in SINGLE_VALUED or lower.startswith("mq-"):
+        if single_valued(lower):
             if lower in seen:
                 return False
             seen.add(lower)

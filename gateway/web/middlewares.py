@@ -29,7 +29,7 @@ from gateway.web.partner_shares import PartnerShares
 from gateway.web.problem import as_problem, http_problem, problem_response
 from gateway.web.slow_readers import WHOLE_ANSWER_MIN, finish_within
 
-__all__ = ["InFlight", "make_middlewares", "NEVER_REFUSED", "SINGLE_VALUED"]
+__all__ = ["InFlight", "make_middlewares", "NEVER_REFUSED", "single_valued"]
 
 
 class InFlight(Protocol):
@@ -184,6 +184,11 @@ def make_middlewares(metrics: Metrics, *, concurrent_requests_max: int,
 SINGLE_VALUED = frozenset({"authorization", "content-type", "idempotency-key"})
 
 
+def single_valued(lower: str) -> bool:
+    """Whether a header (its name in lower case) may come once only (400 twice)."""
+    return lower in SINGLE_VALUED or lower.startswith("mq-")
+
+
 def _check_headers(request: web.Request) -> None:
     """Raises: ProblemError 400 for a request target with a fragment, naming the first
     header whose value is not UTF-8 text, or a single-valued header given more than once;
@@ -211,7 +216,7 @@ def _check_headers(request: web.Request) -> None:
                 raise ProblemError(400, f"{name}: not UTF-8 text",
                                    type_slug="bad-header") from None
         lower = name.lower()
-        if lower in SINGLE_VALUED or lower.startswith("mq-"):
+        if single_valued(lower):
             if seen is None:
                 seen = {lower}
             elif lower in seen:
