@@ -12,6 +12,7 @@ import itertools
 import logging
 import pickle
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import TypeVar, cast
 
 from aiohttp import web
 from multidict import MultiDict
@@ -39,13 +40,14 @@ from gateway.web.rest_queues import (
     send_one,
 )
 from gateway.web.rest_tx import store_batch, transaction_action, transaction_list
-from gateway.web.srmp_routes import Sender, deliver_srmp
+from gateway.web.srmp_routes import PlainSrmp, Sender, store_srmp_many, take_srmp
 
 __all__ = ["Commands"]
 
 log = logging.getLogger("gateway.fronts")
 
 
+_P = TypeVar("_P")
 _INTERNAL = wire.ProblemAnswer(500, "internal error; see the gateway log", "about:blank", None,
                               {}, {})
 
@@ -66,8 +68,10 @@ class Commands:
         self._cursors: dict[tuple[Channel, int], Iterator[bytes | None]] = {}
         self._cursors_max = app[SETTINGS_KEY].server.concurrent_requests_max
         self._cursor_ids = itertools.count(1)
-        # SEND and PUT commands of this pass of the loop, stored together once it ends.
+        # SEND and PUT commands of this pass of the loop, stored together once it ends; and
+        # its SRMP commands, whose plain messages are stored together too.
         self._sends: list[tuple[Channel, int, int, bytes]] = []
+        self._srmps: list[tuple[Channel, int, int, bytes]] = []
 
     def on_request(self, channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
         if kind == wire.Kind.THROTTLE:
@@ -100,9 +104,12 @@ class Commands:
                 channel.send(request_id, wire.Kind.OK, guid)
             return
         if kind == wire.Kind.SRMP:
-            work: Awaitable[object] = self._srmp(payload)
-        elif kind == wire.Kind.RECEIVE:
-            work = self._receive(channel, request_id, payload)
+            if not self._srmps:
+                asyncio.get_running_loop().call_soon(self._start_srmps)
+            self._srmps.append((channel, request_id, kind, payload))
+            return
+        if kind == wire.Kind.RECEIVE:
+            work: Awaitable[object] = self._receive(channel, request_id, payload)
         elif kind == wire.Kind.BROWSE:
             work = self._browse(payload)
         elif kind == wire.Kind.TX_SEND:
@@ -149,21 +156,12 @@ class Commands:
         nothing but their own record are stored together (``send_plain``: one task and one
         wait for the lot, the owner's cost per message being what bounds the gateway); the
         others each take ``QueueManager.send``'s whole way."""
-        plain: list[tuple[Channel, int, PlainSend]] = []
-        for channel, request_id, kind, payload in sends:
-            try:
-                qm = self._state.serving().queue_manager
-                send = self._plain(qm, kind, payload)
-            except Exception as exc:
-                _reply(channel, request_id, *_refusal(exc))
-                continue
-            if isinstance(send, PlainSend):
-                plain.append((channel, request_id, send))
-            else:
-                self._run(self._answer(channel, request_id, send))
+        plain = self._taken(sends, lambda kind, payload: self._plain(
+            self._state.serving().queue_manager, kind, payload), PlainSend)
         if not plain:
             return
         try:
+            qm = self._state.serving().queue_manager
             made = await send_plain(qm, [send for _, _, send in plain])
         except Exception as exc:  # the store takes no writes: none was stored
             refusal = _refusal(exc)
@@ -177,6 +175,24 @@ class Commands:
                     False))
             else:
                 _reply(channel, request_id, *_refusal(stored))
+
+    def _taken(self, commands: list[tuple[Channel, int, int, bytes]],
+               take: Callable[[int, bytes], _P | Awaitable[object]], plain: type[_P]
+               ) -> list[tuple[Channel, int, _P]]:
+        """``take`` each of ``commands``: those it makes ``plain``, to be stored together; the
+        others run their whole way, and a refusal is answered at once."""
+        found: list[tuple[Channel, int, _P]] = []
+        for channel, request_id, kind, payload in commands:
+            try:
+                taken = take(kind, payload)
+            except Exception as exc:
+                _reply(channel, request_id, *_refusal(exc))
+                continue
+            if isinstance(taken, plain):
+                found.append((channel, request_id, taken))
+            else:  # not narrowed by mypy: ``plain`` is a type variable's
+                self._run(self._answer(channel, request_id, cast(Awaitable[object], taken)))
+        return found
 
     def _plain(self, qm: QueueManager, kind: int, payload: bytes
                ) -> PlainSend | Coroutine[object, None, object]:
@@ -201,16 +217,34 @@ class Commands:
         return send_one(qm, command.queue, command.body, command.properties,
                         transaction=command.transaction, key=command.dedup_key)
 
-    async def _srmp(self, payload: bytes) -> object:
+    def _start_srmps(self) -> None:
+        srmps, self._srmps = self._srmps, []
+        self._run(self._srmp_many(srmps))
+
+    async def _srmp_many(self, srmps: list[tuple[Channel, int, int, bytes]]) -> None:
+        """The SRMP requests of one pass of the loop: the messages that need nothing but
+        their own record are stored together (``store_srmp_many``), as plain sends are;
+        the others (streams, forwards, receipts) each take their whole way."""
+        plain = self._taken(srmps, lambda _, payload: self._take_srmp(payload), PlainSrmp)
+        if not plain:
+            return
+        answers = await store_srmp_many(self._app, [taken for _, _, taken in plain])
+        for (channel, request_id, _), answer in zip(plain, answers):
+            if isinstance(answer, Exception):
+                _reply(channel, request_id, *_refusal(answer))
+            else:
+                _reply(channel, request_id, wire.Kind.OK, answer)
+
+    def _take_srmp(self, payload: bytes) -> PlainSrmp | Awaitable[object]:
         command = wire.srmp_command(payload)
 
-        async def parsed() -> ParsedRequest:
+        def parsed() -> ParsedRequest:
             # The pickle is the front's own (our child process's), as a parse worker's is.
             return parsed_of(command.parse_kind, pickle.loads(command.parse),
                              command.content_type, command.raw)
 
-        return await deliver_srmp(self._app, Sender(command.remote, command.principal,
-                                                     command.content_type), parsed)
+        return take_srmp(self._app, Sender(command.remote, command.principal,
+                                           command.content_type), parsed)
 
     async def _receive(self, channel: Channel, request_id: int, payload: bytes) -> object:
         command = wire.receive_command(payload)

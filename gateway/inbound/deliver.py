@@ -12,12 +12,19 @@
   with a dead-letter copy and a negative acknowledgement (NACK_Q_EXCEED_QUOTA) as the message
   asks; a stream message is not accepted, so the sender resends it once there is room. Always
   counted and logged. The machine quota is 503 with Retry-After (Windows retries any 5xx).
+
+A recoverable non-stream message that needs nothing but its own record (no reach-queue
+acknowledgement) and whose id is not being stored already is a ``PlainDelivery``: a store
+owner behind fronts stores those of one pass of its loop together (``deliver_plain``: one
+wait on the store for the lot), as it does plain REST sends.
 """
 
 from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from gateway.inbound.sequencer import StreamSequencer
 from gateway.logs import server_log
@@ -26,14 +33,16 @@ from gateway.msmq.message import MessageProperties, compose_id
 from gateway.queues import sending
 from gateway.queues.acks import wants_ack
 from gateway.queues.copies import ack_specs, dead_letter_spec
-from gateway.queues.dedup import SRMP_KEYED_BY_BODY
-from gateway.queues.errors import QueueFull
+from gateway.queues.dedup import SRMP_KEYED_BY_BODY, DedupWindow
+from gateway.queues.errors import QueueError, QueueFull
 from gateway.queues.manager import Queue, QueueManager, ReceivedMessage
+from gateway.queues.plain_sends import PlainSend, Stored, send_plain
 from gateway.srmp.model import Stream
+from store.errors import StoreError
 from store.framing import RecordFlags
 from store.records import StoredRecord
 
-__all__ = ["Outcome", "deliver"]
+__all__ = ["Outcome", "PlainDelivery", "deliver", "deliver_plain", "plain_delivery"]
 
 
 class Outcome(enum.Enum):
@@ -57,15 +66,97 @@ async def deliver(qm: QueueManager, sequencer: StreamSequencer, queue: Queue,
     return Outcome(await sequencer.deliver(queue, props, body, stream, queue_url))
 
 
-async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperties,
-                          body: bytes, vouched: bool) -> Outcome:
+class PlainDelivery(NamedTuple):
+    """A message for ``deliver_plain``: its record, and its duplicate-window key (None for a
+    message without an id), digest and answer."""
+
+    send: PlainSend
+    props: MessageProperties
+    body: bytes
+    key: str | None
+    digest: str
+    answer: dict[str, object]
+
+
+def plain_delivery(qm: QueueManager, queue: Queue, props: MessageProperties, body: bytes, *,
+                   vouched: bool) -> PlainDelivery | Outcome | None:
+    """``deliver`` of a non-stream message, up to its store commit: the message for
+    ``deliver_plain``, or ``Outcome.DUPLICATE``; None when it takes ``deliver``'s whole way
+    (express, an acknowledgement asked for, or its id being stored now). Its id is then
+    being stored until ``deliver_plain`` has run.
+
+    Raises: as ``deliver``."""
+    queue = qm.check_send(queue.path.display, transactional=False)
     dedup = qm.dedup
     assert dedup is not None
+    if not props.recoverable or wants_ack(props, MessageClass.ACK_REACH_QUEUE):
+        return None
+    key, digest, answer = _entry(dedup, queue, props, body, vouched)
+    if key is not None:
+        if dedup.busy(key):
+            return None
+        if dedup.known(key, digest) is not None:
+            return Outcome.DUPLICATE
+    props.arrive(int(time.time() * 1000))
+    _, spec = sending.message(queue, props, body,
+                              flags=RecordFlags.NONE if key is None else RecordFlags.KEYED)
+    if key is not None:
+        dedup.begin(key)
+    return PlainDelivery(PlainSend(queue, spec, props.message_id), props, body, key, digest,
+                         answer)
+
+
+async def deliver_plain(qm: QueueManager, deliveries: Sequence[PlainDelivery]
+                        ) -> list[Outcome | QueueError | StoreError]:
+    """Store ``plain_delivery``'s messages together: for each, in order, its outcome or why
+    it was not stored (as ``deliver`` would raise it; a ``StoreError`` the queue domain does
+    not name). A queue over its quota drops its message, as ``deliver`` does.
+
+    Raises:
+        QueueError: the store takes no writes (503); none was stored.
+    """
+    dedup = qm.dedup
+    assert dedup is not None
+    try:
+        made = await send_plain(qm, [delivery.send for delivery in deliveries])
+        outcomes: list[Outcome | QueueError | StoreError] = []
+        for delivery, stored in zip(deliveries, made):
+            if isinstance(stored, Stored):
+                if delivery.key is not None:
+                    dedup.held(delivery.key, delivery.digest, delivery.answer,
+                               (delivery.send.queue.queue_id, stored.seq))
+                outcomes.append(Outcome.STORED)
+            elif isinstance(stored, QueueFull):
+                try:
+                    await _quota_nack(qm, delivery.send.queue, delivery.props, delivery.body)
+                except (QueueError, StoreError) as exc:  # this message's answer, as deliver's
+                    outcomes.append(exc)
+                else:
+                    outcomes.append(Outcome.QUOTA_DROPPED)
+            else:
+                outcomes.append(stored)
+        return outcomes
+    finally:
+        for delivery in deliveries:
+            if delivery.key is not None:
+                dedup.failed(delivery.key)  # no-op for one stored
+
+
+def _entry(dedup: DedupWindow, queue: Queue, props: MessageProperties, body: bytes,
+           vouched: bool) -> tuple[str | None, str, dict[str, object]]:
+    """The message's duplicate-window key (None without an id), digest and answer."""
     if not vouched:
         props.extra[SRMP_KEYED_BY_BODY] = "1"
     entry, digest, answer = dedup.srmp_entry(props.message_id, queue.path.canonical,
                                              None if vouched else body)
-    key = entry if props.message_id else None
+    return (entry if props.message_id else None), digest, answer
+
+
+async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperties,
+                          body: bytes, vouched: bool) -> Outcome:
+    dedup = qm.dedup
+    assert dedup is not None
+    key, digest, answer = _entry(dedup, queue, props, body, vouched)
     if key is not None:
         if await dedup.seen(key, digest):
             return Outcome.DUPLICATE
@@ -82,7 +173,7 @@ async def _deliver_single(qm: QueueManager, queue: Queue, props: MessageProperti
             return Outcome.QUOTA_DROPPED
         if key is not None:
             if keyed:
-                dedup.held(key, digest, answer, made[0])
+                dedup.held(key, digest, answer, (made[0].queue_id, made[0].seq))
             else:
                 dedup.remember(key, digest, answer)
         return Outcome.STORED

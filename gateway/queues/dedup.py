@@ -157,6 +157,18 @@ class DedupWindow:
             if pending is None:
                 pending = self._pending[key] = asyncio.get_running_loop().create_future()
             await asyncio.shield(pending)
+        return self.known(key, digest)
+
+    def busy(self, key: str) -> bool:
+        """Whether a send of ``key`` is being stored now (``seen`` would wait for it)."""
+        return key in self._pending
+
+    def known(self, key: str, digest: str) -> dict[str, object] | None:
+        """``seen`` without the wait: for a key that is not ``busy``.
+
+        Raises:
+            QueueError: 422 when the key was used with another body.
+        """
         entry = self._entries.get(key)
         if entry is None or entry.at_ms < self._horizon_ms():
             return None
@@ -182,10 +194,9 @@ class DedupWindow:
         self._known(key, _Entry(digest, answer, _now_ms(), record))
 
     def held(self, key: str, digest: str, answer: dict[str, object],
-             message: StoredRecord) -> None:
-        """``key`` is stored in ``message`` itself (a ``KEYED`` record): known at once, on
-        disk with the next flush (see the module docstring)."""
-        where = (message.queue_id, message.seq)
+             where: tuple[int, int]) -> None:
+        """``key`` is stored in the message at ``where`` (queue, sequence) itself (a ``KEYED``
+        record): known at once, on disk with the next flush (see the module docstring)."""
         self._held[where] = key
         if len(self._held) == 1 or len(self._held) >= _HELD_SOON:
             self._wake.set()

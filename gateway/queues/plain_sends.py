@@ -26,7 +26,7 @@ from gateway.queues.errors import QueueError
 from gateway.queues.manager import QueueManager
 from gateway.queues.model import Queue
 from gateway.queues.send_rules import check_send_to
-from gateway.queues.store_errors import queue_error, store_call
+from gateway.queues.store_errors import queue_error
 from store.errors import StoreError
 from store.records import SendSpec
 
@@ -114,13 +114,13 @@ async def send_plain(qm: QueueManager, sends: Sequence[PlainSend]
     Raises:
         QueueError: the store takes no writes (503); none was stored.
     """
-    made = await store_call(qm.store.append_many([send.spec for send in sends]))
+    made = await sending.commit_each(qm.store, [(send.queue, send.spec) for send in sends],
+                                     qm.arrived)
     answers: list[Stored | QueueError | StoreError] = []
     for send, record in zip(sends, made):
         if isinstance(record, StoreError):
             answers.append(queue_error(record) or record)
             continue
-        qm.arrived(send.queue, record)
         answers.append(Stored(qm.id_of(send.queue, record, send.own_id),
                               send.queue.path.display, record.seq))
     return answers

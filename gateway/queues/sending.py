@@ -3,11 +3,12 @@
 A REST send, a batch, a format-name or remote send, an SRMP delivery or stream batch, a
 forwarded message, an acknowledgement, a receipt, a journal or dead-letter copy, a
 transaction's commit, a redrive: each composes its records with ``message`` or ``copy`` and
-writes them with ``commit``. So how a client's message is stamped (``stamp``; an SRMP message
-keeps its sender's stamps and takes only its arrival time), how a record is encoded
-(priority, expiry, durability), whether one record takes the store's append or an atomic
-commit, how store refusals read in the queue domain, and that a record is announced to its
-queue only after it is durable, are written once. The gateway's own state records (duplicate
+writes them with ``commit`` (``commit_each``: independent records stored together). So how
+a client's message is stamped (``stamp``; an SRMP message keeps its sender's stamps and
+takes only its arrival time), how a record is encoded (priority, expiry, durability),
+whether one record takes the store's append or an atomic commit, how store refusals read in
+the queue domain, and that a record is announced to its queue only after it is durable, are
+written once. The gateway's own state records (duplicate
 window, wire ids, links, positions) are composed here too (``state``); their owners write
 them, with the removals of the records they replace.
 
@@ -22,12 +23,13 @@ from collections.abc import Callable, Sequence
 from gateway.msmq.message import MessageProperties, encode_payload
 from gateway.queues.model import Queue
 from gateway.queues.store_errors import store_call
+from store.errors import StoreError
 from store.framing import RecordFlags
 from store.message_store import MessageStore
 from store.records import SendSpec, StoredRecord
 
 __all__ = ["Send", "stamp", "message", "encoded", "copy", "state", "reserve", "release", "commit",
-           "prepare", "commit_prepared"]
+           "commit_each", "prepare", "commit_prepared"]
 
 # A record and the queue it becomes visible in (None: a record of the gateway's own state,
 # which its owner takes over after the commit).
@@ -109,6 +111,24 @@ async def commit(store: MessageStore, sends: Sequence[Send], *,
         for (queue, _), record in zip(sends, made):
             if queue is not None:
                 arrived(queue, record)
+    return made
+
+
+async def commit_each(store: MessageStore, sends: Sequence[Send],
+                      arrived: Callable[[Queue, StoredRecord], None]
+                      ) -> list[StoredRecord | StoreError]:
+    """Write durable message records each on its own, with one wait for all of them (a
+    store owner's sends of one pass: gateway.queues.plain_sends): for each, in order, its
+    record, announced to its queue, or the store's refusal of it alone (its reserved
+    sequence number given back).
+
+    Raises:
+        QueueError: the store takes no writes (503); none was written.
+    """
+    made = await store_call(store.append_many([spec for _, spec in sends]))
+    for (queue, _), record in zip(sends, made):
+        if queue is not None and not isinstance(record, StoreError):
+            arrived(queue, record)
     return made
 
 

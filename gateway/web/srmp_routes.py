@@ -20,7 +20,7 @@ import functools
 import ipaddress
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 
 from aiohttp import web
@@ -28,7 +28,7 @@ from aiohttp.typedefs import Handler
 
 from gateway.auth.principal import NOBODY, Principal
 from gateway.errors import ProblemError
-from gateway.inbound.deliver import Outcome, deliver
+from gateway.inbound.deliver import Outcome, PlainDelivery, deliver, deliver_plain, plain_delivery
 from gateway.inbound.forward import forward
 from gateway.inbound.parse_pool import ParsePool, WorkerLost
 from gateway.logs import server_log
@@ -41,7 +41,7 @@ from gateway.queues.manager import Queue
 from gateway.srmp.codec import SrmpMessage, parse_request
 from gateway.srmp.eod import VERDICT_HEADER
 from gateway.srmp.errors import SrmpError
-from gateway.srmp.model import Kind
+from gateway.srmp.model import Kind, Stream
 from gateway.srmp.parsed import ParsedRequest
 from gateway.srmp.signature import BadSignature, verify_signature
 from gateway.web.appkeys import (
@@ -59,8 +59,8 @@ from mapping.engine import route_inbound
 from mapping.names import ORDER_QUEUE
 from mapping.rules import RuleSet
 
-__all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX", "Sender", "deliver_srmp",
-           "split_query"]
+__all__ = ["add_srmp_routes", "PARSE_INLINE_BYTES_MAX", "PlainSrmp", "Sender", "deliver_srmp",
+           "split_query", "store_srmp_many", "take_srmp"]
 
 PARSE_INLINE_BYTES_MAX = 64 * 1024  # larger requests are parsed off the event loop
 _SRMP_STATUSES = (400, 403, 404, 409, 422)  # what SRMP has only one answer for: 400
@@ -107,6 +107,16 @@ async def _srmp_post(request: web.Request) -> web.Response:
     return web.Response(status=200, headers=headers)
 
 
+@dataclass(frozen=True, slots=True)
+class PlainSrmp:
+    """A request whose message needs nothing but its own record (``plain_delivery``), for
+    ``store_srmp_many``; or one found a duplicate already (``delivery`` is the outcome)."""
+
+    kind: str
+    message_id: str
+    delivery: PlainDelivery | Outcome
+
+
 async def deliver_srmp(app: web.Application, sender: Sender,
                        parse: Callable[[], Awaitable[ParsedRequest]]) -> dict[str, str] | None:
     """Take one SRMP request (``parse`` gives its parse): the headers of its 200 answer.
@@ -114,35 +124,125 @@ async def deliver_srmp(app: web.Application, sender: Sender,
     Raises:
         ProblemError: every refusal, as SRMP answers it (``_as_srmp``).
     """
-    state = app[STATE_KEY]
-    metrics = app[METRICS_KEY]
-    services = state.serving(5)
-    qm, sequencer = services.queue_manager, services.sequencer
-    kind = "unknown"
-    refusal = ""
     try:
         parsed = await parse()
+    except (SrmpError, ProblemError, QueueError) as exc:
+        raise _rejected(app, "unknown", exc) from exc
+    taken = take_srmp(app, sender, lambda: parsed)
+    if not isinstance(taken, PlainSrmp):
+        return await taken
+    answer = (await store_srmp_many(app, [taken]))[0]
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
+
+
+def take_srmp(app: web.Application, sender: Sender, parse: Callable[[], ParsedRequest]
+              ) -> PlainSrmp | Coroutine[object, None, dict[str, str] | None]:
+    """The checks of one SRMP request (``parse`` gives its parse), up to its store commit:
+    a message for ``store_srmp_many`` (a store owner stores those of one pass together),
+    or the coroutine that does the rest and gives the headers of the 200 answer.
+
+    Raises:
+        ProblemError: every refusal, as SRMP answers it (``_as_srmp``).
+    """
+    services = app[STATE_KEY].serving(5)
+    kind = "unknown"
+    try:
+        parsed = parse()
         kind = parsed.kind
         queue = _destination(app, parsed.to)
+    except (SrmpError, ProblemError, QueueError) as exc:
+        raise _rejected(app, kind, exc) from exc
+    if isinstance(queue, tuple) or kind in (Kind.STREAM_RECEIPT, Kind.FINAL_STREAM_RECEIPT):
+        return _route(app, sender, parsed, queue)
+    checked = _checked(app, sender, parsed, queue)
+    if checked.stream is None:
+        try:
+            plain = plain_delivery(services.queue_manager, queue, checked.props, parsed.body,
+                                   vouched=checked.vouched)
+        except (ProblemError, QueueError) as exc:
+            raise _rejected(app, kind, exc) from exc
+        if plain is not None:
+            return PlainSrmp(kind, parsed.message_id, plain)
+    return _deliver(app, checked)
+
+
+async def store_srmp_many(app: web.Application, taken: Sequence[PlainSrmp]
+                          ) -> list[dict[str, str] | None | Exception]:
+    """Store ``take_srmp``'s messages together: for each, in order, the headers of its 200
+    answer, or its refusal as SRMP answers it (``_as_srmp``; a ``StoreError`` the queue
+    domain does not name, which is a 500)."""
+    deliveries = [item.delivery for item in taken if isinstance(item.delivery, PlainDelivery)]
+    try:
+        qm = app[STATE_KEY].serving(5).queue_manager
+        made = iter(await deliver_plain(qm, deliveries) if deliveries else ())
+    except (ProblemError, QueueError) as exc:  # the store takes no writes: none was stored
+        return [_rejected(app, item.kind, exc) for item in taken]
+    answers: list[dict[str, str] | None | Exception] = []
+    for item in taken:
+        outcome = item.delivery if isinstance(item.delivery, Outcome) else next(made)
+        if isinstance(outcome, Outcome):
+            answers.append(_delivered(app, item.kind, item.message_id, None, outcome))
+        elif isinstance(outcome, QueueError):
+            answers.append(_rejected(app, item.kind, outcome))
+        else:
+            app[METRICS_KEY].srmp_message(item.kind, "rejected")
+            answers.append(outcome)
+    return answers
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """A message for a local queue, checked and its properties made: what ``deliver``
+    takes."""
+
+    kind: str
+    queue: Queue
+    props: MessageProperties
+    parsed: ParsedRequest
+    stream: Stream | None
+    vouched: bool
+
+
+async def _route(app: web.Application, sender: Sender, parsed: ParsedRequest,
+                 queue: Queue | tuple[str, bool]) -> dict[str, str] | None:
+    """A message forwarded to another host, or a stream receipt (delivered as a message
+    when it is for none of our outgoing streams)."""
+    metrics = app[METRICS_KEY]
+    qm = app[STATE_KEY].serving(5).queue_manager
+    kind = parsed.kind
+    refusal = ""
+    try:
         if isinstance(queue, tuple):
             stored = await _forward(app, sender, parsed, *queue)
             metrics.srmp_message(kind, "forwarded" if stored else "duplicate")
             return None
-        if kind in (Kind.STREAM_RECEIPT, Kind.FINAL_STREAM_RECEIPT):
-            # A receipt moves one of our outgoing streams on, whatever queue its <to> names:
-            # it is taken only from a sender that may send order acknowledgements.
-            refusal = _access(app, sender, qm.queue(ORDER_QUEUE))
-            if refusal:
-                refusal = f"stream receipt refused: {refusal}"
-            elif await _receipt(app, parsed.message):
-                metrics.srmp_message(kind, "stream_advanced")
-                return None
+        # A receipt moves one of our outgoing streams on, whatever queue its <to> names:
+        # it is taken only from a sender that may send order acknowledgements.
+        refusal = _access(app, sender, qm.queue(ORDER_QUEUE))
+        if refusal:
+            refusal = f"stream receipt refused: {refusal}"
+        elif await _receipt(app, parsed.message):
+            metrics.srmp_message(kind, "stream_advanced")
+            return None
     except (SrmpError, ProblemError, QueueError) as exc:
-        metrics.srmp_message(kind, "rejected")
-        raise _as_srmp(exc) from exc
+        raise _rejected(app, kind, exc) from exc
+    return await _deliver(app, _checked(app, sender, parsed, queue, refusal))
+
+
+def _checked(app: web.Application, sender: Sender, parsed: ParsedRequest, queue: Queue,
+             refusal: str = "") -> _Checked:
+    """The access checks and the message's properties.
+
+    Raises:
+        ProblemError: the refusal (403 for a sender that may not send to the queue).
+    """
+    state = app[STATE_KEY]
+    kind = parsed.kind
     refusal = refusal or _access(app, sender, queue)
     if refusal:  # 403, as srmp.md's table says: not one of the refusals SRMP makes 400
-        metrics.srmp_message(kind, "rejected")
+        app[METRICS_KEY].srmp_message(kind, "rejected")
         raise ProblemError(403, refusal, type_slug="MQ_ERROR_ACCESS_DENIED")
     try:
         authenticated = _authenticate(app, parsed, queue)
@@ -150,24 +250,45 @@ async def deliver_srmp(app: web.Application, sender: Sender,
         check_reply_addresses(props, local=state.local, outbound=state.outbound,
                               may_send=lambda canonical: _may_send(app, sender, canonical),
                               principal=sender.principal, srmp=True)
-        query = split_query(parsed.to)[1]
-        if query:  # kept with the message: the address it came to is the whole URL
-            props = replace(props, extra={**props.extra, "srmp_query": query})
-        if authenticated:
-            props = replace(props, extra={**props.extra, "authenticated": "xmldsig"})
-        stream = parsed.stream if kind == Kind.USER else None
-        outcome = await deliver(qm, sequencer, queue, props, parsed.body, stream=stream,
-                                queue_url=parsed.to,
-                                vouched=sender.principal is not NOBODY or _trusted(app, sender))
     except (SrmpError, ProblemError, QueueError) as exc:
-        metrics.srmp_message(kind, "rejected")
-        raise _as_srmp(exc) from exc
-    metrics.srmp_message(kind, outcome.value)
+        raise _rejected(app, kind, exc) from exc
+    query = split_query(parsed.to)[1]
+    if query:  # kept with the message: the address it came to is the whole URL
+        props = replace(props, extra={**props.extra, "srmp_query": query})
+    if authenticated:
+        props = replace(props, extra={**props.extra, "authenticated": "xmldsig"})
+    return _Checked(kind, queue, props, parsed, parsed.stream if kind == Kind.USER else None,
+                    sender.principal is not NOBODY or _trusted(app, sender))
+
+
+async def _deliver(app: web.Application, checked: _Checked) -> dict[str, str] | None:
+    services = app[STATE_KEY].serving(5)
+    parsed = checked.parsed
+    try:
+        outcome = await deliver(services.queue_manager, services.sequencer, checked.queue,
+                                checked.props, parsed.body, stream=checked.stream,
+                                queue_url=parsed.to, vouched=checked.vouched)
+    except (SrmpError, ProblemError, QueueError) as exc:
+        raise _rejected(app, checked.kind, exc) from exc
+    return _delivered(app, checked.kind, parsed.message_id, checked.stream, outcome)
+
+
+def _delivered(app: web.Application, kind: str, message_id: str, stream: Stream | None,
+               outcome: Outcome) -> dict[str, str] | None:
+    """Count a message taken, and the headers of its 200 answer."""
+    app[METRICS_KEY].srmp_message(kind, outcome.value)
     if outcome is not Outcome.STORED:
-        server_log.debug("srmp %s %s: %s", kind, parsed.message_id, outcome.value)
+        server_log.debug("srmp %s %s: %s", kind, message_id, outcome.value)
     # An extension Windows ignores: an entrepot sender learns whether a stream message was
     # taken, so one that overtook a lost predecessor is sent again at once, not a round later.
     return {VERDICT_HEADER: outcome.value} if stream is not None else None
+
+
+def _rejected(app: web.Application, kind: str, exc: SrmpError | ProblemError | QueueError
+              ) -> ProblemError:
+    """Count a request refused, and its refusal as SRMP answers it."""
+    app[METRICS_KEY].srmp_message(kind, "rejected")
+    return _as_srmp(exc)
 
 
 def _as_srmp(exc: SrmpError | ProblemError | QueueError) -> ProblemError:

@@ -1,8 +1,8 @@
 """Every message the gateway stores is written by gateway.queues.sending.
 
-A spy on ``sending.commit`` records the queue of each message record it writes, while REST,
-batch, format-name, transactional, SRMP (plain and stream) sends and the acknowledgements
-they ask for go through the real application. Each queue must then hold exactly the records
+A spy on ``sending.commit`` and ``commit_each`` records the queue of each message record
+they write, while REST, batch, format-name, transactional, SRMP (plain and stream) sends and
+the acknowledgements they ask for go through the real application. Each queue must then hold exactly the records
 the spy saw: a send path that composed and committed its records on its own would leave a
 message the spy never saw.
 """
@@ -40,7 +40,17 @@ def written(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
         seen.update(queue.path.display for queue, _ in sends if queue is not None)
         return made
 
+    real_each = sending.commit_each
+
+    async def commit_each(store: MessageStore, sends: Sequence[sending.Send],
+                          arrived: Any) -> list[Any]:
+        made = await real_each(store, sends, arrived)
+        seen.update(queue.path.display for (queue, _), record in zip(sends, made)
+                    if queue is not None and isinstance(record, StoredRecord))
+        return made
+
     monkeypatch.setattr(sending, "commit", commit)
+    monkeypatch.setattr(sending, "commit_each", commit_each)
     return seen
 
 

@@ -4,7 +4,6 @@ reader."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import time
@@ -20,32 +19,10 @@ from gateway.settings import Settings
 from gateway.web.calls import OPERATIONS, Call
 from gateway.web.rest_codec import parse_send_headers
 from tests.helpers import ready_client
+from tests.owner_channel import OwnerChannel
 
 Q = "/v1/queues/feed"
 _BODY = bytes(range(256)) * 400  # 100 KiB: a range of 8 is several pieces
-
-
-class _Channel:
-    """A front's end as the owner sees it: what it was sent, by request id."""
-
-    def __init__(self) -> None:
-        self.lost = False
-        self.answers: dict[int, asyncio.Future[tuple[int, Any]]] = {}
-
-    def send(self, request_id: int, kind: int, value: object) -> None:
-        payload = wire.encode(request_id, kind, value)[wire.HEAD.size:]  # as it would go
-        self.answers.setdefault(request_id, asyncio.get_running_loop().create_future())
-        self.answers[request_id].set_result((kind, wire.problem_answer(payload)
-                                             if kind == wire.Kind.PROBLEM
-                                             else wire.decode(payload)))
-
-    async def call(self, commands: Commands, request_id: int, kind: int,
-                   value: object) -> tuple[int, Any]:
-        self.answers[request_id] = asyncio.get_running_loop().create_future()
-        commands.on_request(self, request_id, kind,  # type: ignore[arg-type]
-                            wire.encode(0, kind, value)[wire.HEAD.size:])
-        # Bounded only so that a command left unanswered fails here instead of hanging.
-        return await asyncio.wait_for(self.answers[request_id], 60)
 
 
 def _range(queue: str = "feed") -> wire.LogCommand:
@@ -66,7 +43,7 @@ async def owner(aiohttp_client: Any, settings_factory: Callable[..., Settings]
 async def test_a_range_comes_in_pieces_that_make_the_one_process_answer(
         owner: tuple[Any, Commands]) -> None:
     client, commands = owner
-    channel = _Channel()
+    channel = OwnerChannel()
     kind, (status, body, headers, piece, cursor) = await channel.call(
         commands, 1, wire.Kind.LOG, _range())
     assert (kind, status, body, headers["Entrepot-Next"]) == (wire.Kind.OK, 200, None, "9")
@@ -91,9 +68,9 @@ async def test_a_dropped_or_orphaned_range_frees_its_place(
     whose reader went away drops its cursor, and a front that went away has its cursors
     forgotten, so their places come back."""
     _, commands = owner
-    channel, gone = _Channel(), _Channel()
+    channel, gone = OwnerChannel(), OwnerChannel()
 
-    async def start(on: _Channel, request_id: int) -> tuple[int, Any]:
+    async def start(on: OwnerChannel, request_id: int) -> tuple[int, Any]:
         kind, answer = await on.call(commands, request_id, wire.Kind.LOG, _range())
         return kind, answer[4] if kind == wire.Kind.OK else answer.status
 
@@ -115,7 +92,7 @@ async def test_a_method_the_resource_does_not_serve_is_answered_405_with_allow(
     """As one process's middleware answers it: the owner's answer must cross the channel
     (aiohttp's header names are not plain strings)."""
     client, commands = owner
-    kind, problem = await _Channel().call(commands, 1, wire.Kind.LOG, wire.LogCommand(
+    kind, problem = await OwnerChannel().call(commands, 1, wire.Kind.LOG, wire.LogCommand(
         "feed", ["range"], "POST", [("from", "1"), ("to", "2")], b"", None))
     assert (kind, problem.status, problem.headers) == (wire.Kind.PROBLEM, 405,
                                                        {"Allow": "GET,HEAD"})
@@ -131,7 +108,7 @@ async def test_an_answer_that_cannot_be_sent_is_answered_500(
 
     _, commands = owner
     monkeypatch.setattr(RangeConsumers, "head", lambda self, queue, owner: {"odd": object()})
-    kind, problem = await _Channel().call(commands, 1, wire.Kind.LOG, wire.LogCommand(
+    kind, problem = await OwnerChannel().call(commands, 1, wire.Kind.LOG, wire.LogCommand(
         "feed", ["head"], "GET", [], b"", None))
     assert (kind, problem.status) == (wire.Kind.PROBLEM, 500)
 
@@ -157,13 +134,10 @@ async def test_the_sends_of_one_pass_are_each_answered_by_what_became_of_it(
     sends = [_send("feed", b"a"), _send("nowhere", b"b"), _send("feed", b"c" * (100 << 10)),
              *[_send("small", bytes([i]) * 1000) for i in range(5)], _send("orders", b"e"),
              _send("feed", b"f", "key-1"), _send("feed", b"x", express=True), _send("feed", b"g")]
-    commands, channel = Commands(client.app), _Channel()
-    loop = asyncio.get_running_loop()
+    commands, channel = Commands(client.app), OwnerChannel()
     for request_id, send in enumerate(sends):  # all in this one pass
-        channel.answers[request_id] = loop.create_future()
-        commands.on_request(channel, request_id, wire.Kind.SEND,  # type: ignore[arg-type]
-                            wire.encode(0, wire.Kind.SEND, send)[wire.HEAD.size:])
-    answers = [await asyncio.wait_for(channel.answers[i], 60) for i in range(len(sends))]
+        channel.put(commands, request_id, wire.Kind.SEND, send)
+    answers = [await channel.answer(i) for i in range(len(sends))]
 
     def fate(kind: int, answer: Any) -> object:
         return answer.status if kind == wire.Kind.PROBLEM else "ok"
@@ -193,7 +167,7 @@ async def test_a_send_the_front_encoded_is_stored_as_one_process_stores_it(
     client = await ready_client(aiohttp_client, settings_factory())
     for name, settings in (("feed", {}), ("orders", {"transactional": True})):
         assert (await client.put(f"/v1/queues/{name}", json=settings)).status == 201
-    commands, channel = Commands(client.app), _Channel()
+    commands, channel = Commands(client.app), OwnerChannel()
     kind, guid = await channel.call(commands, 1, wire.Kind.IDENTITY, None)
     assert kind == wire.Kind.OK
     headers = {"Mq-Label": "L", "Mq-Priority": "5", "Mq-Correlation-Id": "c",
@@ -240,7 +214,7 @@ async def test_an_operation_answers_as_the_same_request_in_one_process(
     """A management operation a front sends (``CALL``) is what one process does with the
     same request: its status, body and headers; a refusal is the same problem."""
     client, commands = owner
-    channel = _Channel()
+    channel = OwnerChannel()
     kind, (status, made, _) = await channel.call(commands, 1, wire.Kind.CALL, _call(
         "queue", "PUT", {"tail": "fresh"}, b'{"label": "L", "quota": "1MiB"}'))
     assert (kind, status) == (wire.Kind.OK, 201)
@@ -274,7 +248,7 @@ async def test_the_owner_checks_the_reply_addresses_of_a_send_and_a_batch(
     owner checks them against its state and refuses as one process does, naming the
     header; the same send without them is stored."""
     client, commands = owner
-    channel = _Channel()
+    channel = OwnerChannel()
     elsewhere = "DIRECT=HTTP://elsewhere.example/msmq/private$/acks"
     properties = parse_send_headers({"Mq-Admin-Queue": elsewhere},
                                     now_ms=int(time.time() * 1000)).properties
@@ -305,7 +279,7 @@ async def test_an_operation_that_fails_is_logged_naming_it_and_answered_500(
 
     monkeypatch.setitem(OPERATIONS, "failing", failing)
     _, commands = owner
-    kind, problem = await _Channel().call(commands, 1, wire.Kind.CALL,
+    kind, problem = await OwnerChannel().call(commands, 1, wire.Kind.CALL,
                                           _call("failing", "POST", {}))
     assert (kind, problem.status) == (wire.Kind.PROBLEM, 500)
     assert "embedded null byte" not in problem.detail  # the log has it, not the client

@@ -75,7 +75,7 @@ async def _held(store: MessageStore, window: DedupWindow, queue_id: int, key: st
                 ) -> StoredRecord:
     window.begin(key)
     record = await store.append(SendSpec(queue_id, key.encode(), flags=RecordFlags.KEYED))
-    window.held(key, "d", {"id": key}, record)
+    window.held(key, "d", {"id": key}, (record.queue_id, record.seq))
     return record
 
 
@@ -191,8 +191,8 @@ async def test_flushes_are_cut_into_records_a_segment_holds(tmp_path: Path) -> N
     assert sum(sizes) == 400 and len(sizes) > 1
     assert all(len(store.read(r)) <= 32 * 1024 for r in store.records(dedup.queue_id))
     # One absurd id cannot be written; it is known in memory and blocks no removal.
-    window.held("srmp:" + "y" * (300 << 10), "d", {}, await store.append(
-        SendSpec(queue.queue_id, b"absurd", flags=RecordFlags.KEYED)))
+    absurd = await store.append(SendSpec(queue.queue_id, b"absurd", flags=RecordFlags.KEYED))
+    window.held("srmp:" + "y" * (300 << 10), "d", {}, (absurd.queue_id, absurd.seq))
     message = await _held(store, window, queue.queue_id, "srmp:after")
     await store.remove([message])
     assert await window.seen("srmp:after", "d") == {"id": "srmp:after"}
