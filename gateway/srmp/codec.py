@@ -20,8 +20,10 @@ __all__ = ["SrmpMessage", "parse_request"]
 _XML_TYPES = ("text/xml", "application/soap+xml", "application/xml")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SrmpMessage:
+    """A parsed request (not frozen: gateway.srmp.model says why)."""
+
     envelope: Envelope
     envelope_raw: bytes
     body: bytes

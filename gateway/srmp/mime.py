@@ -27,9 +27,10 @@ BOUNDARY_CHARS_MAX = 200  # RFC 2046 allows 70; MSMQ's are ~30; be generous, not
 _CRLF = b"\r\n"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Part:
-    """One part: its headers (names lower-cased) and where its data lies in the whole body."""
+    """One part: its headers (names lower-cased) and where its data lies in the whole body
+    (not frozen: gateway.srmp.model says why)."""
 
     headers: dict[str, str]
     start: int

@@ -4,6 +4,10 @@ formats (times, ids)".
 Optional elements are ``None`` when absent, so that parsing and printing an envelope gives
 back the same bytes: what Windows leaves out (``App`` when zero, ``previous``) is decided by
 whoever builds the envelope, not by the printer.
+
+The classes are not frozen dataclasses, though nothing changes an envelope once parsed: a
+frozen dataclass sets each field through ``object.__setattr__`` (four times the cost of an
+assignment), and every SRMP request builds a few of them, about 40 fields in all.
 """
 
 from __future__ import annotations
@@ -102,7 +106,7 @@ def objectid_to_base64(guid: str, uniquifier: int) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Path:
     """``<path>`` (WS-Routing): what the message is and where it goes."""
 
@@ -112,7 +116,7 @@ class Path:
     rev_via: str | None = None  # None: no <rev>; "": <rev><via/></rev>
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Services:
     durable: bool = False
     delivery_receipt_to: str | None = None
@@ -121,7 +125,7 @@ class Services:
     negative_only: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Stream:
     stream_id: str
     current: int
@@ -130,26 +134,26 @@ class Stream:
     element: str = "stream"  # "Stream" in the spec's only example; accepted both ways
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeliveryReceipt:
     received_at: str
     id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CommitmentReceipt:
     decided_at: str
     decision: str  # positive | negative
     id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StreamReceipt:
     stream_id: str
     last_ordinal: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MsmqHeader:
     """``<Msmq>`` (namespace ``msmq.namespace.xml``); times as the text sent."""
 
@@ -176,14 +180,14 @@ class MsmqHeader:
     ttrq: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reference:
     uri: str
     digest_method: str
     digest_value: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Signature:
     """The old XML-DSig profile of [MC-MQSRM] §2.2.7 (docs/srmp.md, "Signatures");
     ``signed_info`` is the element's bytes."""
@@ -204,7 +208,7 @@ class Kind:
     FINAL_STREAM_RECEIPT: Final = "final-stream-receipt"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Envelope:
     path: Path
     expires_at: str

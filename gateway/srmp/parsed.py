@@ -2,7 +2,7 @@
 whole envelope only on demand.
 
 Why: a parse worker (gateway.inbound.parse_pool) sends its result to the event loop pickled, and
-rebuilding the whole envelope there (frozen model classes, ~45 fields) plus making the message
+rebuilding the whole envelope there (model classes, ~45 fields) plus making the message
 properties from it would cost the busiest thread, the loop. The worker makes the
 properties too and sends the envelope as bytes that are unpickled only when a request needs
 more than this summary (a receipt, a signature, an authenticated queue).
