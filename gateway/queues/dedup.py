@@ -223,21 +223,22 @@ class DedupWindow:
             self._flushing, self._held = self._held, {}
             taken = list(self._flushing.items())
             try:
-                batch: list[tuple[tuple[int, int], _Entry, dict[str, object]]] = []
+                batch: list[tuple[tuple[int, int], str, _Entry, bytes]] = []
                 size = 0
                 for where, key in taken:
                     entry = self._entries.get(key)
                     if entry is None:  # already left the window
                         self._flushing.pop(where, None)
                         continue
-                    doc = {"key": key, "digest": entry.digest, "answer": entry.answer,
-                           "at_ms": entry.at_ms, "msg": list(where)}
-                    doc_size = len(jsonio.dumps(doc)) + 1
-                    if batch and size + doc_size > _FLUSH_BYTES_MAX:
+                    # Each entry's JSON is made once: the record joins them (``_write``).
+                    doc = jsonio.dumps({"key": key, "digest": entry.digest,
+                                        "answer": entry.answer, "at_ms": entry.at_ms,
+                                        "msg": list(where)})
+                    if batch and size + len(doc) + 1 > _FLUSH_BYTES_MAX:
                         await self._write(batch)
                         batch, size = [], 0
-                    batch.append((where, entry, doc))
-                    size += doc_size
+                    batch.append((where, key, entry, doc))
+                    size += len(doc) + 1
                 if batch:
                     await self._write(batch)
             except BaseException:
@@ -247,9 +248,9 @@ class DedupWindow:
                 self._flushing = {}
             return len(taken)
 
-    async def _write(self, batch: list[tuple[tuple[int, int], _Entry, dict[str, object]]]
-                     ) -> None:
-        payload = jsonio.dumps({"entries": [doc for _, _, doc in batch]})
+    async def _write(self, batch: list[tuple[tuple[int, int], str, _Entry, bytes]]) -> None:
+        """One record of entries: ``{"entries": [...]}``, each entry's JSON as made."""
+        payload = b'{"entries":[' + b",".join(doc for _, _, _, doc in batch) + b"]}"
         try:
             record = await self.store.append(sending.state(self.queue_id, payload))
         except MessageTooLarge:
@@ -262,8 +263,8 @@ class DedupWindow:
             self._flushing.pop(batch[0][0], None)
             return
         kept = 0
-        for where, entry, doc in batch:
-            if self._entries.get(str(doc["key"])) is entry:
+        for where, key, entry, _ in batch:
+            if self._entries.get(key) is entry:
                 entry.record = record
                 kept += 1
             self._flushing.pop(where, None)
