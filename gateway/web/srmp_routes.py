@@ -70,20 +70,26 @@ def add_srmp_routes(app: web.Application, virtual_dirs: tuple[str, ...],
                     handler: Handler | None = None) -> None:
     """One route per virtual directory, matched case-insensitively (``/MSMQ/...`` too);
     ``handler`` instead of ``srmp_post`` in a front process (gateway.fronts)."""
+    if handler is None:
+        plain = PlainBatch(app)
+
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return await srmp_post(request, plain)
+
     for vdir in virtual_dirs:
         pattern = "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c)
                           for c in vdir)
-        app.router.add_post(f"/{{vdir:{pattern}}}{{tail:(/.*)?}}", handler or srmp_post,
+        app.router.add_post(f"/{{vdir:{pattern}}}{{tail:(/.*)?}}", handler,
                             name=f"srmp-{vdir}", expect_handler=defer_continue)
 
 
-async def srmp_post(request: web.Request) -> web.Response:
+async def srmp_post(request: web.Request, plain: PlainBatch) -> web.Response:
     pool = request.app[PARSE_POOL_KEY]
     if pool is None:
-        return await _srmp_post(request)
+        return await _srmp_post(request, plain)
     pool.requests += 1  # the load that decides where requests are parsed
     try:
-        return await _srmp_post(request)
+        return await _srmp_post(request, plain)
     finally:
         pool.requests -= 1
 
@@ -98,12 +104,12 @@ class Sender:
     content_type: str
 
 
-async def _srmp_post(request: web.Request) -> web.Response:
+async def _srmp_post(request: web.Request, plain: PlainBatch) -> web.Response:
     raw = await body_of(request)
     content_type = request.headers.get("Content-Type", "")
     headers = await deliver_srmp(
         request.app, Sender(request.remote or "", principal_of(request), content_type),
-        lambda: _parse(request.app[PARSE_POOL_KEY], content_type, raw))
+        lambda: _parse(request.app[PARSE_POOL_KEY], content_type, raw), plain)
     return web.Response(status=200, headers=headers)
 
 
@@ -117,9 +123,58 @@ class PlainSrmp:
     delivery: PlainDelivery | Outcome
 
 
+class PlainBatch:
+    """One process's ``PlainSrmp`` messages of one pass of the loop, stored together
+    (``store_srmp_many``), as a store owner stores its fronts' (gateway.fronts.commands):
+    many SRMP requests in flight, one wait on the store for those of a pass."""
+
+    def __init__(self, app: web.Application) -> None:
+        self._app = app
+        self._waiting: list[tuple[PlainSrmp, asyncio.Future[dict[str, str] | None]]] = []
+        self._storing: set[asyncio.Task[None]] = set()
+
+    async def store(self, taken: PlainSrmp) -> dict[str, str] | None:
+        """``taken`` stored: the headers of its 200 answer.
+
+        Raises: its refusal, as ``store_srmp_many`` gives it."""
+        loop = asyncio.get_running_loop()
+        if not self._waiting:
+            loop.call_soon(self._start)
+        future: asyncio.Future[dict[str, str] | None] = loop.create_future()
+        self._waiting.append((taken, future))
+        # Shielded: a client that hangs up does not take its message out of the batch.
+        return await asyncio.shield(future)
+
+    def _start(self) -> None:
+        batch, self._waiting = self._waiting, []
+        task = asyncio.get_running_loop().create_task(self._store(batch))
+        self._storing.add(task)
+        task.add_done_callback(self._storing.discard)
+
+    async def _store(self, batch: list[tuple[PlainSrmp, asyncio.Future[dict[str, str] | None]]]
+                     ) -> None:
+        try:
+            answers = await store_srmp_many(self._app, [taken for taken, _ in batch])
+        except BaseException as exc:  # a bug or a cancellation: no request is left waiting
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            raise
+        for (_, future), answer in zip(batch, answers):
+            if future.done():
+                continue
+            if isinstance(answer, Exception):
+                future.set_exception(answer)
+            else:
+                future.set_result(answer)
+
+
 async def deliver_srmp(app: web.Application, sender: Sender,
-                       parse: Callable[[], Awaitable[ParsedRequest]]) -> dict[str, str] | None:
+                       parse: Callable[[], Awaitable[ParsedRequest]], plain: PlainBatch
+                       ) -> dict[str, str] | None:
     """Take one SRMP request (``parse`` gives its parse): the headers of its 200 answer.
+    A message that needs nothing but its own record is stored with the others of its pass
+    (``plain``).
 
     Raises:
         ProblemError: every refusal, as SRMP answers it (``_as_srmp``).
@@ -131,10 +186,7 @@ async def deliver_srmp(app: web.Application, sender: Sender,
     taken = take_srmp(app, sender, lambda: parsed)
     if not isinstance(taken, PlainSrmp):
         return await taken
-    answer = (await store_srmp_many(app, [taken]))[0]
-    if isinstance(answer, Exception):
-        raise answer
-    return answer
+    return await plain.store(taken)
 
 
 def take_srmp(app: web.Application, sender: Sender, parse: Callable[[], ParsedRequest]

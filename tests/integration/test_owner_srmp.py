@@ -1,25 +1,29 @@
-"""The store owner's SRMP commands, on a real application and store: the requests of one
-pass of its loop whose messages need nothing but their own record are stored together, and
-each is answered as one process answers it."""
+"""SRMP requests whose messages need nothing but their own record are stored together, those
+of one pass of the loop (the store owner's commands, and one process's requests), on a real
+application and store; each is answered as one process answers it alone."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import collections
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
 from gateway.auth.principal import NOBODY
+from gateway.errors import ProblemError
 from gateway.fronts import wire
 from gateway.fronts.commands import Commands
-from gateway.inbound.parse_pool import parse_answer
+from gateway.inbound.parse_pool import parse_answer, parsed_of
 from gateway.queues import sending
 from gateway.settings import Settings
 from gateway.srmp.build import SrmpRequest
 from gateway.srmp.eod import VERDICT_HEADER
+from gateway.srmp.parsed import ParsedRequest
+from gateway.web.srmp_routes import PlainBatch, Sender, deliver_srmp
 from store.message_store import MessageStore
 from tests.helpers import ready_client
 from tests.owner_channel import OwnerChannel
@@ -133,4 +137,33 @@ async def test_a_duplicate_of_a_message_being_stored_waits_for_its_answer(
     answers = [await channel.answer(i) for i in range(2)]
     assert [kind for kind, _ in answers] == [wire.Kind.OK] * 2
     assert await _bodies(client, "feed") == [b"once"]
+    assert (await _metrics(client))["user duplicate"] == 1
+
+
+async def test_one_process_stores_the_plain_messages_of_a_pass_together(
+        client: Any, stored_together: list[int]) -> None:
+    """In one process too, the plain SRMP requests in flight in one pass of the loop are
+    stored with one store call, each answered by its own fate."""
+    app = client.app
+    plain = PlainBatch(app)
+    sender = Sender("127.0.0.1", NOBODY, "")
+    requests = [user_message(_URL + "feed", b"m%d" % i, ordinal=20 + i) for i in range(4)]
+    requests += [requests[0], user_message(_URL + "nowhere", b"n", ordinal=30)]
+
+    async def deliver(request: SrmpRequest) -> object:
+        command = _command(request)
+
+        async def parse() -> ParsedRequest:
+            return parsed_of(command.parse_kind, pickle.loads(command.parse),
+                             command.content_type, command.raw)
+
+        try:
+            return await deliver_srmp(app, sender, parse, plain)
+        except ProblemError as exc:
+            return exc.status_hint
+
+    answers = await asyncio.gather(*(deliver(request) for request in requests))
+    assert answers == [None, None, None, None, None, 400], answers
+    assert stored_together == [4], stored_together
+    assert await _bodies(client, "feed") == [b"m0", b"m1", b"m2", b"m3"]
     assert (await _metrics(client))["user duplicate"] == 1
