@@ -37,10 +37,12 @@ def sha(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def lane_settings(tmp_path: Path, **server: object) -> Settings:
+def lane_settings(tmp_path: Path, srmp: dict[str, object] | None = None,
+                  **server: object) -> Settings:
     return parse_settings({
         "store": {"data_dir": str(tmp_path / "data")},
         "server": {"workers": 2, **server},
+        "srmp": srmp or {},
         "auth": {"admin_key_sha256": sha("admin-key")},
         "partners": [
             {"name": "acme", "api_key_sha256": sha("acme-key"), "send": ["acme_*", HOLD],
@@ -128,8 +130,9 @@ async def fronts(tmp_path: Path) -> AsyncIterator[Start]:
     over TLS when the server settings say so; every front started is stopped at the end."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
 
-    async def make(*, lane: bool = True, **server: object) -> Front:
-        settings = lane_settings(tmp_path, **server)
+    async def make(*, lane: bool = True, srmp: dict[str, object] | None = None,
+                   **server: object) -> Front:
+        settings = lane_settings(tmp_path, srmp, **server)
         owner = Owner()
         ours, theirs = socket.socketpair()
         loop = asyncio.get_running_loop()
@@ -179,8 +182,12 @@ async def read_answer(reader: asyncio.StreamReader) -> bytes:
 
 
 async def exchange(port: int, data: bytes, answers: int = 1,
-                    tls: ssl.SSLContext | None = None) -> list[bytes]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
+                    tls: ssl.SSLContext | None = None, local: str | None = None
+                    ) -> list[bytes]:
+    """``answers`` answers to ``data`` sent on a new connection (from the address
+    ``local``, if given)."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=tls, local_addr=None if local is None else (local, 0))
     try:
         writer.write(data)
         return [await read_answer(reader) for _ in range(answers)]

@@ -31,6 +31,7 @@ from multidict import CIMultiDict
 from gateway import jsonio
 from gateway.auth.authenticator import Authenticator, AuthError, Credentials, RateLimited
 from gateway.auth.hmac_sig import is_signed
+from gateway.auth.networks import in_networks
 from gateway.auth.principal import NOBODY, OPEN, Principal
 from gateway.auth.tls import PeerSubjects, SubjectKey
 from gateway.errors import GatewayError, ProblemError
@@ -86,6 +87,7 @@ class SendLane:
         # A client certificate is asked for only with a CA to verify it (gateway.auth.tls).
         self._subjects = PeerSubjects() if limits.tls_cert and limits.tls_client_ca else None
         self._srmp_dirs = {vdir.lower(): vdir for vdir in settings.srmp.virtual_dirs}
+        self._allow_networks = settings.srmp.allow_networks
         self._authenticator = authenticator
         self._channel = channel
         self._ask_guid = guid
@@ -225,26 +227,29 @@ class SendLane:
             principal = found or NOBODY
         if len(body) > PARSE_INLINE_BYTES_MAX:
             return None
-        taken, held = self._place(principal)
+        peer = transport.get_extra_info("peername")  # as aiohttp's request.remote
+        remote = "" if peer is None else str(peer[0] if isinstance(peer, (list, tuple))
+                                             else peer)
+        trusted = (remote if principal is NOBODY and in_networks(remote, self._allow_networks)
+                   else "")
+        taken, held = self._place(principal, trusted)
         if not taken:
             return None
         content_type = CIMultiDict(head.headers).get("Content-Type", "")
         parse_kind, parse = parse_answer(content_type, body)
-        peer = transport.get_extra_info("peername")  # as aiohttp's request.remote
-        remote = "" if peer is None else str(peer[0] if isinstance(peer, (list, tuple))
-                                             else peer)
         return wire.SrmpCommand(remote, principal, content_type, body, parse_kind,
                                 parse), held
 
-    def _place(self, principal: Principal) -> tuple[bool, str | None]:
+    def _place(self, principal: Principal, trusted: str = "") -> tuple[bool, str | None]:
         """(whether the request may go on, the partner's place in flight if it took one):
-        not over the cap in flight or the partner's share, and not a partner with a rate
-        limit (the owner holds its bucket: aiohttp's handler asks it)."""
+        not over the cap in flight or the partner's share (``trusted``: as
+        ``PartnerShares.admit``), and not a partner with a rate limit (the owner holds its
+        bucket: aiohttp's handler asks it)."""
         if ((principal.name in self._limited and not (principal.admin or principal.open))
                 or self._counts.total() >= self._requests_max):
             return False, None
         try:
-            return True, self._shares.admit(principal)
+            return True, self._shares.admit(principal, trusted)
         except ProblemError:
             return False, None
 

@@ -25,6 +25,7 @@ from aiohttp import web
 
 from gateway.auth.authenticator import Authenticator, AuthError, Credentials, RateLimited
 from gateway.auth.hmac_sig import SCHEME, SignedRequest, is_signed
+from gateway.auth.networks import in_networks
 from gateway.auth.principal import NOBODY, OPEN, Principal
 from gateway.auth.ratelimit import TokenBucket
 from gateway.auth.tls import PeerSubjects
@@ -99,6 +100,7 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator,
     body_max = settings.server.request_body_max
     body_timeout = settings.server.body_timeout
     subjects = PeerSubjects()
+    allow_networks = settings.srmp.allow_networks
     # A client certificate is asked for only with a CA to verify it (gateway.auth.tls).
     certificates = bool(settings.server.tls_cert and settings.server.tls_client_ca)
 
@@ -131,7 +133,10 @@ def make_auth_gate(settings: Settings, authenticator: Authenticator,
             if shares is not None and (principal is not None or srmp):
                 # Before its body: a slow one counts too (an SRMP sender nobody vouches
                 # for, whose body says where it goes, among them).
-                shares.take(request, principal or NOBODY)
+                trusted = ""
+                if principal is None and in_networks(request.remote or "", allow_networks):
+                    trusted = request.remote or ""
+                shares.take(request, principal or NOBODY, trusted)
             request[PRINCIPAL] = principal or (NOBODY if srmp else OPEN)
             if before_body is not None:
                 await before_body(request)

@@ -7,10 +7,12 @@ A request takes its place once its partner is known (the auth gate: before the b
 but for a signed request) and gives it back when it is answered (the middleware). With front
 processes the count is each front's own and the quarter is shared out between them (at least
 one each): connections spread over the fronts, and a front admits its part of the quarter.
-SRMP senders nobody vouches for (no partner certificate) share one quarter between them: they
-are admitted before their body says where it goes, so strangers' slow bodies cannot take the
-places partners need. The admin and the REST callers of a gateway without credentials have
-no share, only the overall cap.
+SRMP senders nobody vouches for (no partner certificate, outside ``srmp.allow_networks``)
+share one quarter between them: they are admitted before their body says where it goes, so
+strangers' slow bodies cannot take the places partners need. An SRMP sender without a
+certificate inside ``srmp.allow_networks`` (a trusted MSMQ server) holds a quarter of its
+own, by its address, as a partner does: strangers cannot take its places either. The admin
+and the REST callers of a gateway without credentials have no share, only the overall cap.
 """
 
 from __future__ import annotations
@@ -28,34 +30,40 @@ _HOLDER = web.RequestKey("partner_share", str)
 class PartnerShares:
     def __init__(self, limit: int, processes: int = 1) -> None:
         self.limit = limit
-        self.share = max(1, limit // 4 // max(1, processes))
+        self.processes = max(1, processes)
+        self.share = max(1, limit // 4 // self.processes)
         self._held: dict[str, int] = {}  # no entry for a partner with none in flight
 
-    def take(self, request: web.Request, principal: Principal) -> None:
+    def take(self, request: web.Request, principal: Principal, trusted: str = "") -> None:
         """Raises: ProblemError 503 when the partner's share is taken."""
         if may_wait(request):
             return
-        name = self.admit(principal)
+        name = self.admit(principal, trusted)
         if name is not None:
             request[_HOLDER] = name
 
-    def admit(self, principal: Principal) -> str | None:
-        """The partner's name once it holds a place; None for the admin and an open
-        gateway's callers, who take none.
+    def admit(self, principal: Principal, trusted: str = "") -> str | None:
+        """The name of the share the request holds a place in; None for the admin and an
+        open gateway's callers, who take none. ``trusted``: the address of an SRMP sender
+        without a certificate inside ``srmp.allow_networks`` (its own share).
 
         Raises:
-            ProblemError: 503 when the partner's share is taken.
+            ProblemError: 503 when the share is taken.
         """
         if principal.admin or principal.open:
             return None
-        name = principal.name
+        # A space: no partner's name holds one (gateway.credentials).
+        name = f"srmp sender {trusted}" if trusted and principal is NOBODY else principal.name
         held = self._held.get(name, 0)
         if held >= self.share:
-            who = ("SRMP senders nobody vouches for have" if principal is NOBODY
+            who = (f"SRMP sender {trusted} has" if name != principal.name
+                   else "SRMP senders nobody vouches for have" if principal is NOBODY
                    else f"partner {name!r} has")
-            raise ProblemError(503, f"{who} already {held} requests in flight, a "
-                               "quarter of server.concurrent_requests_max "
-                               f"({self.limit})", type_slug="overloaded",
+            part = "" if self.processes == 1 else (
+                f", shared out between {self.processes} front processes")
+            raise ProblemError(503, f"{who} already {held} requests in flight here, a "
+                               f"quarter of server.concurrent_requests_max ({self.limit})"
+                               f"{part}", type_slug="overloaded",
                                headers={"Retry-After": "1"})
         self._held[name] = held + 1
         return name

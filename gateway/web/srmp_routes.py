@@ -16,8 +16,6 @@ an empty body, like IIS (V04).
 from __future__ import annotations
 
 import asyncio
-import functools
-import ipaddress
 import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -26,6 +24,7 @@ from dataclasses import dataclass, replace
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from gateway.auth.networks import in_networks
 from gateway.auth.principal import NOBODY, Principal
 from gateway.errors import ProblemError
 from gateway.inbound.deliver import Outcome, PlainDelivery, deliver, deliver_plain, plain_delivery
@@ -539,23 +538,4 @@ def _may_send(app: web.Application, sender: Sender, canonical: str) -> str:
 
 
 def _trusted(app: web.Application, sender: Sender) -> bool:
-    return _in_networks(sender.remote, app[SETTINGS_KEY].srmp.allow_networks)
-
-
-@functools.lru_cache(maxsize=4096)
-def _in_networks(remote: str, texts: tuple[str, ...]) -> bool:
-    """Cached: the peer's address is parsed once, not on every SRMP send (senders are
-    few)."""
-    try:
-        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(remote)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped  # an IPv4 sender on a dual-stack listener
-    return any(address in n for n in _networks(texts))
-
-
-@functools.lru_cache(maxsize=8)
-def _networks(texts: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network,
-                                                ...]:
-    return tuple(ipaddress.ip_network(t) for t in texts)
+    return in_networks(sender.remote, app[SETTINGS_KEY].srmp.allow_networks)

@@ -4,6 +4,7 @@ again with one process): a partner holds at most a quarter of
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import select
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers import GatewayProcess, http_request, serving
+from tests.srmp_client import user_message
 
 pytestmark = pytest.mark.workers
 
@@ -92,26 +94,29 @@ def test_a_partner_holding_its_share_leaves_places_for_the_others(
     raise AssertionError("partner a's places did not come back")
 
 
-def test_strangers_slow_srmp_bodies_leave_places_for_the_partners(
-        tmp_path_factory: pytest.TempPathFactory) -> None:
-    """SRMP senders nobody vouches for (here: loopback is outside srmp.allow_networks, no
-    certificate) are admitted before their body says where it goes: together they hold at
-    most a quarter of the places, as one partner does, and partners stay served."""
+@contextlib.contextmanager
+def _strangers(tmp_path_factory: pytest.TempPathFactory, allow_networks: str,
+               source: str) -> Iterator[GatewayProcess]:
+    """A gateway (SRMP senders allowed from ``allow_networks``) with the quarter of SRMP
+    senders nobody vouches for held: CAP slow SRMP requests from ``source``, all but the
+    quarter refused 503 while the quarter waits for bodies that never come."""
     root = tmp_path_factory.mktemp("strangers")
     (root / "entrepot.toml").write_text(f"""[server]
 concurrent_requests_max = {CAP}
 body_timeout = "1h"
 shutdown_grace = "1s"
+names = ["gw"]
 [srmp]
-allow_networks = ["10.9.9.0/24"]
+allow_networks = ["{allow_networks}"]
 {_B}""")
     gateway = GatewayProcess(root / "data", env={"ENTREPOT_CONFIG": str(root / "entrepot.toml")})
     slow: list[socket.socket] = []
     try:
         gateway.wait_ready()
         for _ in range(CAP):
-            sock = socket.create_connection(("127.0.0.1", gateway.port))
-            sock.sendall(b"POST /msmq/nosuchqueue HTTP/1.1\r\nHost: localhost\r\n"
+            sock = socket.create_connection(("127.0.0.1", gateway.port),
+                                            source_address=(source, 0))
+            sock.sendall(b"POST /msmq/in_b HTTP/1.1\r\nHost: gw\r\n"
                          b"Content-Type: multipart/related; boundary=b\r\n"
                          b"Content-Length: 100000\r\n\r\n--b")
             slow.append(sock)
@@ -121,12 +126,35 @@ allow_networks = ["10.9.9.0/24"]
             ready, _, _ = select.select(waiting, [], [], 60)  # a bound only
             assert ready, f"only {refused} of the strangers' requests were refused"
             for sock in ready:
-                assert sock.recv(65536).startswith(b"HTTP/1.1 503")
+                answer = sock.recv(65536)
+                assert answer.startswith(b"HTTP/1.1 503"), answer
+                assert b"nobody vouches for" in answer, answer
                 waiting.remove(sock)
                 refused += 1
-        assert http_request(gateway.url + "/v1/queues/in_b/messages", body=b"b",
-                            headers={"Authorization": "Bearer key-b"}) == 201
+        yield gateway
     finally:
         for sock in slow:
             sock.close()
         gateway.stop()
+
+
+def test_strangers_slow_srmp_bodies_leave_places_for_the_partners(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """SRMP senders nobody vouches for (here: loopback is outside srmp.allow_networks, no
+    certificate) are admitted before their body says where it goes: together they hold at
+    most a quarter of the places, as one partner does, and partners stay served."""
+    with _strangers(tmp_path_factory, "10.9.9.0/24", "127.0.0.1") as gateway:
+        assert http_request(gateway.url + "/v1/queues/in_b/messages", body=b"b",
+                            headers={"Authorization": "Bearer key-b"}) == 201
+
+
+def test_strangers_cannot_take_the_places_of_a_trusted_srmp_sender(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """An SRMP sender inside srmp.allow_networks (a Windows server, no certificate) holds a
+    share of its own: strangers (here from 127.0.0.2, outside the allowed networks) holding
+    their quarter with slow bodies do not keep its messages out."""
+    with _strangers(tmp_path_factory, "127.0.0.1/32", "127.0.0.2") as gateway:
+        request = user_message("http://gw/msmq/in_b", b"trusted", ordinal=1)
+        headers = {k: v for k, v in request.headers if k not in ("Host", "Content-Length")}
+        assert http_request(gateway.url + "/msmq/in_b", body=request.body,
+                            headers=headers) == 200

@@ -117,3 +117,26 @@ async def test_srmp_requests_are_answered_as_aiohttps_handlers_do(
         assert requests == {("/msmq/{path}", "POST", status): 1}
 
 
+
+
+async def test_strangers_holding_their_share_leave_a_trusted_sender_to_the_lane(
+        start: Start) -> None:
+    """concurrent_requests_max 4: one request of SRMP senders nobody vouches for in flight
+    (here from 127.0.0.2, outside srmp.allow_networks); a sender inside them has a share of
+    its own, and the lane takes its request."""
+    front = await start(concurrent_requests_max=4, srmp={"allow_networks": ["127.0.0.1/32"]})
+    assert front.lane is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", front.port,
+                                                   local_addr=("127.0.0.2", 0))
+    writer.write(_srmp()[:-10])  # its body never ends: aiohttp's gate holds its place
+    while front.lane.passed == 0:  # passed on at the lane's next tick
+        await asyncio.sleep(0.05)
+    [refused] = await exchange(front.port, _srmp(), local="127.0.0.2")
+    assert refused.startswith(b"HTTP/1.1 503 ") and b"nobody vouches for" in refused
+    assert front.lane.passed == 2
+    [answer] = await exchange(front.port, _srmp())
+    assert answer.startswith(b"HTTP/1.1 200 "), answer
+    assert front.lane.passed == 2  # taken by the lane
+    [(kind, command)] = front.owner.commands
+    assert kind == wire.Kind.SRMP and command.remote == "127.0.0.1"
+    writer.close()
