@@ -207,8 +207,11 @@ def take_nonce(authenticator: Authenticator, signed: SignedRequest, throttled: b
 async def read_body(request: web.Request, timeout_s: float, body_max: int) -> bytes:
     """The whole body, within ``timeout_s`` (408), decoded from its Content-Encoding
     (gateway.web.body_coding: 400 when it does not decode), at most ``body_max`` bytes as
-    sent and once decoded (413); kept for ``body_of``. A client that hangs up mid-body gets
-    a 400 it will not read, and no error is logged: the fault is not the gateway's."""
+    sent and once decoded (413); kept for ``body_of``. A client that hangs up mid-body is
+    answered 499 (client closed request, as nginx counts it, and as a front counts the
+    same client when aiohttp cancels its handler): the status its request is counted
+    under, since no answer reaches it. No error is logged: the fault is not the
+    gateway's."""
     body: bytes | None = request.get(BODY)
     if body is not None:
         return body
@@ -231,7 +234,7 @@ async def read_body(request: web.Request, timeout_s: float, body_max: int) -> by
         raise ProblemError(408, f"request body not received within {timeout_s} s",
                            type_slug="body-timeout") from None
     except ConnectionError as exc:
-        raise ProblemError(400, f"the client closed the connection mid-body ({exc})",
+        raise ProblemError(499, f"the client closed the connection mid-body ({exc})",
                            type_slug="body-incomplete") from None
     request[BODY] = body
     return body

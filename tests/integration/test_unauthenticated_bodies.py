@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import socket
+import struct
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gateway.settings import parse_settings
-from tests.helpers import ready_client
+from tests.helpers import ready_client, serving
 
 
 def _sha(key: str) -> str:
@@ -85,4 +89,43 @@ async def test_a_client_hanging_up_mid_body_is_no_server_error(
             await asyncio.sleep(0.05)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]
-    assert 'status="500"' not in text
+    assert _hung_up(text) == 5, text
+
+
+def _hung_up(metrics: str) -> int:
+    """Sends counted 499 (client closed request); asserts none was counted otherwise."""
+    counts = {line.split('status="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+              for line in metrics.splitlines()
+              if line.startswith("entrepot_http_requests_total{") and 'method="POST"' in line}
+    assert set(counts) <= {"499"}, counts
+    return int(counts.get("499", 0))
+
+
+@pytest.mark.workers
+def test_a_client_hanging_up_mid_body_is_counted_alike_in_both_modes(
+        tmp_path: Path) -> None:
+    """499, whether one process or a front took the request (make test runs this with one
+    process too)."""
+    with serving(tmp_path, f"""[auth]
+admin_key_sha256 = "{_sha('admin-key')}"
+[[partners]]
+name = "a"
+api_key_sha256 = "{_sha('a-key')}"
+send = ["a_*"]
+[[queues]]
+path = "a_in"
+""") as gateway:
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+                sock.sendall(b"POST /v1/queues/a_in/messages HTTP/1.1\r\nHost: x\r\n"
+                             b"Authorization: Bearer a-key\r\nContent-Length: 100000\r\n"
+                             b"\r\nabc")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                struct.pack("ii", 1, 0))  # closed with a reset
+        for _ in range(1200):  # until the gateway has counted all three (a bound only)
+            with urllib.request.urlopen(gateway.url + "/metrics", timeout=30) as answer:
+                text = answer.read().decode()
+            if _hung_up(text) >= 3:
+                break
+            time.sleep(0.05)
+        assert _hung_up(text) == 3, text
