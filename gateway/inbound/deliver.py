@@ -14,9 +14,9 @@
   counted and logged. The machine quota is 503 with Retry-After (Windows retries any 5xx).
 
 A recoverable non-stream message that needs nothing but its own record (no reach-queue
-acknowledgement) and whose id is not being stored already is a ``PlainDelivery``: a store
-owner behind fronts stores those of one pass of its loop together (``deliver_plain``: one
-wait on the store for the lot), as it does plain REST sends.
+acknowledgement) and whose id is not being stored already is a ``PlainDelivery``: those of
+one pass of the loop (a store owner's, from every front, or one process's) are stored
+together (``deliver_plain``: one wait on the store for the lot), as plain REST sends are.
 """
 
 from __future__ import annotations
