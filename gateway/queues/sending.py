@@ -8,9 +8,9 @@ a client's message is stamped (``stamp``; an SRMP message keeps its sender's sta
 takes only its arrival time), how a record is encoded (priority, expiry, durability),
 whether one record takes the store's append or an atomic commit, how store refusals read in
 the queue domain, and that a record is announced to its queue only after it is durable, are
-written once. The gateway's own state records (duplicate
-window, wire ids, links, positions) are composed here too (``state``); their owners write
-them, with the removals of the records they replace.
+written once. The gateway's own state records (duplicate window, wire ids, links,
+positions) are composed here too (``state``); their owners write them, with the removals of
+the records they replace.
 
 Sequence numbers a caller reserved for records (``reserve``) are given back by ``commit``
 when the store refuses them, and by ``release`` when composing fails before the commit.
@@ -117,10 +117,10 @@ async def commit(store: MessageStore, sends: Sequence[Send], *,
 async def commit_each(store: MessageStore, sends: Sequence[Send],
                       arrived: Callable[[Queue, StoredRecord], None]
                       ) -> list[StoredRecord | StoreError]:
-    """Write durable message records each on its own, with one wait for all of them (a
-    store owner's sends of one pass: gateway.queues.plain_sends): for each, in order, its
-    record, announced to its queue, or the store's refusal of it alone (its reserved
-    sequence number given back).
+    """Write durable message records each on its own, with one wait for all of them (the
+    plain sends and SRMP messages of one loop pass: gateway.queues.plain_sends): for each,
+    in order, its record, announced to its queue, or the store's refusal of it alone (its
+    reserved sequence number given back).
 
     Raises:
         QueueError: the store takes no writes (503); none was written.
