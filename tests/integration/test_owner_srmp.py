@@ -45,7 +45,8 @@ def _command(request: SrmpRequest | bytes, remote: str = "127.0.0.1") -> wire.Sr
 @pytest.fixture
 async def client(aiohttp_client: Any, settings_factory: Callable[..., Settings]) -> Any:
     test_client = await ready_client(aiohttp_client, settings_factory(
-        server__names=["machine1"]))
+        server__names=["machine1"], store__segment_size="64KiB",
+        store__group_commit_bytes_max="64KiB"))
     for name, settings in (("feed", {}), ("small", {"quota": "1KiB"}),
                            ("orders", {"transactional": True})):
         response = await test_client.put(f"/v1/queues/{name}", json=settings)
@@ -105,6 +106,7 @@ async def test_the_srmp_requests_of_one_pass_are_each_answered_by_what_became_of
         (user_message(_URL + "orders", b"not in a stream", ordinal=6), "127.0.0.1"),
         (user_message(_URL + "feed", b"stranger", ordinal=7), "192.0.2.7"),  # not trusted
         (before, "127.0.0.1"),
+        (user_message(_URL + "feed", b"L" * (100 << 10), ordinal=8), "127.0.0.1"),  # 413
         (stream_message(_URL + "orders", b"streamed", 1,
                         receipts_to="http://sender.example/msmq/order_queue$"), "127.0.0.1"),
     ]
@@ -113,15 +115,16 @@ async def test_the_srmp_requests_of_one_pass_are_each_answered_by_what_became_of
         channel.put(commands, request_id, wire.Kind.SRMP, _command(request, remote))
     answers = [await channel.answer(i) for i in range(len(requests))]
     fates = [answer.status if kind == wire.Kind.PROBLEM else "ok" for kind, answer in answers]
-    assert fates == ["ok", "ok", "ok", 400, 400, "ok", "ok", 400, 403, "ok", "ok"], fates
-    assert answers[10][1] == {VERDICT_HEADER: "stored"}
-    # The plain ones (the first of the two alike, the one over quota, "five") in one call.
-    assert stored_together == [3], stored_together
+    assert fates == ["ok", "ok", "ok", 400, 400, "ok", "ok", 400, 403, "ok", 413, "ok"], fates
+    assert answers[11][1] == {VERDICT_HEADER: "stored"}
+    # The plain ones (the first of the two alike, the one over quota, "five", the one too
+    # large for a segment) in one call.
+    assert stored_together == [4], stored_together
     assert await _bodies(client, "feed") == [b"before", b"express", b"five", b"one"]
     assert await _bodies(client, "small") == []
     assert await _bodies(client, "orders") == [b"streamed"]
     assert await _metrics(client) == {"user stored": 5, "user duplicate": 2,
-                                      "user quota_dropped": 1, "user rejected": 3,
+                                      "user quota_dropped": 1, "user rejected": 4,
                                       "unknown rejected": 1}
 
 
@@ -143,12 +146,14 @@ async def test_a_duplicate_of_a_message_being_stored_waits_for_its_answer(
 async def test_one_process_stores_the_plain_messages_of_a_pass_together(
         client: Any, stored_together: list[int]) -> None:
     """In one process too, the plain SRMP requests in flight in one pass of the loop are
-    stored with one store call, each answered by its own fate."""
+    stored with one store call, each answered by its own fate (one too large for a
+    segment: 413)."""
     app = client.app
     plain = PlainBatch(app)
     sender = Sender("127.0.0.1", NOBODY, "")
     requests = [user_message(_URL + "feed", b"m%d" % i, ordinal=20 + i) for i in range(4)]
-    requests += [requests[0], user_message(_URL + "nowhere", b"n", ordinal=30)]
+    requests += [requests[0], user_message(_URL + "nowhere", b"n", ordinal=30),
+                 user_message(_URL + "feed", b"L" * (100 << 10), ordinal=31)]  # 413
 
     async def deliver(request: SrmpRequest) -> object:
         command = _command(request)
@@ -163,7 +168,7 @@ async def test_one_process_stores_the_plain_messages_of_a_pass_together(
             return exc.status_hint
 
     answers = await asyncio.gather(*(deliver(request) for request in requests))
-    assert answers == [None, None, None, None, None, 400], answers
-    assert stored_together == [4], stored_together
+    assert answers == [None, None, None, None, None, 400, 413], answers
+    assert stored_together == [5], stored_together
     assert await _bodies(client, "feed") == [b"m0", b"m1", b"m2", b"m3"]
     assert (await _metrics(client))["user duplicate"] == 1
