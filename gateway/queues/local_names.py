@@ -5,15 +5,17 @@ address, the admin queue an acknowledgement goes to)."""
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from mapping.errors import FormatNameError
 from mapping.formatnames import DirectFormatName, parse_format_name
 from mapping.names import QueueNameError, parse_queue_path
 
-__all__ = ["LocalNames", "local_host_names", "local_queue"]
+__all__ = ["LocalNames", "local_host_names", "local_queue", "machine_addresses"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +49,11 @@ class LocalNames:
 
 def local_host_names(configured: Iterable[str], listen_host: str, listen_port: int,
                      vdirs: Iterable[str] = ()) -> LocalNames:
-    """Reads the machine's names (call once). ``vdirs``: ``srmp.virtual_dirs``; ``msmq`` is
-    always one, as the gateway's own receipt and admin-queue URLs use it."""
+    """Reads the machine's names and addresses (call once). ``vdirs``: ``srmp.virtual_dirs``;
+    ``msmq`` is always one, as the gateway's own receipt and admin-queue URLs use it."""
     names = {"localhost", "127.0.0.1", "::1", "[::1]", ".", listen_host.lower(),
              socket.gethostname().lower(), socket.getfqdn().lower(),
-             *(n.lower() for n in configured)}
+             *read_machine_addresses(), *(n.lower() for n in configured)}
     return LocalNames(frozenset(n for n in names if n),
                       frozenset({80, 443, 8080, 8443, listen_port}),
                       frozenset({"msmq", *(v.lower() for v in vdirs)}))
@@ -73,3 +75,47 @@ def local_queue(value: str, local: LocalNames) -> str | None:
         return parsed.path.canonical
     except QueueNameError:
         return None
+
+
+_PROC_NET = Path("/proc/net")
+
+
+def read_machine_addresses() -> set[str]:
+    """The addresses of this machine's interfaces, as URLs write them (``machine_addresses``):
+    a Windows sender often names a queue by the IP address it reaches this gateway at
+    (``DIRECT=HTTP://192.0.2.10/msmq/private$/q``). Read once at start, from Linux's
+    ``/proc/net``; an address added later, or one behind NAT, goes into ``server.names``."""
+    texts = []
+    for name in ("fib_trie", "if_inet6"):
+        try:
+            texts.append((_PROC_NET / name).read_text(encoding="ascii", errors="replace"))
+        except OSError:  # not Linux, or no IPv6: the addresses there are not read
+            texts.append("")
+    return machine_addresses(*texts)
+
+
+def machine_addresses(fib_trie: str, if_inet6: str) -> set[str]:
+    """The local addresses in ``/proc/net/fib_trie`` (an address line ``|-- a.b.c.d``
+    followed by ``/32 host LOCAL``) and ``/proc/net/if_inet6`` (32 hex digits first), IPv6
+    ones bare and in brackets, as a URL's host has them; link-local IPv6 addresses are left
+    out (a URL naming one needs its interface too)."""
+    found: set[str] = set()
+    address = ""
+    for line in fib_trie.splitlines():
+        text = line.strip()
+        if text.startswith("|-- "):
+            address = text[4:]
+        elif text.startswith("/32 host LOCAL") and address:
+            with contextlib.suppress(ValueError):
+                found.add(str(ipaddress.IPv4Address(address)))
+    for line in if_inet6.splitlines():
+        fields = line.split()
+        if not fields or len(fields[0]) != 32:
+            continue
+        try:
+            v6 = ipaddress.IPv6Address(int(fields[0], 16))
+        except ValueError:
+            continue
+        if not v6.is_link_local:
+            found.update((str(v6), f"[{v6}]"))
+    return found

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.web.appkeys import STATE_KEY
+from gateway.queues import local_names
 from gateway.queues.seen_ids import SeenIds
 from gateway.settings import Settings
 from gateway.srmp.model import Services
+from gateway.web.appkeys import STATE_KEY
 from tests.helpers import ready_client
 from tests.srmp_client import SENDER_QM, post, stream_message, user_message
 from tests.srmp_vectors import derived, split_request, wire
@@ -201,6 +202,43 @@ async def test_only_configured_virtual_directories_serve_srmp(make_client: Any) 
     to_other = user_message("http://machine2/other/private$/simpleq", b"x", ordinal=3)
     refused = await post(client, to_other, "/msmq/private$/simpleq")
     assert refused.status == 400 and "/other/" in (await refused.json())["detail"]
+
+
+async def test_the_machines_own_addresses_name_local_queues(
+        make_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Windows sender names the queue by the address it reaches the machine at: each
+    interface address (IPv4 and IPv6, read from /proc/net at start) is one of ours; another
+    address still names another host."""
+    (tmp_path / "fib_trie").write_text(_FIB_TRIE)
+    (tmp_path / "if_inet6").write_text(
+        "20010db8000000000000000000000007 02 40 00 80     eth0\n")
+    monkeypatch.setattr(local_names, "_PROC_NET", tmp_path)
+    client = await make_client()
+    for ordinal, host in enumerate(("198.51.100.7", "[2001:db8::7]:8080"), start=1):
+        req = user_message(f"http://{host}/msmq/private$/simpleq", b"x", ordinal=ordinal)
+        response = await post(client, req, "/msmq/private$/simpleq")
+        assert response.status == 200, (host, await response.text())
+    assert len(await _messages(client, "private$/simpleq")) == 2
+    # The network's own address and its broadcast address are not the machine's.
+    for ordinal, host in enumerate(("198.51.100.0", "198.51.100.255"), start=3):
+        req = user_message(f"http://{host}/msmq/private$/simpleq", b"x", ordinal=ordinal)
+        refused = await post(client, req, "/msmq/private$/simpleq")
+        assert refused.status == 400 and (await refused.json())["type"].endswith("no-route")
+
+
+# /proc/net/fib_trie's shape: a local address is the one followed by "/32 host LOCAL".
+_FIB_TRIE = """Main:
+  +-- 0.0.0.0/0 3 0 5
+     |-- 0.0.0.0
+        /0 universe UNICAST
+     +-- 198.51.100.0/24 2 0 2
+        |-- 198.51.100.0
+           /24 link UNICAST
+        |-- 198.51.100.7
+           /32 host LOCAL
+        |-- 198.51.100.255
+           /32 link BROADCAST
+"""
 
 
 async def test_queue_over_quota_drops_with_dead_letter_and_nack(make_client: Any) -> None:

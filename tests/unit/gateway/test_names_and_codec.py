@@ -19,6 +19,7 @@ from gateway.msmq.message import (
     properties_of,
     property_values,
 )
+from gateway.queues.local_names import machine_addresses
 from gateway.web.rest_codec import HeaderError, message_location, parse_send_headers
 from mapping.names import QueueNameError, journal_of, parse_queue_path
 
@@ -224,3 +225,13 @@ def test_a_percent_encoded_label_is_refused_when_it_does_not_decode(label: str,
     with pytest.raises(HeaderError) as refused:
         parse_send_headers({"Mq-Label": label, "Mq-Label-Encoding": "percent"}, now_ms=0)
     assert refused.value.header == "Mq-Label" and why in str(refused.value)
+
+
+def test_machine_addresses_are_the_local_ones_without_link_local() -> None:
+    fib_trie = ("  +-- 10.0.0.0/8 2 0 2\n     |-- 10.1.2.3\n        /32 host LOCAL\n"
+                "     |-- 10.255.255.255\n        /32 link BROADCAST\n"
+                "     |-- not-an-address\n        /32 host LOCAL\n")
+    if_inet6 = ("fe8000000000000000fc00fffe000001 04 40 20 80     eth0\n"
+                "fd000000000000000000000000000002 04 40 00 82     eth0\n"
+                "zz\n\n")
+    assert machine_addresses(fib_trie, if_inet6) == {"10.1.2.3", "fd00::2", "[fd00::2]"}
