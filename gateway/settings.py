@@ -120,13 +120,16 @@ class ServerSettings:
     # (each holds a file descriptor the store must not run out of: gateway.web.http_server).
     connections_max: int = _int(10_000, low=16, high=1_000_000)
     # Host names (and addresses) senders use to reach this gateway; with localhost, the
-    # machine's own names and the listen address they make a format name local.
+    # machine's own names and addresses and the listen address they make a format name local.
     names: tuple[str, ...] = _names()
     # TLS (>= 1.2) when both are set: PEM certificate chain and private key.
     tls_cert: str = _text()
     tls_key: str = _text()
     # With a CA bundle, clients may present certificates (mapped to partners by subject).
     tls_client_ca: str = _text()
+    # A TLS handshake not ended within this time is closed (the connection counts against
+    # ``connections_max`` from its accept: gateway.web.http_server).
+    tls_handshake_timeout: float = _duration("10s", low="100ms", high="60s")
     # Requests whose body has not arrived within this time are answered 408.
     body_timeout: float = _duration("30s", low="100ms", high="1h")
     header_count_max: int = _int(100, low=8, high=1000)

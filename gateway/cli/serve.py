@@ -19,7 +19,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import uvloop
-from aiohttp import web
 
 from gateway.cli.sdnotify import Notifier
 from gateway.errors import StartupError
@@ -31,7 +30,7 @@ from gateway.settings import Settings
 from gateway.srmp import envelope as srmp_envelope
 from gateway.web.app import make_app
 from gateway.web.appkeys import METRICS_KEY, STATE_KEY
-from gateway.web.http_server import app_runner, freeze_startup_objects
+from gateway.web.http_server import ServingSite, app_runner, freeze_startup_objects
 from gateway.web.listener import bind, tls_context
 from gateway.web.state import GatewayState
 from store.datadir import probe_data_dir
@@ -101,7 +100,8 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
         state.before_scrape = fronts.take_counts
         fronts.start()
     else:
-        await web.SockSite(runner, sock, ssl_context=context).start()
+        await ServingSite(runner, sock, ssl_context=context,
+                          handshake_timeout=settings.server.tls_handshake_timeout).start()
     marker = _write_marker(settings, tls=context is not None)
     if settings.server.host not in ("127.0.0.1", "::1", "localhost"):
         _warn_if_open(settings)

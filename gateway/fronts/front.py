@@ -58,7 +58,12 @@ from gateway.web.auth_middleware import (
 )
 from gateway.web.calls import OPERATOR_KEY, Call, Reply, operate
 from gateway.web.expect import defer_continue
-from gateway.web.http_server import ProblemServer, app_runner, freeze_startup_objects
+from gateway.web.http_server import (
+    ProblemServer,
+    ServingSite,
+    app_runner,
+    freeze_startup_objects,
+)
 from gateway.web.listener import bind, tls_context
 from gateway.web.long_polls import LongPolls
 from gateway.web.middlewares import make_middlewares
@@ -453,28 +458,15 @@ async def serve(app: web.Application, runner: web.AppRunner, sock: socket.socket
     """Serve the front's ``app`` (its ``runner`` set up) on ``sock``, over TLS with
     ``context``: its connections start in the send lane, but with the access log (the lane
     writes no access log line); the lane, if any."""
+    timeout = app[SETTINGS_KEY].server.tls_handshake_timeout
     if app[SETTINGS_KEY].log.access:
-        await web.SockSite(runner, sock, ssl_context=context).start()
+        await ServingSite(runner, sock, ssl_context=context, handshake_timeout=timeout).start()
         return None
     assert isinstance(runner.server, ProblemServer)
     lane = app[_SEND_LANE](runner.server)
-    await _LaneSite(runner, sock, lane, context).start()
+    await ServingSite(runner, sock, ssl_context=context, handshake_timeout=timeout,
+                      make=lane.connection).start()
     return lane
-
-
-class _LaneSite(web.SockSite):
-    """The front's socket, its connections starting in the send lane."""
-
-    def __init__(self, runner: web.BaseRunner, sock: socket.socket, lane: SendLane,
-                 context: ssl.SSLContext | None) -> None:
-        super().__init__(runner, sock, ssl_context=context)
-        self._lane = lane
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)  # (SockSite's would serve aiohttp's protocol)
-        self._server = await asyncio.get_running_loop().create_server(
-            self._lane.protocol, sock=self._sock, ssl=self._ssl_context,
-            backlog=self._backlog)
 
 
 async def _push_counts(channel: Channel, counts: Callable[[], object]) -> None:

@@ -111,10 +111,10 @@ class SendLane:
         aiohttps = metrics.in_flight_now  # the middleware's count: the gauge shows both
         metrics.in_flight_now = lambda: aiohttps() + self.in_flight
 
-    def protocol(self) -> asyncio.Protocol:
-        """A new connection's protocol (the loop's factory): in the lane, or closed at once
-        over the cap on connections (as aiohttp's server does)."""
-        if self._stopping or self._server.refuses():
+    def connection(self) -> asyncio.Protocol:
+        """A new connection's protocol, once the cap on connections has let it in
+        (gateway.web.http_server.ServingSite): in the lane, or closed at once after a stop."""
+        if self._stopping:
             return Refused()
         if self._ticker is None:
             self._ticker = asyncio.get_running_loop().create_task(self._tick())

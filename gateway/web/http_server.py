@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import resource
+import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,9 +31,10 @@ from aiohttp.web_request import BaseRequest
 from gateway.logs import access_log, server_log
 from gateway.settings import Settings
 from gateway.web.problem import problem_response
+from gateway.web.tls_accept import TlsAcceptor
 
-__all__ = ["ProblemAppRunner", "ProblemServer", "Refused", "app_runner", "connections_cap",
-           "freeze_startup_objects"]
+__all__ = ["ProblemAppRunner", "ProblemServer", "Refused", "ServingSite", "accepted",
+           "app_runner", "connections_cap", "freeze_startup_objects"]
 
 _DETAIL_CHARS_MAX = 200
 
@@ -72,19 +75,22 @@ def _detail(status: int, exc: BaseException | None, request: BaseRequest) -> tup
 class ProblemServer(web.Server):
     connections_max = 0  # 0: no cap
     _refused_logged = 0.0
+    # Connections accepted whose TLS handshake has not ended (gateway.web.tls_accept):
+    # aiohttp counts a connection only once it is handed its protocol, after the handshake.
+    handshaking = 0
 
     # Connections the cap counts that are not this server's (a front's send lane's).
     others: Callable[[], int]
 
     # The loop takes any protocol from its factory; aiohttp declares only its own.
     def __call__(self) -> asyncio.Protocol:  # type: ignore[override]
-        return Refused() if self.refuses() else self.handler()
+        return accepted(self, self.handler)
 
     def refuses(self) -> bool:
         """Whether a new connection is over the cap (logged once a minute)."""
         if not self.connections_max:
             return False
-        held = len(self._connections) + self.others()
+        held = len(self._connections) + self.others() + self.handshaking
         if held < self.connections_max:
             return False
         now = time.monotonic()
@@ -97,6 +103,40 @@ class ProblemServer(web.Server):
     def handler(self) -> RequestHandler:
         """A connection's protocol, whatever the cap (a connection the lane passes on)."""
         return _ProblemRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+def accepted(server: ProblemServer, make: Callable[[], asyncio.Protocol]) -> asyncio.Protocol:
+    """The protocol of a connection just accepted: closed at once over the cap, else
+    ``make``'s."""
+    return Refused() if server.refuses() else make()
+
+
+class ServingSite(web.SockSite):
+    """The listening socket of a serving process. ``make``: a connection's protocol (the
+    runner's server's handler when None; a front's send lane gives its own), made once the
+    cap has let the connection in. Over TLS, connections are accepted by a ``TlsAcceptor``
+    (counted by the cap from their accept, their handshakes bounded by
+    ``handshake_timeout``) rather than by the loop's TLS server, which makes the handshake
+    before anything of ours sees the connection."""
+
+    def __init__(self, runner: web.BaseRunner, sock: socket.socket, *,
+                 ssl_context: ssl.SSLContext | None, handshake_timeout: float,
+                 make: Callable[[], asyncio.Protocol] | None = None) -> None:
+        super().__init__(runner, sock, ssl_context=ssl_context)
+        self._handshake_timeout = handshake_timeout
+        self._make = make
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # (SockSite's would hand TLS to the loop)
+        server = self._runner.server
+        assert isinstance(server, ProblemServer)
+        make = self._make or server.handler
+        if self._ssl_context is None:
+            self._server = await asyncio.get_running_loop().create_server(
+                lambda: accepted(server, make), sock=self._sock, backlog=self._backlog)
+        else:
+            self._server = TlsAcceptor(server, make, self._sock, self._ssl_context,
+                                       self._handshake_timeout, self._backlog)
 
 
 class Refused(asyncio.Protocol):

@@ -11,10 +11,13 @@ import json
 import os
 import resource
 import socket
+import ssl
 import time
 from pathlib import Path
 
-from tests.helpers import GatewayProcess, http_get
+import pytest
+
+from tests.helpers import GatewayProcess, http_get, tls_server_config
 
 _FILES = 256
 
@@ -35,6 +38,29 @@ def _wait_until_flooded(proc: GatewayProcess) -> None:
 
 def _descriptors(proc: GatewayProcess) -> int:
     return len(os.listdir(f"/proc/{proc.proc.pid}/fd"))
+
+
+def _back_up(admin: http.client.HTTPConnection, dest: Path) -> None:
+    """A checkpoint opens files of its own: an online backup makes one now."""
+    admin.request("POST", "/v1/admin/backup", body=json.dumps({"dest": str(dest)}).encode(),
+                  headers={"Content-Type": "application/json"})
+    answer = admin.getresponse()
+    assert answer.status == 200, answer.read()[:500]
+
+
+def _pids(proc: GatewayProcess) -> list[int]:
+    """The gateway's processes: itself and its fronts."""
+    pid = proc.proc.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid, *(int(child) for child in children)]
+
+
+def _descriptors_of(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _all_descriptors(proc: GatewayProcess) -> int:
+    return sum(_descriptors_of(pid) for pid in _pids(proc))
 
 
 def _wait_until_closed(proc: GatewayProcess, descriptors: int) -> None:
@@ -63,12 +89,7 @@ def test_idle_connections_leave_the_store_its_files(tmp_path: Path) -> None:
             connection.sendall(b"GET /v1/queues HTTP/1.1\r\nHost: x\r\n")  # never finished
             held.append(connection)
         _wait_until_flooded(proc)
-        # A checkpoint opens files of its own: an online backup makes one now.
-        admin.request("POST", "/v1/admin/backup", body=json.dumps(
-            {"dest": str(tmp_path / "backup")}).encode(),
-            headers={"Content-Type": "application/json"})
-        answer = admin.getresponse()
-        assert answer.status == 200, answer.read()[:500]
+        _back_up(admin, tmp_path / "backup")
         admin.close()
     finally:
         for connection in held:
@@ -78,3 +99,48 @@ def test_idle_connections_leave_the_store_its_files(tmp_path: Path) -> None:
     assert status == 200, body[:500]
     assert proc.stop() == 0
     assert "fail-stopped" not in proc.log()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_tls_handshakes_that_never_end_count_and_time_out(tmp_path: Path, workers: int) -> None:
+    """Over TLS a connection that never sends its ClientHello is counted from the moment it
+    is accepted, and closed once ``server.tls_handshake_timeout`` has passed: a flood of them
+    cannot spend the process's descriptors, and is let go even while its sender keeps its
+    sockets open."""
+    config = tmp_path / "entrepot.toml"
+    config.write_text(tls_server_config(tmp_path, "flood") + 'tls_handshake_timeout = "2s"\n')
+    cert = tmp_path / "server" / "cert.pem"
+    proc = GatewayProcess(tmp_path / "data", cafile=cert, preexec=_few_files,
+                          extra_args=["--config", str(config), "--workers", str(workers)])
+    proc.wait_ready()
+    context = ssl.create_default_context(cafile=str(cert))
+    held: list[socket.socket] = []
+    try:
+        admin = http.client.HTTPSConnection("127.0.0.1", proc.port, timeout=120,
+                                            context=context)
+        admin.request("PUT", "/v1/queues/q", body=b"{}")
+        made = admin.getresponse()
+        assert (made.status, bool(made.read())) == (201, True)
+        before = _all_descriptors(proc)
+        for _ in range(2 * _FILES):
+            held.append(socket.create_connection(("127.0.0.1", proc.port), timeout=30))
+        _wait_until_flooded(proc)
+        # Each serving process keeps within its cap (half its open-file limit).
+        assert max(_descriptors_of(pid) for pid in _pids(proc)) < _FILES - 4
+        if workers == 1:  # the store's own process: its files stay within reach
+            _back_up(admin, tmp_path / "backup")
+        admin.close()
+        # The flood's sockets are still open here: the gateway closes its ends, after its
+        # 2 s (a bound well under the loop's own 60 s, which would take twice this wait).
+        deadline = time.monotonic() + 30
+        while _all_descriptors(proc) > before - 1:
+            assert time.monotonic() < deadline, (_all_descriptors(proc), before)
+            time.sleep(0.05)
+        status, _, body = http_get(proc.url + "/readyz", cafile=cert)
+        assert status == 200, body[:500]
+    finally:
+        for connection in held:
+            connection.close()
+    assert proc.stop() == 0
+    assert "fail-stopped" not in proc.log()
+    assert "Too many open files" not in proc.log()
