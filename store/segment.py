@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from store.errors import out_of_descriptors
 from store.fileops import FileOps
 from store.framing import (
     SEGMENT_HEADER_SIZE,
@@ -140,7 +141,16 @@ class Segment:
         assert offset + total <= self.mapped_bytes
         fd = self._synced_fd
         if fd is None:
-            fd = self._synced_fd = self.ops.open_synced(self.path)
+            try:
+                fd = self._synced_fd = self.ops.open_synced(self.path)
+            except OSError as exc:
+                if not out_of_descriptors(exc):
+                    raise
+                # No descriptor to spare (a connection flood, a low limit): the same write,
+                # synced on the segment's own descriptor; the next one tries again.
+                self.write(offset, buffers, total)
+                self.sync()
+                return
         _pwritev_all(self.ops.pwritev_synced, fd, buffers, offset)
 
     def close_synced(self) -> None:

@@ -101,6 +101,13 @@ class FaultyFileOps(RealFileOps):
         super().pwritev(fd, buffers, offset)
 
     def open(self, path: Path, *, create: bool = False, exclusive: bool = False) -> int:
+        self._emfile(path)
+        return super().open(path, create=create, exclusive=exclusive)
+
+    def open_synced(self, path: Path) -> int:
+        self._emfile(path)
+        return super().open_synced(path)
+
+    def _emfile(self, path: Path) -> None:
         if self.emfile_opening is not None and path.name.startswith(self.emfile_opening):
             raise OSError(errno.EMFILE, "Too many open files (injected)", str(path))
-        return super().open(path, create=create, exclusive=exclusive)
