@@ -11,14 +11,17 @@ Forms accepted (prefixes case-insensitive)::
     MACHINE=<guid>;JOURNAL|;DEADLETTER|;DEADXACT   DL=<guid>[@domain]
     a,b,c   (a multiple-element format name: several of the above, comma-separated)
 
-Normalisation (so equal addresses compare equal): scheme and host lower-cased, the default
-port (80/443) filled in, the queue path canonical (lower-case, "/"), GUIDs lower-case. The
-original spelling of the queue path is kept for display. A bad name raises FormatNameError
-saying which part is wrong (MSMQ: MQ_ERROR_ILLEGAL_FORMATNAME).
+Normalisation (so equal addresses compare equal): scheme and host lower-cased (an IPv6
+address in its RFC 5952 spelling), the default port (80/443) filled in, the queue path
+canonical (lower-case, "/"), GUIDs lower-case. The original spelling of the queue path is
+kept for display. A bad name raises FormatNameError saying which part is wrong (MSMQ:
+MQ_ERROR_ILLEGAL_FORMATNAME).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Literal
@@ -35,6 +38,7 @@ __all__ = [
     "MultipleFormatName",
     "FormatName",
     "SingleFormatName",
+    "canonical_host",
     "parse_format_name",
     "parse_queue_url",
 ]
@@ -257,7 +261,17 @@ def _authority(authority: str, scheme: str, text: str) -> tuple[str, int]:
     if port_text and (not (port_text.isascii() and port_text.isdigit())
                       or not 0 < int(port_text) < 65536):
         raise FormatNameError(f"{text!r}: port {port_text!r} is not 1..65535")
-    return host.lower(), int(port_text) if port_text else _DEFAULT_PORTS[scheme]
+    return canonical_host(host), int(port_text) if port_text else _DEFAULT_PORTS[scheme]
+
+
+def canonical_host(host: str) -> str:
+    """``host`` as addresses compare it: lower case, and a bracketed IPv6 address in its one
+    spelling (RFC 5952: ``[FD00:0::02]`` is ``[fd00::2]``)."""
+    host = host.lower()
+    if host.startswith("[") and host.endswith("]"):
+        with contextlib.suppress(ValueError):  # not an address: left as written
+            return f"[{ipaddress.IPv6Address(host[1:-1])}]"
+    return host
 
 
 def _queue(queue: str, text: str) -> QueuePath:

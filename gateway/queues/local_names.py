@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mapping.errors import FormatNameError
-from mapping.formatnames import DirectFormatName, parse_format_name
+from mapping.formatnames import DirectFormatName, canonical_host, parse_format_name
 from mapping.names import QueueNameError, parse_queue_path
 
 __all__ = ["LocalNames", "local_host_names", "local_queue", "machine_addresses"]
@@ -51,9 +51,12 @@ def local_host_names(configured: Iterable[str], listen_host: str, listen_port: i
                      vdirs: Iterable[str] = ()) -> LocalNames:
     """Reads the machine's names and addresses (call once). ``vdirs``: ``srmp.virtual_dirs``;
     ``msmq`` is always one, as the gateway's own receipt and admin-queue URLs use it."""
-    names = {"localhost", "127.0.0.1", "::1", "[::1]", ".", listen_host.lower(),
+    listen = listen_host.lower()
+    names = {"localhost", "127.0.0.1", "::1", "[::1]", ".", listen,
              socket.gethostname().lower(), socket.getfqdn().lower(),
-             *read_machine_addresses(), *(n.lower() for n in configured)}
+             *read_machine_addresses(), *(canonical_host(n) for n in configured)}
+    if ":" in listen:  # an IPv6 listen address, as a URL writes it
+        names.add(canonical_host(f"[{listen}]"))
     return LocalNames(frozenset(n for n in names if n),
                       frozenset({80, 443, 8080, 8443, listen_port}),
                       frozenset({"msmq", *(v.lower() for v in vdirs)}))

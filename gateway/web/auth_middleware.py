@@ -35,6 +35,7 @@ from gateway.web.appkeys import SETTINGS_KEY, STATE_KEY
 from gateway.web.body_coding import BodyCodingError, BodyTooLarge, decode
 from gateway.web.expect import send_continue
 from gateway.web.partner_shares import PartnerShares
+from mapping.formatnames import canonical_host
 from mapping.names import QueueNameError, parse_queue_path
 
 __all__ = [
@@ -344,10 +345,10 @@ def is_local_client(request: web.Request) -> bool:
 
 
 def _host_of(authority: str) -> str:
-    """The host of ``host[:port]`` (``[v6]`` kept bracketed, lower case)."""
+    """The host of ``host[:port]``, as format names compare it (``[v6]`` kept bracketed)."""
     authority = authority.strip().rstrip("/").lower()
     if authority.startswith("["):
-        return authority[:authority.find("]") + 1]
+        return canonical_host(authority[:authority.find("]") + 1])
     return authority.rsplit(":", 1)[0] if authority.count(":") == 1 else authority
 
 

@@ -214,13 +214,14 @@ async def test_the_machines_own_addresses_name_local_queues(
         "20010db8000000000000000000000007 02 40 00 80     eth0\n")
     monkeypatch.setattr(local_names, "_PROC_NET", tmp_path)
     client = await make_client()
-    for ordinal, host in enumerate(("198.51.100.7", "[2001:db8::7]:8080"), start=1):
+    for ordinal, host in enumerate(("198.51.100.7", "[2001:db8::7]:8080",
+                                    "[2001:DB8:0:0:0:0:0:7]"), start=1):
         req = user_message(f"http://{host}/msmq/private$/simpleq", b"x", ordinal=ordinal)
         response = await post(client, req, "/msmq/private$/simpleq")
         assert response.status == 200, (host, await response.text())
-    assert len(await _messages(client, "private$/simpleq")) == 2
+    assert len(await _messages(client, "private$/simpleq")) == 3
     # The network's own address and its broadcast address are not the machine's.
-    for ordinal, host in enumerate(("198.51.100.0", "198.51.100.255"), start=3):
+    for ordinal, host in enumerate(("198.51.100.0", "198.51.100.255"), start=4):
         req = user_message(f"http://{host}/msmq/private$/simpleq", b"x", ordinal=ordinal)
         refused = await post(client, req, "/msmq/private$/simpleq")
         assert refused.status == 400 and (await refused.json())["type"].endswith("no-route")

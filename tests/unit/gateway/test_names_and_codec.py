@@ -19,7 +19,7 @@ from gateway.msmq.message import (
     properties_of,
     property_values,
 )
-from gateway.queues.local_names import machine_addresses
+from gateway.queues.local_names import local_host_names, machine_addresses
 from gateway.web.rest_codec import HeaderError, message_location, parse_send_headers
 from mapping.names import QueueNameError, journal_of, parse_queue_path
 
@@ -235,3 +235,8 @@ def test_machine_addresses_are_the_local_ones_without_link_local() -> None:
                 "fd000000000000000000000000000002 04 40 00 82     eth0\n"
                 "zz\n\n")
     assert machine_addresses(fib_trie, if_inet6) == {"10.1.2.3", "fd00::2", "[fd00::2]"}
+
+
+def test_configured_and_ipv6_listen_names_compare_as_addresses() -> None:
+    hosts = local_host_names(["[FD00:0:0::7]", "GW.Example"], "::", 8080).hosts
+    assert {"[fd00::7]", "gw.example", "::", "[::]"} <= hosts

@@ -35,6 +35,11 @@ GUID = "1e6a0c68-1d4a-4c4a-9b3a-0123456789ab"
     ("DIRECT=OS:.\\private$\\q;journal", DirectFormatName("os", ".", "private$/q;journal")),
     ("DIRECT=OS:Machine2\\orders", DirectFormatName("os", "machine2", "orders")),
     ("DIRECT=TCP:10.1.2.3\\private$\\q", DirectFormatName("tcp", "10.1.2.3", "private$/q")),
+    # An IPv6 address in its one canonical spelling (RFC 5952), so equal addresses compare
+    # equal: this gateway's own address is local however a sender writes it.
+    ("DIRECT=HTTP://[FD00:0:0:0:0:0:0:2]:8080/msmq/q",
+     DirectFormatName("http", "[fd00::2]", "q", 8080, "msmq")),
+    ("DIRECT=HTTP://[fd00::0002]/msmq/q", DirectFormatName("http", "[fd00::2]", "q", 80, "msmq")),
     (f"PUBLIC={GUID.upper()}", PublicFormatName(GUID)),
     (f"PUBLIC={GUID};JOURNAL", PublicFormatName(GUID, journal=True)),
     (f"PRIVATE={GUID}\\00000004", PrivateFormatName(GUID, 4)),
