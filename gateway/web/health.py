@@ -35,9 +35,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 @operation("readyz")
 async def _readyz(app: web.Application, call: Call) -> Reply:
-    state = app[STATE_KEY]
-    reason = state.not_ready_reason() or (
-        "" if state.fronts_started else "the front processes are starting")
+    reason = app[STATE_KEY].readiness()
     if reason:
         raise ProblemError(503, reason, type_slug="not-ready", headers={"Retry-After": "1"})
     return json_reply({"status": "ready"})
@@ -50,7 +48,8 @@ async def metrics(request: web.Request) -> web.Response:
     queues and partners' URLs."""
     if not is_local_client(request) and not _metrics_key(request):
         return problem_response(
-            403, "/metrics answers loopback clients, or the admin or metrics key "
+            403, "/metrics answers clients on this machine (loopback, a Host naming this "
+            "gateway, no Origin of another site), or the admin or metrics key "
             "(Authorization: Bearer or Basic; auth.metrics_key_sha256)",
             type_slug="MQ_ERROR_ACCESS_DENIED")
     return await operate(request, "metrics")
@@ -58,10 +57,12 @@ async def metrics(request: web.Request) -> web.Response:
 
 @operation("metrics")
 async def _metrics(app: web.Application, call: Call) -> Reply:
-    before = app[STATE_KEY].before_scrape
-    if before is not None:
-        await before()
-    return Reply(200, app[METRICS_KEY].render(), {"Content-Type": CONTENT_TYPE_LATEST})
+    state = app[STATE_KEY]
+    if state.before_scrape is not None:
+        await state.before_scrape()
+    metrics = app[METRICS_KEY]
+    metrics.ready.set(0 if state.readiness() else 1)  # as /readyz: a fail-stop shows
+    return Reply(200, metrics.render(), {"Content-Type": CONTENT_TYPE_LATEST})
 
 
 def _metrics_key(request: web.Request) -> bool:

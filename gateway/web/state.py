@@ -81,6 +81,12 @@ class GatewayState:
         return ProblemError(503, self.not_ready_reason() or "not ready", type_slug="not-ready",
                             headers={"Retry-After": str(retry_after_s)})
 
+    def readiness(self) -> str:
+        """Why ``/readyz`` answers 503 ("" when ready): ``not_ready_reason``, or the fronts
+        still starting. ``entrepot_ready`` and the status page say the same."""
+        return self.not_ready_reason() or (
+            "" if self.fronts_started else "the front processes are starting")
+
     def not_ready_reason(self) -> str:
         if self.stopping:
             return "the gateway is shutting down"

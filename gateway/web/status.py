@@ -138,7 +138,8 @@ def snapshot(state: GatewayState, dead: DeadLetterClasses, errors: RecentErrors 
     """The status document (``GET /ui/status.json``); ``rates`` adds each queue's
     ``sent_per_s`` and ``received_per_s``."""
     services = state.services
-    doc: dict[str, Any] = {"ready": state.ready, "reason": state.not_ready_reason(),
+    reason = state.readiness()
+    doc: dict[str, Any] = {"ready": not reason, "reason": reason,
                            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                            "version": VERSION,
                            "uptime_s": round(max(0.0, time.time() - state.started_at), 1),

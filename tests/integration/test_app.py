@@ -122,14 +122,21 @@ async def test_readyz_is_503_once_the_store_fail_stops(
     await _wait_ready(app)
     store = app[STATE_KEY].store
     assert store is not None
-    await store.append(SendSpec(1, b"ok"))
+    assert (await client.put("/v1/queues/q", json={})).status == 201
+    queue_id = app[STATE_KEY].serving().queue_manager.queue("q").queue_id
+    await store.append(SendSpec(queue_id, b"ok"))
     assert (await client.get("/readyz")).status == 200
+    assert "entrepot_ready 1.0" in await (await client.get("/metrics")).text()
     ops.eio_on_fdatasync = True
     with pytest.raises(StoreFailed):
-        await store.append(SendSpec(1, b"fails"))
+        await store.append(SendSpec(queue_id, b"fails"))
     response = await client.get("/readyz")
     assert response.status == 503
     body = await response.json(content_type="application/problem+json")
     assert "stopped all writes" in body["detail"]
     assert (await client.get("/healthz")).status == 200
+    # The metric and the status page say what /readyz says.
+    assert "entrepot_ready 0.0" in await (await client.get("/metrics")).text()
+    status = await (await client.get("/ui/status.json")).json()
+    assert status["ready"] is False and "stopped all writes" in status["reason"]
     ops.eio_on_fdatasync = False
