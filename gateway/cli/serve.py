@@ -11,6 +11,7 @@ import asyncio
 import ipaddress
 import json
 import os
+import resource
 import signal
 import socket
 import ssl
@@ -30,7 +31,12 @@ from gateway.settings import Settings
 from gateway.srmp import envelope as srmp_envelope
 from gateway.web.app import make_app
 from gateway.web.appkeys import METRICS_KEY, STATE_KEY
-from gateway.web.http_server import ServingSite, app_runner, freeze_startup_objects
+from gateway.web.http_server import (
+    ServingSite,
+    app_runner,
+    freeze_startup_objects,
+    raise_file_limit,
+)
 from gateway.web.listener import bind, tls_context
 from gateway.web.state import GatewayState
 from store.datadir import probe_data_dir
@@ -59,6 +65,30 @@ def serve(settings: Settings, *, config_source: str) -> int:
         return runner.run(_serve(settings, sock, context, config_source=config_source))
 
 
+def _warn_if_few_files(settings: Settings, *, connections: int) -> None:
+    """Warn when the open-file limit, less the ``connections`` this process may hold, may not
+    cover the store at its quotas: it keeps about three descriptors a data segment (the
+    file, its mapping's own copy, the segment's ``l`` file), and a write that needs one more
+    than the process has is refused 503 until one is free."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return
+    store = settings.store
+    segments = -(-(store.machine_quota + store.machine_journal_quota) // store.segment_size)
+    needed = _FILES_PER_SEGMENT * segments + _FILES_BESIDE_SEGMENTS
+    if soft - connections < needed:
+        server_log.warning(
+            "open-file limit %d leaves %d descriptors for the store, which may need %d at its "
+            "quotas (about %d a %d-byte segment, store.machine_quota + "
+            "store.machine_journal_quota): raise the limit (LimitNOFILE) or "
+            "store.segment_size", soft, soft - connections, needed, _FILES_PER_SEGMENT,
+            store.segment_size)
+
+
+_FILES_PER_SEGMENT = 3
+_FILES_BESIDE_SEGMENTS = 64  # the QMLog, state files, sockets, the log, spare segments
+
+
 def _reserve(settings: Settings) -> tuple[socket.socket, Settings]:
     """The port for the fronts: free (a plain bind would fail if anything held it), then
     held bound but not listening by the owner, with SO_REUSEPORT so that the fronts can
@@ -82,7 +112,9 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
     owner = settings.server.workers > 1
     app = make_app(settings, behind_fronts=owner)
     loop.add_signal_handler(signal.SIGHUP, app[STATE_KEY].reload_mapping.set)
-    runner = app_runner(app, settings)
+    raise_file_limit()  # (the store's descriptors, with or without connections here)
+    runner = app_runner(app, settings, serving=not owner)
+    _warn_if_few_files(settings, connections=runner.connections_max)
     await runner.setup()
     fronts: Fronts | None = None
     gave_up = asyncio.Event()  # a front could not be started again: exit 1

@@ -34,7 +34,7 @@ from gateway.web.problem import problem_response
 from gateway.web.tls_accept import TlsAcceptor
 
 __all__ = ["ProblemAppRunner", "ProblemServer", "Refused", "ServingSite", "accepted",
-           "app_runner", "connections_cap", "freeze_startup_objects"]
+           "app_runner", "connections_cap", "freeze_startup_objects", "raise_file_limit"]
 
 _DETAIL_CHARS_MAX = 200
 
@@ -163,6 +163,11 @@ class ProblemAppRunner(web.AppRunner):
         super().__init__(app, **kwargs)
         self._connections_max = connections_max
 
+    @property
+    def connections_max(self) -> int:
+        """The connections its server keeps open at most (0: no cap)."""
+        return self._connections_max
+
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         # The app's server as aiohttp builds it (the app started and frozen, its handler
@@ -174,12 +179,9 @@ class ProblemAppRunner(web.AppRunner):
         return server
 
 
-def connections_cap(connections_max: int, processes: int) -> int:
-    """The connections one serving process keeps open at most: its share of
-    ``server.connections_max``, and at most half its open-file limit (raised to the hard
-    limit first). Each connection holds a descriptor: without a cap, clients that open
-    connections and send nothing would leave the store none for its own files, which stops
-    it (a checkpoint that cannot open its file fail-stops the store)."""
+def raise_file_limit() -> int:
+    """Raise the soft open-file limit to the hard one (at most ``_FILES_WANTED`` when that
+    is unlimited): the soft limit now, ``resource.RLIM_INFINITY`` for none."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = _FILES_WANTED if hard == resource.RLIM_INFINITY else hard
     if soft != resource.RLIM_INFINITY and soft < wanted:
@@ -188,6 +190,16 @@ def connections_cap(connections_max: int, processes: int) -> int:
             soft = wanted
         except (ValueError, OSError) as exc:  # a container may forbid it: the cap follows
             server_log.info("open-file limit left at %d: %s", soft, exc)
+    return soft
+
+
+def connections_cap(connections_max: int, processes: int) -> int:
+    """The connections one serving process keeps open at most: its share of
+    ``server.connections_max``, and at most half its open-file limit (raised to the hard
+    limit first). Each connection holds a descriptor: without a cap, clients that open
+    connections and send nothing would leave the store none for its own files, which stops
+    it (a checkpoint that cannot open its file fail-stops the store)."""
+    soft = raise_file_limit()
     share = -(-connections_max // processes)
     if soft == resource.RLIM_INFINITY:
         return share
@@ -203,13 +215,15 @@ _CONNECTIONS_MIN = 16
 
 
 def app_runner(app: web.Application, settings: Settings, *,
-               handler_cancellation: bool = False, sharing: int = 1) -> ProblemAppRunner:
+               handler_cancellation: bool = False, sharing: int = 1,
+               serving: bool = True) -> ProblemAppRunner:
     """The runner of ``app`` with the server section's limits (one process, or each front).
 
     ``handler_cancellation``: a handler is cancelled when its client hangs up (a front's:
     its command is cancelled at the owner, and a long poll there ends without taking a
     message; one process's handlers finish what they started).
     ``sharing``: the processes that share ``server.connections_max`` (the fronts).
+    ``serving``: False for a store owner, which takes no connections (no cap of its own).
 
     On a stop, aiohttp gives the requests in flight its shutdown timeout to finish, then
     cancels them and gives them that timeout again: half of ``server.shutdown_grace`` each,
@@ -217,7 +231,7 @@ def app_runner(app: web.Application, settings: Settings, *,
     server = settings.server
     return ProblemAppRunner(
         app,
-        connections_max=connections_cap(server.connections_max, sharing),
+        connections_max=connections_cap(server.connections_max, sharing) if serving else 0,
         handle_signals=False,
         shutdown_timeout=server.shutdown_grace / 2,
         handler_cancellation=handler_cancellation,

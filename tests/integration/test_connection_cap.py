@@ -144,3 +144,23 @@ def test_tls_handshakes_that_never_end_count_and_time_out(tmp_path: Path, worker
     assert proc.stop() == 0
     assert "fail-stopped" not in proc.log()
     assert "Too many open files" not in proc.log()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_limit_too_low_for_the_store_is_told_at_start(tmp_path: Path, workers: int) -> None:
+    """The store keeps about three descriptors a data segment: a start whose open-file
+    limit (less the connections the process may hold) cannot cover its quotas says so; one
+    that can says nothing. A store owner with fronts takes no connections: no cap of its
+    own is computed (nor logged) there."""
+    small = tmp_path / "small.toml"
+    small.write_text('[store]\nmachine_quota = "16MiB"\nmachine_journal_quota = "16MiB"\n')
+    for config, told in ((None, True), (small, False)):
+        data = tmp_path / f"data-{told}"
+        proc = GatewayProcess(data, preexec=_few_files, extra_args=[
+            "--workers", str(workers), *(["--config", str(config)] if config else [])])
+        proc.wait_ready()
+        assert proc.stop() == 0
+        log = proc.log()
+        # 16 GiB of quotas in 4 MiB segments: 4096 of them, three descriptors each, and 64.
+        assert ("descriptors for the store, which may need 12352" in log) is told, log
+        assert "(server.connections_max asks 10000)" not in log or workers == 1, log
