@@ -75,6 +75,18 @@ class Metrics:
             registry=self.registry,
         )
         self.in_flight_now: Callable[[], int] = lambda: 0  # the middleware's count
+        self.http_connections = Gauge(
+            "entrepot_http_connections",
+            "Client connections open now, in every serving process (over TLS from its "
+            "accept, while its handshake is made).",
+            registry=self.registry,
+        )
+        self.http_connections_refused = Counter(
+            "entrepot_http_connections_refused",
+            "Connections closed as they were accepted: over server.connections_max, or over "
+            "a process's share of its open-file limit.",
+            registry=self.registry,
+        )
         self.http_long_polls = Gauge(
             "entrepot_http_long_polls_parked",
             "Receives waiting for a message now (server.long_polls_max caps them).",

@@ -32,6 +32,7 @@ from gateway.srmp import envelope as srmp_envelope
 from gateway.web.app import make_app
 from gateway.web.appkeys import METRICS_KEY, STATE_KEY
 from gateway.web.http_server import (
+    ProblemServer,
     ServingSite,
     app_runner,
     freeze_startup_objects,
@@ -132,6 +133,11 @@ async def _serve(settings: Settings, sock: socket.socket, context: ssl.SSLContex
         state.before_scrape = fronts.take_counts
         fronts.start()
     else:
+        server = runner.server
+        assert isinstance(server, ProblemServer)
+        metrics = app[METRICS_KEY]
+        server.on_refused = metrics.http_connections_refused.inc
+        metrics.http_connections.set_function(server.open_count)
         await ServingSite(runner, sock, ssl_context=context,
                           handshake_timeout=settings.server.tls_handshake_timeout).start()
     marker = _write_marker(settings, tls=context is not None)

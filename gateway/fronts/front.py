@@ -413,8 +413,12 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
         loop.add_signal_handler(signum, stop.set)
     metrics = Metrics()
 
+    server: ProblemServer | None = None  # aiohttp's, once the runner is set up
+
     def counts() -> tuple[object, ...]:
-        return (*metrics.http.snapshot(), metrics.in_flight_now())
+        connections, refused = ((server.open_count(), server.refused)
+                                if server is not None else (0, 0))
+        return (*metrics.http.snapshot(), metrics.in_flight_now(), connections, refused)
 
     def answer(channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
         if kind == wire.Kind.STATS:  # the owner serves /metrics
@@ -432,6 +436,8 @@ async def _run(start: FrontStart, channel_fd: int) -> int:
     runner = app_runner(app, settings, handler_cancellation=True,
                         sharing=settings.server.workers)
     await runner.setup()
+    assert isinstance(runner.server, ProblemServer)
+    server = runner.server
     lane = await serve(app, runner, sock, context)
     log.debug("front %d: startup objects frozen count=%d", start.index,
               freeze_startup_objects())

@@ -70,6 +70,10 @@ class Fronts:
         self._counted: dict[int, Snapshot] = {}
         self._in_flight: dict[int, int] = {}
         metrics.http_in_flight.set_function(lambda: sum(self._in_flight.values()))
+        # Each front's connections open, and its refusals since it started, as last told.
+        self._connections: dict[int, int] = {}
+        self._refused: dict[int, int] = {}
+        metrics.http_connections.set_function(lambda: sum(self._connections.values()))
         metrics.registry.register(FrontStats(lambda: dict(self._serving)))
 
     def start(self) -> None:
@@ -121,6 +125,7 @@ class Fronts:
         def on_request(channel: Channel, request_id: int, kind: int, payload: bytes) -> None:
             if kind == wire.Kind.HELLO:
                 self._counted[index] = ({}, {})  # a new process counts from 0
+                self._refused[index] = 0
                 self._serving[index] = wire.decode(payload)
                 log.info("front %d serving pid=%d", index, self._serving[index])
                 if self.serving():
@@ -140,6 +145,7 @@ class Fronts:
             channel.close()
             self._channels.pop(index, None)
             self._in_flight.pop(index, None)
+            self._connections.pop(index, None)
             self.counts.clear(index)
 
     async def take_counts(self) -> None:
@@ -162,7 +168,7 @@ class Fronts:
         """Count what front ``index`` counted since it last told (its counts are totals
         since it started, asked at scrape time or pushed every second: a front killed
         loses only what it counted since its last push)."""
-        requests, latency, in_flight = wire.decode(payload)
+        requests, latency, in_flight, connections, refused = wire.decode(payload)
         if index not in self._counted:
             return  # before its HELLO, or after it exited
         now = (requests, latency)
@@ -172,6 +178,10 @@ class Fronts:
         self._metrics.http.add(*new)
         self._counted[index] = now
         self._in_flight[index] = in_flight
+        self._connections[index] = connections
+        if refused > self._refused.get(index, 0):
+            self._metrics.http_connections_refused.inc(refused - self._refused.get(index, 0))
+        self._refused[index] = refused
 
     async def stop(self, grace_s: float) -> None:
         """SIGTERM every front (each finishes its requests within ``grace_s``), then kill

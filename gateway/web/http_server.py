@@ -78,6 +78,8 @@ class ProblemServer(web.Server):
     # Connections accepted whose TLS handshake has not ended (gateway.web.tls_accept):
     # aiohttp counts a connection only once it is handed its protocol, after the handshake.
     handshaking = 0
+    refused = 0  # connections closed as they were accepted, since the start
+    on_refused: Callable[[], None]  # told of each (the refusals metric)
 
     # Connections the cap counts that are not this server's (a front's send lane's).
     others: Callable[[], int]
@@ -90,15 +92,22 @@ class ProblemServer(web.Server):
         """Whether a new connection is over the cap (logged once a minute)."""
         if not self.connections_max:
             return False
-        held = len(self._connections) + self.others() + self.handshaking
+        held = self.open_count()
         if held < self.connections_max:
             return False
+        self.refused += 1
+        self.on_refused()
         now = time.monotonic()
         if now - self._refused_logged >= _REFUSED_LOG_EVERY_S:
             self._refused_logged = now
             server_log.warning("%d connections open: new ones are closed at once "
                                "(server.connections_max)", held)
         return True
+
+    def open_count(self) -> int:
+        """Connections open now: aiohttp's, the send lane's, and TLS ones not yet through
+        their handshake."""
+        return len(self._connections) + self.others() + self.handshaking
 
     def handler(self) -> RequestHandler:
         """A connection's protocol, whatever the cap (a connection the lane passes on)."""
@@ -154,6 +163,10 @@ def _none() -> int:
     return 0
 
 
+def _nothing() -> None:
+    pass
+
+
 class ProblemAppRunner(web.AppRunner):
     """``web.AppRunner`` whose connections answer parse errors with problem+json, and whose
     server closes a connection over ``connections_max`` (0: no cap) as it is accepted."""
@@ -176,6 +189,7 @@ class ProblemAppRunner(web.AppRunner):
         assert isinstance(server, ProblemServer)
         server.connections_max = self._connections_max
         server.others = _none
+        server.on_refused = _nothing
         return server
 
 

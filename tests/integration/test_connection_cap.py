@@ -40,6 +40,18 @@ def _descriptors(proc: GatewayProcess) -> int:
     return len(os.listdir(f"/proc/{proc.proc.pid}/fd"))
 
 
+def _connection_metrics(admin: http.client.HTTPConnection) -> tuple[float, float]:
+    """``entrepot_http_connections`` and ``entrepot_http_connections_refused_total``."""
+    admin.request("GET", "/metrics")
+    answer = admin.getresponse()
+    text = answer.read().decode()
+    assert answer.status == 200, text[:500]
+    values = dict(line.rsplit(" ", 1) for line in text.splitlines()
+                  if line.startswith("entrepot_http_connections"))
+    return (float(values["entrepot_http_connections"]),
+            float(values["entrepot_http_connections_refused_total"]))
+
+
 def _back_up(admin: http.client.HTTPConnection, dest: Path) -> None:
     """A checkpoint opens files of its own: an online backup makes one now."""
     admin.request("POST", "/v1/admin/backup", body=json.dumps({"dest": str(dest)}).encode(),
@@ -89,6 +101,9 @@ def test_idle_connections_leave_the_store_its_files(tmp_path: Path) -> None:
             connection.sendall(b"GET /v1/queues HTTP/1.1\r\nHost: x\r\n")  # never finished
             held.append(connection)
         _wait_until_flooded(proc)
+        # /metrics shows the connections held (the cap: half the 256 files) and refused.
+        held_now, refused = _connection_metrics(admin)
+        assert _FILES // 2 - 8 <= held_now <= _FILES // 2 and refused >= 1, (held_now, refused)
         _back_up(admin, tmp_path / "backup")
         admin.close()
     finally:
@@ -127,6 +142,9 @@ def test_tls_handshakes_that_never_end_count_and_time_out(tmp_path: Path, worker
         _wait_until_flooded(proc)
         # Each serving process keeps within its cap (half its open-file limit).
         assert max(_descriptors_of(pid) for pid in _pids(proc)) < _FILES - 4
+        # /metrics counts the connections refused (those held: the plain-HTTP test, as
+        # these time out on their own).
+        assert _connection_metrics(admin)[1] >= 1
         if workers == 1:  # the store's own process: its files stay within reach
             _back_up(admin, tmp_path / "backup")
         admin.close()
