@@ -79,11 +79,11 @@ def _warn_if_few_files(settings: Settings, *, connections: int) -> None:
     needed = _FILES_PER_SEGMENT * segments + _FILES_BESIDE_SEGMENTS
     if soft - connections < needed:
         server_log.warning(
-            "open-file limit %d leaves %d descriptors for the store, which may need %d at its "
-            "quotas (about %d a %d-byte segment, store.machine_quota + "
-            "store.machine_journal_quota): raise the limit (LimitNOFILE) or "
-            "store.segment_size", soft, soft - connections, needed, _FILES_PER_SEGMENT,
-            store.segment_size)
+            "open-file limit %d leaves %d descriptors beside connections, and the store may "
+            "need %d at its quotas (about %d a %d-byte segment for store.machine_quota + "
+            "store.machine_journal_quota, and %d for its other files and the process's): "
+            "raise the limit (LimitNOFILE) or store.segment_size", soft, soft - connections,
+            needed, _FILES_PER_SEGMENT, store.segment_size, _FILES_BESIDE_SEGMENTS)
 
 
 _FILES_PER_SEGMENT = 3

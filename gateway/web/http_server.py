@@ -214,13 +214,13 @@ def connections_cap(connections_max: int, processes: int) -> int:
     connections and send nothing would leave the store none for its own files, which stops
     it (a checkpoint that cannot open its file fail-stops the store)."""
     soft = raise_file_limit()
-    share = -(-connections_max // processes)
+    share = max(1, connections_max // processes)  # rounded down: the shares keep the cap
     if soft == resource.RLIM_INFINITY:
         return share
     cap = min(share, max(_CONNECTIONS_MIN, soft // 2))  # never over its share
     if cap < share:
         server_log.warning("open-file limit %d: this process keeps at most %d connections "
-                           "(server.connections_max asks %d)", soft, cap, share)
+                           "(its share of server.connections_max is %d)", soft, cap, share)
     return cap
 
 

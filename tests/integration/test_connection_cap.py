@@ -180,5 +180,5 @@ def test_a_limit_too_low_for_the_store_is_told_at_start(tmp_path: Path, workers:
         assert proc.stop() == 0
         log = proc.log()
         # 16 GiB of quotas in 4 MiB segments: 4096 of them, three descriptors each, and 64.
-        assert ("descriptors for the store, which may need 12352" in log) is told, log
-        assert "(server.connections_max asks 10000)" not in log or workers == 1, log
+        assert ("and the store may need 12352" in log) is told, log
+        assert "share of server.connections_max is 10000" not in log or workers == 1, log

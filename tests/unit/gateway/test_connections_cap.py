@@ -19,6 +19,9 @@ def test_each_front_keeps_its_share_however_small(monkeypatch: pytest.MonkeyPatc
     assert connections_cap(16, 2) == 8
     assert connections_cap(10_000, 2) == 5_000
     assert connections_cap(16, 1) == 16
+    # Shares round down: three fronts never keep more than 20 between them.
+    assert connections_cap(20, 3) == 6
+    assert connections_cap(16, 64) == 1  # (at least one each)
 
 
 def test_a_small_open_file_limit_still_leaves_sixteen(monkeypatch: pytest.MonkeyPatch) -> None:
