@@ -20,7 +20,6 @@ MQ_ERROR_ILLEGAL_FORMATNAME).
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import re
 from dataclasses import dataclass, field
@@ -266,11 +265,16 @@ def _authority(authority: str, scheme: str, text: str) -> tuple[str, int]:
 
 def canonical_host(host: str) -> str:
     """``host`` as addresses compare it: lower case, and a bracketed IPv6 address in its one
-    spelling (RFC 5952: ``[FD00:0::02]`` is ``[fd00::2]``)."""
+    spelling (RFC 5952: ``[FD00:0::02]`` is ``[fd00::2]``; an IPv4-mapped one,
+    ``[::ffff:127.0.0.1]``, is the IPv4 address)."""
     host = host.lower()
     if host.startswith("[") and host.endswith("]"):
-        with contextlib.suppress(ValueError):  # not an address: left as written
-            return f"[{ipaddress.IPv6Address(host[1:-1])}]"
+        try:
+            address = ipaddress.IPv6Address(host[1:-1])
+        except ValueError:  # not an address: left as written
+            return host
+        mapped = address.ipv4_mapped
+        return str(mapped) if mapped is not None else f"[{address}]"
     return host
 
 

@@ -187,7 +187,8 @@ async def test_open_management_refuses_web_pages_and_rebound_names(aiohttp_clien
     # The gateway's own names pass; an IPv4 client of a dual-stack listener is loopback.
     for headers in ({"Origin": f"http://127.0.0.1:{client.server.port}"},
                     {"Host": "localhost"}, {"X-Test-Remote": "::ffff:127.0.0.1"},
-                    {"Host": f"[0:0:0:0:0:0:0:1]:{client.server.port}"}):
+                    {"Host": f"[0:0:0:0:0:0:0:1]:{client.server.port}"},
+                    {"Host": f"[::ffff:127.0.0.1]:{client.server.port}"}):
         response = await client.put("/v1/queues/private$/a_new", headers=headers, json={})
         assert response.status in (200, 201), (headers, await response.text())
     response = await client.put("/v1/queues/private$/a_new", json={},

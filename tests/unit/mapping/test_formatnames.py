@@ -40,6 +40,9 @@ GUID = "1e6a0c68-1d4a-4c4a-9b3a-0123456789ab"
     ("DIRECT=HTTP://[FD00:0:0:0:0:0:0:2]:8080/msmq/q",
      DirectFormatName("http", "[fd00::2]", "q", 8080, "msmq")),
     ("DIRECT=HTTP://[fd00::0002]/msmq/q", DirectFormatName("http", "[fd00::2]", "q", 80, "msmq")),
+    # An IPv4 address written as IPv4-mapped IPv6 is that IPv4 address.
+    ("DIRECT=HTTP://[::FFFF:127.0.0.1]:8080/msmq/q",
+     DirectFormatName("http", "127.0.0.1", "q", 8080, "msmq")),
     (f"PUBLIC={GUID.upper()}", PublicFormatName(GUID)),
     (f"PUBLIC={GUID};JOURNAL", PublicFormatName(GUID, journal=True)),
     (f"PRIVATE={GUID}\\00000004", PrivateFormatName(GUID, 4)),
