@@ -162,6 +162,9 @@ class AuditingFileOps:
                 self._fd_paths[fd] = target
 
 
+_WARN_EVERY_S = 60.0
+
+
 class _Ours:
     """``<data dir>/audit.ours``: the store's own replacements and removals that a saved
     state does not have yet, one JSON line each ``[path under storage/, inode or null]``."""
@@ -170,6 +173,15 @@ class _Ours:
         self._path = path
         self._storage = storage
         self._lock = threading.Lock()
+        self._warned = -_WARN_EVERY_S  # (monotonic) when a failed write was last logged
+
+    def _failed(self, exc: OSError) -> None:
+        """Under ``_lock``: a failed write, logged at most once a minute (out of descriptors,
+        every segment the store tries to make fails here first)."""
+        now = time.monotonic()
+        if now - self._warned >= _WARN_EVERY_S:
+            self._warned = now
+            audit_log.warning("audit.ours not written: %s", exc)
 
     def note(self, file: Path, inode: int | None) -> None:
         """Before the store replaces (``inode`` the new file's) or removes ``file``."""
@@ -181,7 +193,7 @@ class _Ours:
                 with open(self._path, "a", encoding="utf-8") as out:
                     out.write(line)
             except OSError as exc:  # advisory, as the audit is: a false report at worst
-                audit_log.warning("audit.ours not written: %s", exc)
+                self._failed(exc)
 
     def load(self) -> set[tuple[str, int | None]]:
         try:
@@ -205,7 +217,7 @@ class _Ours:
                 self._path.write_text("".join(json.dumps([f, i]) + "\n" for f, i in left),
                                       encoding="utf-8")
             except OSError as exc:
-                audit_log.warning("audit.ours not written: %s", exc)
+                self._failed(exc)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from store.audit import _Ours
 from store.lqs import lqs_name
 from store.options import StoreOptions
 from store.records import SendSpec
@@ -121,3 +124,15 @@ async def test_a_copied_data_directory_is_compared_by_size_and_time(tmp_path: Pa
     await close_store(store)
     assert [(e["file"], e["change"]) for e in _events(tmp_path / "copy2")] == [
         ("intruder.txt", "added")]
+
+
+def test_a_failed_note_is_logged_once_a_minute(tmp_path: Path,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """Out of descriptors, every segment the store tries to make fails to note itself here
+    first: the warning comes once, not once a try."""
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    ours = _Ours(tmp_path / "no such directory" / "audit.ours", storage)
+    for number in range(5):
+        ours.note(storage / f"p{number:07d}.mq", number)
+    assert caplog.text.count("audit.ours not written") == 1
