@@ -164,7 +164,7 @@ def _none() -> int:
 
 
 def _nothing() -> None:
-    pass
+    """No one told of a refusal (one process and each front wire the metric's count)."""
 
 
 class ProblemAppRunner(web.AppRunner):

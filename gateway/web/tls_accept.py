@@ -58,6 +58,7 @@ class TlsAcceptor(asyncio.AbstractServer):
         self._timeout = handshake_timeout
         self._handshakes: set[asyncio.Task[None]] = set()
         self._serving = True
+        self._closed = asyncio.Event()
         self._out_logged = 0.0
         self.sockets = (sock,)
         sock.setblocking(False)
@@ -110,6 +111,7 @@ class TlsAcceptor(asyncio.AbstractServer):
         if not self._serving:
             return
         self._serving = False
+        self._closed.set()
         self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
         for task in self._handshakes:
@@ -128,4 +130,5 @@ class TlsAcceptor(asyncio.AbstractServer):
         """Serving already (from construction)."""
 
     async def serve_forever(self) -> None:
-        raise NotImplementedError("the site's runner keeps the acceptor")
+        """Until ``close``."""
+        await self._closed.wait()

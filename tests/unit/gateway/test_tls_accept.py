@@ -184,3 +184,21 @@ async def _taken_later(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext) -
         assert await reader.readexactly(4) == b"LATE"
         writer.close()
         await writer.wait_closed()
+
+
+def test_serve_forever_ends_when_the_acceptor_is_closed(
+        run: Run, contexts: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+    run(_serve_forever(contexts[0]))
+
+
+async def _serve_forever(server_ctx: ssl.SSLContext) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    acceptor = TlsAcceptor(_Cap(), _Echo, sock, server_ctx, 30.0, 16)
+    serving = asyncio.create_task(acceptor.serve_forever())
+    await asyncio.sleep(0)
+    assert not serving.done() and acceptor.is_serving()
+    acceptor.close()
+    await serving
+    await acceptor.wait_closed()
+    assert not acceptor.is_serving() and sock.fileno() == -1
